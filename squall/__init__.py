@@ -1,0 +1,29 @@
+"""Squall: Apache Storm's real-time computation model in Python.
+
+Write spouts and bolts, join them with stream groupings into a topology, and run it with
+Storm's guarantees (acking, timeouts, replay) on this machine.
+"""
+
+from squall.bolt import BasicBolt, Bolt
+from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from squall.component import OutputFieldsDeclarer
+from squall.config import Config
+from squall.context import TopologyContext
+from squall.errors import (
+    AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SerializationError,
+)
+from squall.grouping import CustomStreamGrouping, GlobalStreamId
+from squall.local_cluster import LocalCluster, TopologySetupError
+from squall.spout import Spout
+from squall.topology import Topology, TopologyBuilder
+from squall.tuple import Fields, Tuple, Values
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyAliveError", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "CustomStreamGrouping",
+    "EmitError", "FailedException", "Fields", "GlobalStreamId", "InvalidTopologyError", "LocalCluster",
+    "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SerializationError", "Spout",
+    "SpoutOutputCollector", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError", "Tuple",
+    "Values", "__version__",
+]

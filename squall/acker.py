@@ -1,0 +1,98 @@
+"""The acker: tracks every spout tuple's tree with one 64-bit XOR (Storm's ``Acker``).
+
+Streams (all on component ``__acker`` or towards it):
+
+* ``__ack_init`` (id, init-val, spout-task) from a spout that emitted a tracked tuple;
+* ``__ack_ack`` (id, ack-val) from a bolt acking a tuple of tree ``id``;
+* ``__ack_fail`` (id) from a bolt failing one;
+* ``__ack_reset_timeout`` (id) from a bolt asking for more time.
+
+For each tree the acker keeps ``val`` = XOR of every edge id seen so far. Every edge id
+is XOR-ed in twice (once when the tuple is created, once when it is acked), so ``val``
+returns to 0 exactly when the whole tree is processed; the acker then tells the spout
+task on its ``__ack_ack`` stream. A failed tree is reported on ``__ack_fail``. Memory per
+tree is constant whatever its size. Trees are forgotten after 2 timeout periods (the
+spout fails them on its own clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from squall.tuple import Fields, StreamSource
+from squall.utils.rotating_map import RotatingMap
+
+ACKER_COMPONENT = "__acker"
+ACK_INIT = "__ack_init"
+ACK_ACK = "__ack_ack"
+ACK_FAIL = "__ack_fail"
+ACK_RESET_TIMEOUT = "__ack_reset_timeout"
+
+SYSTEM_STREAM_FIELDS = {
+    ACK_INIT: Fields("id", "init-val", "spout-task"),
+    ACK_ACK: Fields("id", "ack-val"),
+    ACK_FAIL: Fields("id"),
+    ACK_RESET_TIMEOUT: Fields("id"),
+}
+
+
+def system_sources(component: str) -> dict[str, StreamSource]:
+    """The StreamSource of every system stream ``component`` may send."""
+    return {stream: StreamSource(component, stream, fields) for stream, fields in SYSTEM_STREAM_FIELDS.items()}
+
+
+def acker_for(root: int, acker_tasks: list[int]) -> int:
+    """The acker task of tree ``root`` (Storm: fields grouping on id; roots are random)."""
+    return acker_tasks[root % len(acker_tasks)]
+
+
+class _Entry:
+    __slots__ = ("val", "spout_task", "failed")
+
+    def __init__(self) -> None:
+        self.val = 0
+        self.spout_task: int | None = None
+        self.failed = False
+
+
+class Acker:
+    """The acker task's logic. ``send(task, stream, values)`` reaches spout tasks."""
+
+    def __init__(self, send: Callable[[int, str, list[Any]], None]) -> None:
+        self._send = send
+        self._pending = RotatingMap(2)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def execute(self, stream: str, values: list[Any]) -> None:
+        root = values[0]
+        entry = self._pending.get(root)
+        if entry is None:
+            entry = _Entry()
+            self._pending.put(root, entry)
+        if stream == ACK_ACK:
+            entry.val ^= values[1]
+        elif stream == ACK_INIT:
+            entry.val ^= values[1]
+            entry.spout_task = values[2]
+        elif stream == ACK_FAIL:
+            entry.failed = True
+        elif stream == ACK_RESET_TIMEOUT:
+            self._pending.touch(root)
+            if entry.spout_task is not None:
+                self._send(entry.spout_task, ACK_RESET_TIMEOUT, [root])
+            return
+        if entry.spout_task is None:
+            return  # init not seen yet: acks from bolts can overtake it
+        if entry.failed:
+            self._pending.pop(root)
+            self._send(entry.spout_task, ACK_FAIL, [root])
+        elif entry.val == 0:
+            self._pending.pop(root)
+            self._send(entry.spout_task, ACK_ACK, [root, 0])
+
+    def rotate(self) -> None:
+        """Forget trees older than two timeout periods."""
+        self._pending.rotate()

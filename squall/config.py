@@ -1,0 +1,93 @@
+"""``Config``: a dict of Storm's configuration keys, with constants and helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from squall.defaults import DEFAULTS
+
+
+class Config(dict):
+    """Topology configuration. Keys are Storm's (``"topology.workers"``); user keys are kept too.
+
+    Only the keys set here override :data:`squall.defaults.DEFAULTS`.
+    """
+
+    TOPOLOGY_WORKERS = "topology.workers"
+    TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
+    TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
+    TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE = "topology.executor.receive.buffer.size"
+    TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE = "topology.executor.send.buffer.size"
+    TOPOLOGY_TRANSFER_BUFFER_SIZE = "topology.transfer.buffer.size"
+    TOPOLOGY_RECEIVER_BUFFER_SIZE = "topology.receiver.buffer.size"
+    TOPOLOGY_PRODUCER_BATCH_SIZE = "topology.producer.batch.size"
+    TOPOLOGY_SPOUT_MAX_BATCH_SIZE = "topology.spout.max.batch.size"
+    TOPOLOGY_STATS_SAMPLE_RATE = "topology.stats.sample.rate"
+    TOPOLOGY_DEBUG = "topology.debug"
+    SUPERVISOR_SLOTS_PORTS = "supervisor.slots.ports"
+
+    def set_num_workers(self, n: int) -> Config:
+        self[self.TOPOLOGY_WORKERS] = n
+        return self
+
+    def set_num_ackers(self, n: int) -> Config:
+        self[self.TOPOLOGY_ACKER_EXECUTORS] = n
+        return self
+
+    def set_message_timeout_secs(self, secs: float) -> Config:
+        self[self.TOPOLOGY_MESSAGE_TIMEOUT_SECS] = secs
+        return self
+
+    def set_max_spout_pending(self, n: int | None) -> Config:
+        self[self.TOPOLOGY_MAX_SPOUT_PENDING] = n
+        return self
+
+    def set_debug(self, debug: bool) -> Config:
+        self[self.TOPOLOGY_DEBUG] = debug
+        return self
+
+
+def _positive_int(key: str, value: Any, allow_none: bool = False, allow_zero: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"config {key!r} must be an integer >= {low}, got {value!r}")
+
+
+def _positive_number(key: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"config {key!r} must be a number > 0, got {value!r}")
+
+
+_CHECKS = {
+    Config.TOPOLOGY_WORKERS: lambda k, v: _positive_int(k, v),
+    Config.TOPOLOGY_ACKER_EXECUTORS: lambda k, v: _positive_int(k, v, allow_none=True, allow_zero=True),
+    Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS: lambda k, v: _positive_number(k, v),
+    Config.TOPOLOGY_MAX_SPOUT_PENDING: lambda k, v: _positive_int(k, v, allow_none=True),
+    Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS: lambda k, v: _positive_number(k, v, allow_none=True),
+    Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
+    Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
+    Config.TOPOLOGY_TRANSFER_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
+    Config.TOPOLOGY_RECEIVER_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
+    Config.TOPOLOGY_PRODUCER_BATCH_SIZE: lambda k, v: _positive_int(k, v),
+    Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE: lambda k, v: _positive_int(k, v),
+}
+
+
+def merged_config(*layers: dict[str, Any] | None) -> dict[str, Any]:
+    """DEFAULTS overridden by each layer in turn; known keys are type-checked.
+
+    Raises ``ValueError`` naming the offending key.
+    """
+    conf: dict[str, Any] = dict(DEFAULTS)
+    for layer in layers:
+        if layer:
+            conf.update(layer)
+    for key, check in _CHECKS.items():
+        check(key, conf[key])
+    return conf

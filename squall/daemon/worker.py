@@ -1,0 +1,190 @@
+"""A worker: the executors of one worker slot plus its receive and transfer paths.
+
+* **Executors** (one thread each) consume their incoming queues; see
+  :mod:`squall.executor`.
+* **Transfer path**: executors hand batches bound for other workers to the worker's
+  bounded transfer queue (``topology.transfer.buffer.size``); the transfer thread packs
+  each destination's records into one payload and gives it to the transport.
+* **Receive path**: the receive thread takes payloads from the transport, rebuilds the
+  tuples and puts them on the destination executors' incoming queues by task id. It never
+  blocks on a full executor queue (senders wait for room before sending instead), so two
+  workers sending to each other cannot deadlock.
+* **Timer**: tick tuples for bolts and the timeout rotation of spouts and ackers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import msgpack
+
+from squall.acker import ACKER_COMPONENT, system_sources
+from squall.cluster_state import TopologyState
+from squall.executor import AckerExecutor, BoltExecutor, Control, Executor, SpoutExecutor
+from squall.messaging.transport import Transport
+from squall.scheduler import Assignment
+from squall.serialization import Serializer
+from squall.topology import Topology
+from squall.tuple import StreamSource, Tuple
+from squall.utils.batch_queue import BatchQueue
+from squall.utils.time import Timer
+
+log = logging.getLogger("squall.worker")
+
+_POLL_SECS = 0.1
+
+
+class Worker:
+    def __init__(
+        self,
+        topology_name: str,
+        topology: Topology,
+        conf: dict[str, Any],
+        assignment: Assignment,
+        index: int,
+        transport: Transport,
+        state: TopologyState,
+        active: bool = True,
+    ) -> None:
+        self.topology_name = topology_name
+        self.topology = topology
+        self.conf = conf
+        self.assignment = assignment
+        self.index = index
+        self.port = assignment.workers[index].port
+        self.transport = transport
+        self.state = state
+        self.active = active
+        self.stopping = False
+        self.sources: dict[tuple[str, str], StreamSource] = {}
+        for cid, spec in topology.components.items():
+            for stream, stream_spec in spec.outputs.items():
+                self.sources[(cid, stream)] = StreamSource(cid, stream, stream_spec.fields)
+        for cid in assignment.component_tasks:
+            for stream, source in system_sources(cid).items():
+                self.sources[(cid, stream)] = source
+        self.task_queues: dict[int, BatchQueue] = {}
+        receive_size = conf["topology.executor.receive.buffer.size"]
+        for ea in assignment.workers[index].executors:
+            q = BatchQueue(receive_size, f"{ea.component}{list(ea.tasks)}")
+            for task in ea.tasks:
+                self.task_queues[task] = q
+        self.executors: list[Executor] = [self._make_executor(ea) for ea in assignment.workers[index].executors]
+        self.transfer_queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer")
+        self._threads = [
+            threading.Thread(target=self._transfer_loop, name=f"worker-{index}-transfer", daemon=True),
+            threading.Thread(target=self._receive_loop, name=f"worker-{index}-receive", daemon=True),
+        ]
+        self._timer = Timer(f"worker-{index}-timer")
+
+    def _make_executor(self, ea) -> Executor:
+        if ea.component == ACKER_COMPONENT:
+            return AckerExecutor(self, ea)
+        if self.topology.components[ea.component].is_spout:
+            return SpoutExecutor(self, ea)
+        return BoltExecutor(self, ea)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the threads; every worker must be registered with the transport first."""
+        for t in self._threads:
+            t.start()
+        for executor in self.executors:
+            executor.start()
+        self._schedule_timers()
+        self._timer.start()
+
+    def _schedule_timers(self) -> None:
+        timeout = self.conf["topology.message.timeout.secs"]
+        for executor in self.executors:
+            if executor.kind in ("spout", "acker"):
+                self._timer.schedule_recurring(timeout, self._control_sender(executor, Control.ROTATE))
+            elif executor.conf.get("topology.tick.tuple.freq.secs"):
+                freq = executor.conf["topology.tick.tuple.freq.secs"]
+                self._timer.schedule_recurring(freq, self._control_sender(executor, Control.TICK, freq))
+
+    @staticmethod
+    def _control_sender(executor: Executor, kind: str, arg: Any = None):
+        return lambda: executor.queue.force_put(Control(kind, arg))
+
+    def wait_ready(self, timeout: float) -> list[tuple[Executor, BaseException]]:
+        """Wait for every executor's open/prepare; return the ones that raised."""
+        for executor in self.executors:
+            executor.ready.wait(timeout)
+        return [(e, e.setup_error) for e in self.executors if e.setup_error is not None]
+
+    def set_active(self, active: bool) -> None:
+        self.active = active
+        kind = Control.ACTIVATE if active else Control.DEACTIVATE
+        for executor in self.executors:
+            if executor.kind == "spout":
+                executor.queue.force_put(Control(kind))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every executor (close/cleanup run in their threads), then the worker's threads."""
+        self._timer.stop()
+        for executor in self.executors:
+            executor.request_stop()
+        for executor in self.executors:
+            executor.join(timeout)
+            if executor.is_alive():
+                log.warning("executor %s%s did not stop within %ss", executor.component, executor.task_ids, timeout)
+        self.stopping = True
+        self.transfer_queue.wake()
+        for t in self._threads:
+            t.join(timeout)
+
+    # -- transfer path --------------------------------------------------------------
+
+    def transfer(self, dest_worker: int, records: list[Any], block: bool, executor: Executor) -> bool:
+        """Queue ``records`` for another worker; with ``block``, wait for room (backpressure)."""
+        tasks = {r[0] for r in records}
+        if not block:
+            if not (self.transfer_queue.has_room() and self.transport.has_room(dest_worker, tasks)):
+                return False
+            self.transfer_queue.force_put((dest_worker, records))
+            return True
+        while not self.transport.has_room(dest_worker, tasks):
+            if executor.stopping:
+                return True
+            time.sleep(0.001)  # the transport has no "room" event to wait on
+        while not self.transfer_queue.put((dest_worker, records), _POLL_SECS):
+            if executor.stopping:
+                return True
+        return True
+
+    def _transfer_loop(self) -> None:
+        packer = msgpack.Packer(use_bin_type=True)
+        while not self.stopping:
+            items = self.transfer_queue.take_all(_POLL_SECS)
+            by_dest: dict[int, list[Any]] = {}
+            for dest, records in items:
+                by_dest.setdefault(dest, []).extend(records)
+            for dest, records in by_dest.items():
+                try:
+                    self.transport.send(dest, packer.pack(records))
+                except Exception:  # a transport fault must not kill the worker's sender
+                    log.exception("worker %s could not send %d tuples to worker %s", self.index, len(records), dest)
+
+    # -- receive path ---------------------------------------------------------------
+
+    def _receive_loop(self) -> None:
+        loads = Serializer.loads
+        task_component = self.assignment.task_component
+        sources, queues = self.sources, self.task_queues
+        while not self.stopping:
+            for payload in self.transport.receive(self.index, _POLL_SECS):
+                by_queue: dict[int, tuple[BatchQueue, list[Any]]] = {}
+                for task, src, stream, packed, ids in msgpack.unpackb(payload, strict_map_key=False):
+                    tup = Tuple(loads(packed), sources[(task_component[src], stream)], src, ids)
+                    q = queues[task]
+                    entry = by_queue.get(id(q))
+                    if entry is None:
+                        entry = by_queue[id(q)] = (q, [])
+                    entry[1].append((task, tup))
+                for q, batch in by_queue.values():
+                    q.force_put(batch)

@@ -1,0 +1,48 @@
+"""Default configuration: Squall's equivalent of Storm's ``defaults.yaml``.
+
+Every key Squall reads has its default here and nowhere else. A topology's ``Config``
+overrides these, and a component's ``get_component_configuration()`` /
+``add_configuration`` override the topology's for that component.
+Where Squall's default differs from Storm 2.x, the comment says why.
+"""
+
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    # Number of worker slots (Storm: worker processes) the topology's executors spread over.
+    "topology.workers": 1,
+    # Acker executors; None means one per worker, as in Storm. 0 turns acking off.
+    "topology.acker.executors": None,
+    # A spout tuple whose tree is not complete within this many seconds is failed
+    # (it expires between T and 2T, as the pending map is rotated every T seconds).
+    "topology.message.timeout.secs": 30,
+    # Per spout task: next_tuple is not called while this many trees are pending. None: no limit.
+    "topology.max.spout.pending": None,
+    # Period of tick tuples sent to a bolt (set per component). None: no ticks.
+    "topology.tick.tuple.freq.secs": None,
+    # Slots of an executor's incoming queue; each slot holds one batch of tuples (seeds' value).
+    "topology.executor.receive.buffer.size": 1024,
+    # Slots of an executor's outgoing path, in batches.
+    "topology.executor.send.buffer.size": 1024,
+    # Slots of a worker's transfer queue (batches bound for other workers).
+    "topology.transfer.buffer.size": 1024,
+    # Batches a worker's receive path buffers from the transport.
+    "topology.receiver.buffer.size": 8,
+    # Tuples an executor gathers per destination before handing a batch on. Storm 2 uses 1
+    # and a flush timer; in CPython per-batch costs dominate, so batches are larger and
+    # an executor also flushes whenever it has drained its input (no trickle is held back).
+    "topology.producer.batch.size": 100,
+    # next_tuple calls a spout executor makes before it flushes and looks at its acks.
+    "topology.spout.max.batch.size": 100,
+    # Fraction of tuples whose latencies are measured (Storm's default).
+    "topology.stats.sample.rate": 0.05,
+    # Log every emit and ack at DEBUG level.
+    "topology.debug": False,
+    # Ports the local supervisor hands to workers, one per worker.
+    "supervisor.slots.ports": [6700, 6701, 6702, 6703],
+    "storm.zookeeper.servers": None,
+    "storm.zookeeper.root": "/storm",
+    "nimbus.task.timeout.secs": 30,
+    "supervisor.worker.timeout.secs": 30,
+    "worker.heartbeat.frequency.secs": 1,
+}

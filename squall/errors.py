@@ -1,0 +1,35 @@
+"""Exceptions raised by Squall's public API."""
+
+
+class FailedException(Exception):
+    """Raised from ``BasicBolt.execute`` to fail the input tuple (Storm's FailedException).
+
+    The input is failed and no error is recorded for the component.
+    """
+
+
+class InvalidTopologyError(ValueError):
+    """The topology is malformed; the message names the component, stream or field at fault."""
+
+
+class NotAliveError(KeyError):
+    """No topology of that name runs on this cluster."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "topology is not alive"
+
+
+class AlreadyAliveError(ValueError):
+    """A topology of that name already runs on this cluster."""
+
+
+class EmitError(ValueError):
+    """An emit that breaks the topology's declarations (unknown stream, wrong arity, direct rules).
+
+    Raised to the emitting component; when it escapes ``execute``/``next_tuple`` the error
+    is recorded for the component and the input tuple is failed.
+    """
+
+
+class SerializationError(EmitError):
+    """A value could not be serialized for a tuple that crosses workers."""

@@ -1,0 +1,584 @@
+"""Executors: the threads that run tasks (Storm's ``SpoutExecutor`` / ``BoltExecutor``).
+
+An executor owns one incoming :class:`~squall.utils.batch_queue.BatchQueue` whose
+elements are batches of ``(task id, Tuple)`` pairs or control messages, and a send path
+that gathers emitted tuples per destination into batches:
+
+* a destination executor in the same worker gets the batch on its incoming queue
+  directly (no serialization);
+* a task in another worker gets records with serialized values, handed to the worker's
+  transfer queue.
+
+A batch is handed on when it reaches ``topology.producer.batch.size`` and whenever the
+executor has drained its input, so a trickle is never held back. Bolt executors block
+when a destination is full (backpressure); spout executors never block: what cannot be
+handed on waits in an overflow list and ``next_tuple`` is not called until it drains,
+while acks and fails keep being processed (so ackers, which only send to spouts, never
+wait forever).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, Acker, system_sources
+from squall.bolt import BasicBolt
+from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from squall.context import TopologyContext
+from squall.errors import FailedException
+from squall.grouping import DIRECT, GlobalStreamId, make_grouper
+from squall.metrics import ExecutorStats
+from squall.scheduler import ExecutorAssignment
+from squall.serialization import Serializer
+from squall.tuple import TICK_SOURCE, StreamSource, Tuple
+from squall.utils.rotating_map import RotatingMap
+
+if TYPE_CHECKING:
+    from squall.daemon.worker import Worker
+
+log = logging.getLogger("squall.executor")
+
+# How long a blocked executor waits before it looks at its stop flag again.
+_POLL_SECS = 0.1
+
+
+class Control:
+    """A control message on an executor's incoming queue (never a tuple)."""
+
+    ACTIVATE, DEACTIVATE, STOP, ROTATE, TICK = "activate", "deactivate", "stop", "rotate", "tick"
+    __slots__ = ("kind", "arg")
+
+    def __init__(self, kind: str, arg: Any = None) -> None:
+        self.kind = kind
+        self.arg = arg
+
+
+class StreamRoute:
+    """One emitting task's view of one of its streams: fields, groupers and counters."""
+
+    __slots__ = ("source", "arity", "groupers", "direct", "direct_targets", "emitted", "transferred")
+
+    def __init__(self, source: StreamSource, direct: bool) -> None:
+        self.source = source
+        self.arity = len(source.fields)
+        self.direct = direct
+        self.groupers: list[Any] = []
+        self.direct_targets: set[int] = set()
+        self.emitted = 0
+        self.transferred = 0
+
+
+class _Outbox:
+    """Tuples gathered for one destination: a local executor's queue or a remote worker."""
+
+    __slots__ = ("items", "queue", "worker_index")
+
+    def __init__(self, queue: Any, worker_index: int) -> None:
+        self.items: list[Any] = []
+        self.queue = queue  # None for a remote worker
+        self.worker_index = worker_index
+
+
+class Executor:
+    """A thread running the tasks of one component."""
+
+    kind = "bolt"
+
+    def __init__(self, worker: Worker, assignment: ExecutorAssignment) -> None:
+        self.worker = worker
+        self.component = assignment.component
+        self.task_ids = list(assignment.tasks)
+        self.queue = worker.task_queues[self.task_ids[0]]
+        self.spec = worker.topology.components.get(self.component)
+        self.conf = dict(worker.conf)
+        if self.spec is not None:
+            self.conf.update(self.spec.conf)
+        self.lock = threading.Lock()
+        self.acker_tasks = worker.assignment.acker_tasks
+        self.system_sources = system_sources(self.component)
+        self.capture = worker.state.capture
+        self._tracker = worker.state.tracker
+        self.stats = ExecutorStats()
+        self.stopping = False
+        self.ready = threading.Event()
+        self.setup_error: BaseException | None = None
+        self._batch_size = self.conf["topology.producer.batch.size"]
+        self._serializer = Serializer()
+        self._last_values: Any = None
+        self._last_packed = b""
+        self._outboxes: dict[int, _Outbox] = {}
+        self._routes: dict[int, dict[str, StreamRoute]] = {}
+        self._sample_tup: Tuple | None = None
+        self._sample_t0 = 0.0
+        self._thread = threading.Thread(target=self._run, name=f"executor-{self.component}-{self.task_ids}",
+                                        daemon=True)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        self.queue.force_put(Control(Control.STOP))
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._build_outboxes()
+            self.setup()
+        except BaseException as e:  # noqa: BLE001 - reported to whoever submitted the topology
+            self.setup_error = e
+            self.report_error(self.task_ids[0], e)
+            self.ready.set()
+            return
+        self.ready.set()
+        try:
+            self.loop()
+        except BaseException as e:  # noqa: BLE001 - an executor must never die silently
+            self.report_error(self.task_ids[0], e)
+            log.exception("executor %s%s died", self.component, self.task_ids)
+        finally:
+            self.teardown()
+
+    def setup(self) -> None:
+        """Create the tasks' objects and call open/prepare (executor thread)."""
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        """Call close/cleanup (executor thread)."""
+
+    def context(self, task_id: int) -> TopologyContext:
+        w = self.worker
+        return TopologyContext(w.topology, w.assignment, task_id, w.index, w.topology_name)
+
+    # -- routing and the send path -------------------------------------------------
+
+    def _build_outboxes(self) -> None:
+        w = self.worker
+        by_queue: dict[int, _Outbox] = {}
+        by_worker: dict[int, _Outbox] = {}
+        for task, worker_index in w.assignment.task_worker.items():
+            if worker_index == w.index:
+                q = w.task_queues[task]
+                ob = by_queue.setdefault(id(q), _Outbox(q, worker_index))
+            else:
+                ob = by_worker.setdefault(worker_index, _Outbox(None, worker_index))
+            self._outboxes[task] = ob
+
+    def routes_for(self, task_id: int, context: TopologyContext) -> dict[str, StreamRoute]:
+        """Build the stream routes (groupers included) of one emitting task."""
+        w = self.worker
+        routes: dict[str, StreamRoute] = {}
+        rng = random.Random()
+        local = set(w.assignment.workers[w.index].tasks)
+        outputs = self.spec.outputs if self.spec is not None else {}
+        for stream, stream_spec in outputs.items():
+            route = routes[stream] = StreamRoute(w.sources[(self.component, stream)], stream_spec.direct)
+            for cid, comp in w.topology.components.items():
+                grouping = comp.inputs.get((self.component, stream))
+                if grouping is None:
+                    continue
+                targets = w.assignment.component_tasks[cid]
+                if grouping.type == DIRECT:
+                    route.direct_targets.update(targets)
+                    continue
+                route.groupers.append(make_grouper(
+                    grouping, context=context, stream=GlobalStreamId(self.component, stream), targets=targets,
+                    output_fields=stream_spec.fields, local_tasks=local, rng=rng,
+                ))
+        self._routes[task_id] = routes
+        return routes
+
+    def send(self, task: int, tup: Tuple) -> None:
+        """Queue ``tup`` for ``task`` (caller holds ``self.lock``)."""
+        ob = self._outboxes[task]
+        if ob.queue is not None:
+            ob.items.append((task, tup))
+        else:
+            values = tup.values
+            if values is not self._last_values:
+                self._last_packed = self._serializer.dumps(values)
+                self._last_values = values
+            ob.items.append((task, tup.source_task, tup._source.stream, self._last_packed, tup._anchors_to_ids))
+        if len(ob.items) >= self._batch_size:
+            self._flush(ob)
+
+    def _hand_off(self, ob: _Outbox, items: list[Any], block: bool) -> bool:
+        if ob.queue is not None:
+            if not block:
+                if not ob.queue.has_room():
+                    return False
+                ob.queue.force_put(items)
+                return True
+            while not ob.queue.put(items, _POLL_SECS):
+                if self.stopping:
+                    return True  # the topology is going away: nothing waits for these
+            return True
+        return self.worker.transfer(ob.worker_index, items, block, self)
+
+    def _flush(self, ob: _Outbox) -> None:
+        items = ob.items
+        ob.items = []
+        if self._tracker is not None:
+            self._tracker.add(len(items))
+        self._hand_off(ob, items, True)
+
+    def flush_all(self) -> None:
+        """Hand on every gathered batch (caller holds ``self.lock``)."""
+        for ob in set(self._outboxes.values()):
+            if ob.items:
+                self._flush(ob)
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def report_error(self, task_id: int, error: BaseException) -> None:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        self.worker.state.report_error(self.component, task_id, text)
+
+    def collect_stats(self) -> ExecutorStats:
+        """The stats, with emitted/transferred folded in from the routes."""
+        emitted: dict[str, int] = {}
+        transferred: dict[str, int] = {}
+        for routes in self._routes.values():
+            for stream, route in routes.items():
+                emitted[stream] = emitted.get(stream, 0) + route.emitted
+                transferred[stream] = transferred.get(stream, 0) + route.transferred
+        self.stats.emitted, self.stats.transferred = emitted, transferred
+        return self.stats
+
+    def _sample(self, tup: Tuple) -> None:
+        self._sample_tup = tup
+        self._sample_t0 = time.perf_counter()
+
+    def record_ack(self, tup: Tuple) -> None:
+        self.stats.acked += 1
+        if tup is self._sample_tup:
+            self.stats.process_secs += time.perf_counter() - self._sample_t0
+            self.stats.process_count += 1
+            self._sample_tup = None
+
+    def record_fail(self, tup: Tuple) -> None:
+        self.stats.failed += 1
+        if tup is self._sample_tup:
+            self._sample_tup = None
+
+
+class BoltExecutor(Executor):
+    """Runs the tasks of a bolt (``Bolt`` or ``BasicBolt``)."""
+
+    def setup(self) -> None:
+        self.bolts: dict[int, Any] = {}
+        self.collectors: dict[int, OutputCollector] = {}
+        self.basic_collectors: dict[int, BasicOutputCollector] = {}
+        for task in self.task_ids:
+            context = self.context(task)
+            bolt = self.spec.instantiate()
+            collector = OutputCollector(self, task, self.routes_for(task, context))
+            self.bolts[task] = bolt
+            self.collectors[task] = collector
+            if isinstance(bolt, BasicBolt):
+                self.basic_collectors[task] = BasicOutputCollector(collector)
+                bolt.prepare(dict(self.conf), context)
+            else:
+                bolt.prepare(dict(self.conf), context, collector)
+        self.is_basic = bool(self.basic_collectors)
+        self.stats.process_is_execute = self.is_basic
+        self.process_batch = self._process_basic if self.is_basic else self._process_rich
+
+    def teardown(self) -> None:
+        for task, bolt in getattr(self, "bolts", {}).items():
+            try:
+                bolt.cleanup()
+            except Exception as e:
+                self.report_error(task, e)
+
+    def loop(self) -> None:
+        queue, stats, tracker = self.queue, self.stats, self._tracker
+        perf_counter = time.perf_counter
+        while not self.stopping:
+            items = queue.take_all(_POLL_SECS)
+            if not items:
+                continue
+            executed = 0
+            t0 = perf_counter()
+            for item in items:
+                if item.__class__ is list:
+                    executed += len(item)
+                    self.process_batch(item)
+                else:
+                    self.control(item)
+                if self.stopping:
+                    break
+            stats.record_execute(executed, perf_counter() - t0)
+            with self.lock:
+                self.flush_all()
+            if tracker is not None:
+                tracker.done(executed)
+
+    def control(self, msg: Control) -> None:
+        if msg.kind == Control.TICK:
+            tick = Tuple([msg.arg], TICK_SOURCE, -1)
+            self.process_batch([(task, tick) for task in self.task_ids])
+        elif msg.kind == Control.STOP:
+            self.stopping = True
+
+    def _execute_failed(self, task: int, tup: Tuple, error: Exception) -> None:
+        if not isinstance(error, FailedException):
+            self.report_error(task, error)
+        self.collectors[task].fail(tup)
+
+    def _process_rich(self, batch: list[tuple[int, Tuple]]) -> None:
+        self._sample(batch[0][1])
+        bolts = self.bolts
+        for task, tup in batch:
+            try:
+                bolts[task].execute(tup)
+            except Exception as e:
+                self._execute_failed(task, tup, e)
+
+    def _process_basic(self, batch: list[tuple[int, Tuple]]) -> None:
+        # no sampling: a basic bolt's input is acked as execute returns, so its process
+        # latency is its execute latency (see ExecutorStats.process_is_execute)
+        bolts, collectors, basic = self.bolts, self.collectors, self.basic_collectors
+        untracked_acks = 0
+        for task, tup in batch:
+            bc = basic[task]
+            bc.input = tup
+            try:
+                bolts[task].execute(tup, bc)
+            except Exception as e:
+                self._execute_failed(task, tup, e)
+            else:
+                if tup._anchors_to_ids:
+                    collectors[task].ack(tup)
+                else:
+                    untracked_acks += 1
+        self.stats.acked += untracked_acks
+
+
+class AckerExecutor(BoltExecutor):
+    """Runs acker tasks (component ``__acker``)."""
+
+    kind = "acker"
+
+    def setup(self) -> None:
+        self.ackers = {task: Acker(self._sender(task)) for task in self.task_ids}
+
+    def _sender(self, task: int):
+        sources = self.system_sources
+
+        def send(target: int, stream: str, values: list[Any]) -> None:
+            self.send(target, Tuple(values, sources[stream], task))
+
+        return send
+
+    def teardown(self) -> None:
+        pass
+
+    def control(self, msg: Control) -> None:
+        if msg.kind == Control.ROTATE:
+            for acker in self.ackers.values():
+                acker.rotate()
+        elif msg.kind == Control.STOP:
+            self.stopping = True
+
+    def process_batch(self, batch: list[tuple[int, Tuple]]) -> None:
+        ackers = self.ackers
+        with self.lock:
+            for task, tup in batch:
+                ackers[task].execute(tup._source.stream, tup.values)
+
+
+class SpoutExecutor(Executor):
+    """Runs the tasks of a spout; never blocks on a full destination."""
+
+    kind = "spout"
+
+    def __init__(self, worker: Worker, assignment: ExecutorAssignment) -> None:
+        super().__init__(worker, assignment)
+        self.active = worker.active
+        self.exhausted = False
+        self._pending = {task: RotatingMap(2) for task in self.task_ids}
+        self._overflow: list[tuple[_Outbox, list[Any]]] = []
+        self._ack_now: list[tuple[int, Any]] = []
+        self._max_pending = self.conf["topology.max.spout.pending"]
+        self._max_batch = self.conf["topology.spout.max.batch.size"]
+
+    def pending_for(self, task_id: int) -> RotatingMap:
+        return self._pending[task_id]
+
+    def pending_count(self) -> int:
+        return sum(len(p) for p in self._pending.values())
+
+    def ack_now(self, task_id: int, msg_id: Any) -> None:
+        """Ack ``msg_id`` as soon as the current spout call returns (no ackers / no targets)."""
+        self._ack_now.append((task_id, msg_id))
+
+    def setup(self) -> None:
+        self.spouts: dict[int, Any] = {}
+        self.collectors: dict[int, SpoutOutputCollector] = {}
+        for task in self.task_ids:
+            context = self.context(task)
+            spout = self.spec.instantiate()
+            collector = SpoutOutputCollector(self, task, self.routes_for(task, context))
+            self.spouts[task] = spout
+            self.collectors[task] = collector
+            spout.open(dict(self.conf), context, collector)
+        if self.active:
+            self._call_all("activate")
+
+    def teardown(self) -> None:
+        self._call_all("close")
+
+    def _call_all(self, method: str) -> None:
+        for task, spout in getattr(self, "spouts", {}).items():
+            try:
+                getattr(spout, method)()
+            except Exception as e:
+                self.report_error(task, e)
+
+    def _flush(self, ob: _Outbox) -> None:
+        items = ob.items
+        ob.items = []
+        if self._tracker is not None:
+            self._tracker.add(len(items))
+        if self._overflow or not self._hand_off(ob, items, False):
+            self._overflow.append((ob, items))
+
+    def _retry_overflow(self) -> None:
+        with self.lock:
+            while self._overflow:
+                ob, items = self._overflow[0]
+                if not self._hand_off(ob, items, False):
+                    return
+                self._overflow.pop(0)
+
+    def _below_max_pending(self, task: int) -> bool:
+        return self._max_pending is None or len(self._pending[task]) < self._max_pending
+
+    def loop(self) -> None:
+        queue = self.queue
+        while not self.stopping:
+            items = queue.take_all(0)
+            if items:
+                self._handle(items)
+            if self._overflow:
+                self._retry_overflow()
+            emitted = False
+            if self.active and not self._overflow:
+                emitted = self._next_tuples()
+            if not emitted and not self.stopping:
+                # idle, throttled or inactive: wait for acks (Storm's sleep wait strategy)
+                items = queue.take_all(0.001 if self.active else _POLL_SECS)
+                if items:
+                    self._handle(items)
+
+    def _next_tuples(self) -> bool:
+        emitted = False
+        exhausted = True
+        for task, spout in self.spouts.items():
+            collector = self.collectors[task]
+            for _ in range(self._max_batch):
+                if not self._below_max_pending(task):
+                    exhausted = False
+                    break
+                before = collector.emitted_count
+                try:
+                    spout.next_tuple()
+                except Exception as e:
+                    self.report_error(task, e)
+                if collector.emitted_count == before:
+                    if self._tracker is not None and not self._is_exhausted(task, spout):
+                        exhausted = False
+                    break
+                emitted = True
+                if self._overflow:
+                    break
+        with self.lock:
+            self.flush_all()
+        self._run_ack_now()
+        if self._tracker is not None:
+            self.exhausted = exhausted and not emitted and not self._overflow
+        return emitted
+
+    def _is_exhausted(self, task: int, spout: Any) -> bool:
+        try:
+            return bool(spout.is_exhausted())
+        except Exception as e:
+            self.report_error(task, e)
+            return True
+
+    def _run_ack_now(self) -> None:
+        while self._ack_now:
+            task, msg_id = self._ack_now.pop(0)
+            self.stats.acked += 1
+            try:
+                self.spouts[task].ack(msg_id)
+            except Exception as e:
+                self.report_error(task, e)
+
+    def _handle(self, items: list[Any]) -> None:
+        done = 0
+        for item in items:
+            if item.__class__ is not list:
+                self._control(item)
+                continue
+            done += len(item)
+            for task, tup in item:
+                stream = tup._source.stream
+                root = tup.values[0]
+                pending = self._pending[task]
+                if stream == ACK_RESET_TIMEOUT:
+                    pending.touch(root)
+                    continue
+                entry = pending.pop(root)
+                if entry is None:
+                    continue  # already timed out and failed
+                if stream == ACK_ACK:
+                    self.stats.acked += 1
+                    self.stats.complete_secs += time.perf_counter() - entry[1]
+                    self.stats.complete_count += 1
+                    self._call(task, "ack", entry[0])
+                elif stream == ACK_FAIL:
+                    self.stats.failed += 1
+                    self._call(task, "fail", entry[0])
+        self._run_ack_now()
+        with self.lock:
+            self.flush_all()  # replays emitted from fail()
+        if self._tracker is not None and done:
+            self._tracker.done(done)
+
+    def _call(self, task: int, method: str, msg_id: Any) -> None:
+        try:
+            getattr(self.spouts[task], method)(msg_id)
+        except Exception as e:
+            self.report_error(task, e)
+
+    def _control(self, msg: Control) -> None:
+        kind = msg.kind
+        if kind == Control.ROTATE:
+            for task, pending in self._pending.items():
+                for entry in pending.rotate().values():
+                    self.stats.failed += 1
+                    self._call(task, "fail", entry[0])
+        elif kind == Control.ACTIVATE and not self.active:
+            self.active = True
+            self._call_all("activate")
+        elif kind == Control.DEACTIVATE and self.active:
+            self.active = False
+            self._call_all("deactivate")
+        elif kind == Control.STOP:
+            self.stopping = True

@@ -1,0 +1,239 @@
+"""Stream groupings: which task(s) of a subscribing bolt receive each tuple.
+
+The algorithms are Storm's (``org.apache.storm.grouping``). A grouper is built per
+(emitting task, stream, subscribing component) and is only used from the emitting
+executor's thread.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import cloudpickle
+import msgpack
+
+from squall.tuple import Fields
+
+if TYPE_CHECKING:
+    from squall.context import TopologyContext
+
+
+SHUFFLE, FIELDS, ALL, GLOBAL, NONE, DIRECT, LOCAL_OR_SHUFFLE, PARTIAL_KEY, CUSTOM = (
+    "shuffle", "fields", "all", "global", "none", "direct", "local_or_shuffle", "partial_key", "custom",
+)
+
+
+@dataclass(frozen=True)
+class GroupingSpec:
+    """How a stream is partitioned among a subscribing bolt's tasks (part of a topology)."""
+
+    type: str
+    fields: Fields | None = None
+    custom: bytes | None = None  # a cloudpickled CustomStreamGrouping
+
+
+class GlobalStreamId(NamedTuple):
+    component_id: str
+    stream_id: str
+
+
+class CustomStreamGrouping:
+    """A user-defined grouping (Storm's ``CustomStreamGrouping``).
+
+    ``prepare`` is called once per emitting task, in the worker, before the first
+    ``choose_tasks``; ``choose_tasks`` is called for every tuple on the stream, from the
+    emitting executor's thread, and must return a non-empty subset of ``target_tasks``
+    (anything else is an error recorded for the emitting component).
+    """
+
+    def prepare(self, context: TopologyContext, stream: GlobalStreamId, target_tasks: list[int]) -> None:
+        pass
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]:
+        raise NotImplementedError
+
+
+def _key_default(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    raise TypeError(
+        f"a grouping key value of type {type(obj).__name__} has no stable hash; "
+        "group on str, bytes, int, float, bool, None or lists/tuples/dicts of them"
+    )
+
+
+def _normalize(value: Any) -> Any:
+    # Equal keys must land on the same task whatever their Python type: 1 == 1.0 == True.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if value is True or value is False:
+        return int(value)
+    return value
+
+
+_packer = msgpack.Packer(default=_key_default, use_bin_type=True)
+
+
+def stable_key_bytes(key: Sequence[Any]) -> bytes:
+    """The bytes a grouping key hashes as: the same in every process, unlike ``hash()``."""
+    return _packer.pack([_normalize(v) for v in key])
+
+
+class _Grouper:
+    """Chooses target tasks for the values of one tuple."""
+
+    def choose(self, values: list[Any]) -> list[int]:
+        raise NotImplementedError
+
+
+class ShuffleGrouper(_Grouper):
+    """Round-robin over a once-shuffled list of the target tasks."""
+
+    def __init__(self, targets: list[int], rng: random.Random) -> None:
+        order = list(targets)
+        rng.shuffle(order)
+        self._choices = [[t] for t in order]
+        self._n = len(order)
+        self._i = rng.randrange(self._n)
+
+    def choose(self, values: list[Any]) -> list[int]:
+        i = self._i + 1
+        if i >= self._n:
+            i = 0
+        self._i = i
+        return self._choices[i]
+
+
+class FieldsGrouper(_Grouper):
+    """Hash of the selected values modulo the number of tasks (stable across processes)."""
+
+    _CACHE_LIMIT = 65536
+
+    def __init__(self, targets: list[int], output_fields: Fields, selected: Fields) -> None:
+        self._choices = [[t] for t in sorted(targets)]
+        self._n = len(targets)
+        self._indexes = [output_fields.field_index(f) for f in selected]
+        self._single = self._indexes[0] if len(self._indexes) == 1 else None
+        self._cache: dict[Any, list[int]] = {}
+
+    def choose(self, values: list[Any]) -> list[int]:
+        single = self._single
+        key = (values[single],) if single is not None else tuple([values[i] for i in self._indexes])
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable value: hash it every time
+            return self._choices[zlib.crc32(stable_key_bytes(key)) % self._n]
+        if len(self._cache) >= self._CACHE_LIMIT:
+            self._cache.clear()
+        chosen = self._cache[key] = self._choices[zlib.crc32(stable_key_bytes(key)) % self._n]
+        return chosen
+
+
+class PartialKeyGrouper(FieldsGrouper):
+    """Two candidate tasks per key; send to the one this grouper has sent fewer tuples to."""
+
+    def __init__(self, targets: list[int], output_fields: Fields, selected: Fields) -> None:
+        super().__init__(targets, output_fields, selected)
+        self._sent = [0] * self._n
+        self._task_index = {t[0]: i for i, t in enumerate(self._choices)}
+
+    def choose(self, values: list[Any]) -> list[int]:
+        key = tuple([values[i] for i in self._indexes])
+        data = stable_key_bytes(key)
+        first = zlib.crc32(data) % self._n
+        second = zlib.crc32(data, 0x9E3779B9) % self._n
+        chosen = first if self._sent[first] <= self._sent[second] else second
+        self._sent[chosen] += 1
+        return self._choices[chosen]
+
+
+class AllGrouper(_Grouper):
+    def __init__(self, targets: list[int]) -> None:
+        self._all = sorted(targets)
+
+    def choose(self, values: list[Any]) -> list[int]:
+        return self._all
+
+
+class GlobalGrouper(_Grouper):
+    """The lowest task id."""
+
+    def __init__(self, targets: list[int]) -> None:
+        self._lowest = [min(targets)]
+
+    def choose(self, values: list[Any]) -> list[int]:
+        return self._lowest
+
+
+class NoneGrouper(_Grouper):
+    """A random task (Storm's none grouping)."""
+
+    def __init__(self, targets: list[int], rng: random.Random) -> None:
+        self._choices = [[t] for t in sorted(targets)]
+        self._rng = rng
+
+    def choose(self, values: list[Any]) -> list[int]:
+        return self._rng.choice(self._choices)
+
+
+class CustomGrouper(_Grouper):
+    def __init__(self, grouping: CustomStreamGrouping, source_task: int, targets: list[int], name: str) -> None:
+        self._grouping = grouping
+        self._source_task = source_task
+        self._targets = frozenset(targets)
+        self._name = name
+
+    def choose(self, values: list[Any]) -> list[int]:
+        from squall.errors import EmitError
+
+        chosen = self._grouping.choose_tasks(self._source_task, values)
+        chosen = list(chosen) if chosen is not None else []
+        if not chosen or not self._targets.issuperset(chosen):
+            raise EmitError(
+                f"custom grouping {self._name} chose {chosen}, which is not a non-empty subset of "
+                f"its target tasks {sorted(self._targets)}"
+            )
+        return chosen
+
+
+def make_grouper(
+    spec: GroupingSpec,
+    *,
+    context: TopologyContext,
+    stream: GlobalStreamId,
+    targets: list[int],
+    output_fields: Fields,
+    local_tasks: set[int],
+    rng: random.Random,
+) -> _Grouper | None:
+    """The grouper of one emitting task for one subscriber; None for direct grouping."""
+    kind = spec.type
+    if kind == SHUFFLE:
+        return ShuffleGrouper(targets, rng)
+    if kind == LOCAL_OR_SHUFFLE:
+        local = [t for t in targets if t in local_tasks]
+        return ShuffleGrouper(local or targets, rng)
+    if kind == FIELDS:
+        return FieldsGrouper(targets, output_fields, spec.fields)
+    if kind == PARTIAL_KEY:
+        return PartialKeyGrouper(targets, output_fields, spec.fields)
+    if kind == ALL:
+        return AllGrouper(targets)
+    if kind == GLOBAL:
+        return GlobalGrouper(targets)
+    if kind == NONE:
+        return NoneGrouper(targets, rng)
+    if kind == DIRECT:
+        return None
+    if kind == CUSTOM:
+        grouping = cloudpickle.loads(spec.custom)
+        grouping.prepare(context, stream, sorted(targets))
+        name = f"{type(grouping).__name__} on {stream.component_id}:{stream.stream_id}"
+        return CustomGrouper(grouping, context.get_this_task_id(), targets, name)
+    raise ValueError(f"unknown grouping type {kind!r}")

@@ -1,0 +1,205 @@
+"""``LocalCluster``: runs topologies on this machine (Nimbus and the supervisor in-process)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from squall.cluster_state import TopologyState
+from squall.config import merged_config
+from squall.daemon.worker import Worker
+from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
+from squall.messaging.local import LocalTransport
+from squall.metrics import component_summary
+from squall.scheduler import Assignment, assign
+from squall.topology import Topology
+from squall.utils import time as clock
+
+ACTIVE, INACTIVE, KILLED = "ACTIVE", "INACTIVE", "KILLED"
+
+# How long submit_topology waits for every open/prepare to return.
+_SETUP_TIMEOUT_SECS = 60.0
+
+
+class TopologySetupError(RuntimeError):
+    """A component's ``open``/``prepare`` raised while the topology started; it was killed."""
+
+
+@dataclass
+class _Running:
+    name: str
+    topology: Topology
+    conf: dict[str, Any]
+    assignment: Assignment
+    state: TopologyState
+    workers: list[Worker]
+    started: float
+    status: str = ACTIVE
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class LocalCluster:
+    """Runs topologies in this process, each worker slot with its own executors and queues.
+
+    Use it as a context manager: leaving the block kills every topology.
+    """
+
+    def __init__(self) -> None:
+        self._topologies: dict[str, _Running] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    # -- submission -----------------------------------------------------------------
+
+    def submit_topology(self, name: str, conf: dict[str, Any] | None, topology: Topology) -> None:
+        """Start ``topology`` under ``name``; returns once every open/prepare has run.
+
+        Raises ``AlreadyAliveError`` if the name is taken, ``ValueError`` naming a bad
+        config key, and :class:`TopologySetupError` if an open/prepare raised.
+        """
+        self._submit(name, conf, topology, TopologyState())
+
+    def _submit(self, name: str, conf: dict[str, Any] | None, topology: Topology, state: TopologyState) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"topology name must be a non-empty string, got {name!r}")
+        if not isinstance(topology, Topology):
+            raise InvalidTopologyError(
+                f"topology {name!r}: expected the result of TopologyBuilder.create_topology(), "
+                f"got {type(topology).__name__}"
+            )
+        merged = merged_config(conf)
+        for spec in topology.components.values():
+            try:
+                merged_config(merged, dict(spec.conf))
+            except ValueError as e:
+                raise ValueError(f"component {spec.id!r}: {e}") from None
+        with self._lock:
+            if name in self._topologies:
+                raise AlreadyAliveError(f"topology {name!r} is already alive")
+            assignment = assign(topology, merged)
+            transport = LocalTransport()
+            workers = [
+                Worker(name, topology, merged, assignment, w.index, transport, state)
+                for w in assignment.workers
+            ]
+            running = _Running(name, topology, merged, assignment, state, workers, clock.now())
+            self._topologies[name] = running
+        for worker in workers:
+            transport.register(worker)
+        for worker in workers:
+            worker.start()
+        failures = [f for worker in workers for f in worker.wait_ready(_SETUP_TIMEOUT_SECS)]
+        if failures:
+            self._stop(running)
+            executor, error = failures[0]
+            raise TopologySetupError(
+                f"topology {name!r}: component {executor.component!r} (task {executor.task_ids[0]}) "
+                f"failed to start: {type(error).__name__}: {error}"
+            ) from error
+
+    def _get(self, name: str) -> _Running:
+        try:
+            return self._topologies[name]
+        except KeyError:
+            raise NotAliveError(f"topology {name!r} is not alive") from None
+
+    # -- control ------------------------------------------------------------------------
+
+    def activate(self, name: str) -> None:
+        running = self._get(name)
+        with running.lock:
+            if running.status == INACTIVE:
+                running.status = ACTIVE
+                for worker in running.workers:
+                    worker.set_active(True)
+
+    def deactivate(self, name: str) -> None:
+        running = self._get(name)
+        with running.lock:
+            if running.status == ACTIVE:
+                running.status = INACTIVE
+                for worker in running.workers:
+                    worker.set_active(False)
+
+    def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
+        """Deactivate the spouts, wait ``wait_secs`` (default: the message timeout) for
+        pending trees to finish, then stop every executor (calling close/cleanup).
+        Returns once the topology is gone; its name can then be reused."""
+        running = self._get(name)
+        with running.lock:
+            if running.status == KILLED:
+                raise NotAliveError(f"topology {name!r} is already being killed")
+            previous, running.status = running.status, KILLED
+        if wait_secs is None:
+            wait_secs = running.conf["topology.message.timeout.secs"]
+        if previous == ACTIVE:
+            for worker in running.workers:
+                worker.set_active(False)
+        if wait_secs > 0:
+            clock.sleep(wait_secs)
+        self._stop(running)
+
+    def _stop(self, running: _Running) -> None:
+        running.status = KILLED
+        for worker in running.workers:
+            worker.stop()
+        with self._lock:
+            self._topologies.pop(running.name, None)
+
+    def shutdown(self) -> None:
+        """Kill every topology at once (no wait)."""
+        for name in list(self._topologies):
+            try:
+                self.kill_topology(name, wait_secs=0)
+            except NotAliveError:
+                pass
+
+    def get_topologies(self) -> list[str]:
+        return list(self._topologies)
+
+    # -- introspection ------------------------------------------------------------------
+
+    def get_topology_info(self, name: str) -> dict[str, Any]:
+        """Status, workers/executors/tasks and per-component statistics and errors."""
+        running = self._get(name)
+        stats_by_component: dict[str, list] = {}
+        workers = []
+        for worker in running.workers:
+            executors = []
+            for executor in worker.executors:
+                executors.append({"component": executor.component, "tasks": list(executor.task_ids)})
+                stats_by_component.setdefault(executor.component, []).append(executor.collect_stats())
+            workers.append({"port": worker.port, "executors": executors})
+        components = {}
+        for cid, spec in running.topology.components.items():
+            kind = "spout" if spec.is_spout else "bolt"
+            summary = {"type": kind, "parallelism": spec.parallelism, "num_tasks": spec.num_tasks}
+            summary.update(component_summary(kind, stats_by_component.get(cid, [])))
+            summary["errors"] = running.state.errors(cid)
+            components[cid] = summary
+        return {
+            "name": name,
+            "status": running.status,
+            "uptime_secs": max(0.0, clock.now() - running.started),
+            "workers": workers,
+            "components": components,
+        }
+
+    def get_errors(self, name: str, component: str) -> list[dict[str, Any]]:
+        return self._get(name).state.errors(component)
+
+
+def wait_until(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> None:
+    """Poll ``condition()`` until true; ``TimeoutError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{message} not met within {timeout}s")
+        time.sleep(interval)

@@ -1,0 +1,43 @@
+"""The interface between workers: how serialized batches reach another worker.
+
+A transport moves opaque payloads (bytes) from one worker to another and tells senders
+whether a destination task can take more (backpressure). Tuples between tasks of the
+same worker never reach it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from squall.daemon.worker import Worker
+
+
+class Transport(ABC):
+    """Contract:
+
+    * :meth:`register` is called by each worker before it sends or receives.
+    * :meth:`send` is called only from a worker's transfer thread; it must not block
+      for long (the receiving side never blocks on its executors, so it always drains).
+    * :meth:`receive` is called only from the receiving worker's receive thread; it
+      returns the payloads that arrived, waiting up to ``timeout`` seconds for one.
+    * :meth:`has_room` may be called from any executor thread; it is advisory
+      (a full destination makes senders wait, never drop).
+    """
+
+    @abstractmethod
+    def register(self, worker: Worker) -> None: ...
+
+    @abstractmethod
+    def send(self, dest_worker: int, payload: bytes) -> None: ...
+
+    @abstractmethod
+    def receive(self, worker: int, timeout: float) -> list[bytes]: ...
+
+    @abstractmethod
+    def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool: ...
+
+    def close(self) -> None:
+        """Release whatever the transport holds."""

@@ -1,0 +1,118 @@
+"""The cluster clock, real or simulated (Storm's ``Time`` with ``startSimulating``).
+
+Timeouts, tick tuples and uptime read this clock. Inside :func:`simulated_time` it stands
+still until the test calls :func:`advance_time`, which returns once every running worker
+timer has acted on the new time (so the ticks and timeouts due are already queued).
+Latencies are always measured in real time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+_cond = threading.Condition()
+_simulating = False
+_sim_now = 0.0
+_timers: set[Timer] = set()
+
+
+def now() -> float:
+    """Seconds on the cluster clock (monotonic, or simulated)."""
+    return _sim_now if _simulating else time.monotonic()
+
+
+def is_simulating() -> bool:
+    return _simulating
+
+
+@contextlib.contextmanager
+def simulated_time(start: float = 0.0) -> Iterator[None]:
+    """Run the block with a clock that moves only through :func:`advance_time`."""
+    global _simulating, _sim_now
+    with _cond:
+        if _simulating:
+            raise RuntimeError("simulated_time() is already active")
+        _simulating, _sim_now = True, float(start)
+    try:
+        yield
+    finally:
+        with _cond:
+            _simulating = False
+            _cond.notify_all()
+
+
+def advance_time(secs: float, wait_secs: float = 10.0) -> None:
+    """Move the simulated clock ``secs`` forward and wait until the timers caught up."""
+    global _sim_now
+    if secs < 0:
+        raise ValueError("time cannot go backwards")
+    with _cond:
+        if not _simulating:
+            raise RuntimeError("advance_time() needs simulated_time()")
+        _sim_now += secs
+        target = _sim_now
+        _cond.notify_all()
+        if not _cond.wait_for(lambda: all(t.seen >= target or t.stopped for t in _timers), wait_secs):
+            raise TimeoutError(f"worker timers did not reach simulated time {target} within {wait_secs}s")
+
+
+def sleep(secs: float) -> None:
+    """Sleep on the cluster clock."""
+    if not _simulating:
+        time.sleep(secs)
+        return
+    with _cond:
+        target = _sim_now + secs
+        _cond.wait_for(lambda: not _simulating or _sim_now >= target)
+
+
+class Timer:
+    """A thread running periodic callbacks on the cluster clock (a worker's timer).
+
+    Callbacks run on the timer thread and must not block.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: list[list] = []  # [next_due, period, callback]
+        self.seen = now()
+        self.stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def schedule_recurring(self, period: float, callback) -> None:
+        """Call ``callback()`` every ``period`` seconds, first ``period`` seconds from now."""
+        self._jobs.append([now() + period, period, callback])
+
+    def start(self) -> None:
+        with _cond:
+            _timers.add(self)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with _cond:
+            self.stopped = True
+            _timers.discard(self)
+            _cond.notify_all()
+        if self._thread is not threading.current_thread() and self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with _cond:
+                if self.stopped:
+                    return
+                current = now()
+            for job in self._jobs:
+                while job[0] <= current:
+                    job[0] += job[1]
+                    job[2]()
+            with _cond:
+                self.seen = current
+                _cond.notify_all()
+                next_due = min((job[0] for job in self._jobs), default=current + 3600)
+                if _simulating:
+                    _cond.wait_for(lambda: self.stopped or not _simulating or _sim_now > current)
+                else:
+                    _cond.wait(max(0.0, min(next_due - current, 0.5)))
