@@ -70,8 +70,7 @@ class Acker:
         root = values[0]
         entry = self._pending.get(root)
         if entry is None:
-            entry = _Entry()
-            self._pending.put(root, entry)
+            entry = self._pending.put(root, _Entry())
         if stream == ACK_ACK:
             entry.val ^= values[1]
         elif stream == ACK_INIT:

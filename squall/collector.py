@@ -2,14 +2,20 @@
 
 One collector per task. Emitting picks target tasks with the stream's groupings, creates
 the tuples (with fresh edge ids when the emit is tracked) and hands them to the executor's
-send path. Every method is thread-safe: it takes the executor's lock, so a bolt may emit
-and ack from threads of its own.
+send path.
+
+Threading: the executor thread holds the executor's lock while it runs user code, so its
+own calls take no lock. A bolt's ``OutputCollector`` may also be called from threads of
+the bolt's own: such a call takes the lock (waiting for the executor to finish its
+current batch) and hands its tuples on at once. Spout collectors and
+``BasicOutputCollector`` belong to the executor thread, as in Storm.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from threading import get_ident
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -33,59 +39,57 @@ class _Collector:
         self._send = executor.send
         self._acker_tasks = executor.acker_tasks
         self._system_sources = executor.system_sources
+        self._pending_acks = executor.pending_acks
 
-    def _route(self, stream: str, values: Any) -> StreamRoute:
+    def _invalid(self, stream: str, values: list[Any], direct_task: int | None = None) -> EmitError:
+        """The error for an emit that breaks the declarations (the fast path found it invalid)."""
+        component = self._executor.component
         route = self._routes.get(stream)
         if route is None:
-            raise EmitError(
-                f"component {self._executor.component!r} emitted on undeclared stream {stream!r} "
-                f"(declared: {sorted(s for s in self._routes if not s.startswith('__'))})"
-            )
+            declared = sorted(s for s in self._routes if not s.startswith("__"))
+            return EmitError(f"component {component!r} emitted on undeclared stream {stream!r} (declared: {declared})")
         if len(values) != route.arity:
-            raise EmitError(
-                f"component {self._executor.component!r}, stream {stream!r}: emitted {len(values)} values "
-                f"{list(values)!r} but the stream declares {route.arity} fields {route.source.fields.to_list()}"
+            return EmitError(
+                f"component {component!r}, stream {stream!r}: emitted {len(values)} values {values!r} but the "
+                f"stream declares {route.arity} fields {route.source.fields.to_list()}"
             )
-        return route
-
-    def _direct_route(self, task_id: int, stream: str, values: Any) -> StreamRoute:
-        route = self._route(stream, values)
         if not route.direct:
-            raise EmitError(
-                f"component {self._executor.component!r}: emit_direct on stream {stream!r}, "
-                "which is not declared direct"
-            )
-        if task_id not in route.direct_targets:
-            raise EmitError(
-                f"component {self._executor.component!r}: emit_direct to task {task_id!r}, which does not "
-                f"subscribe to stream {stream!r} (subscribers: {sorted(route.direct_targets)})"
-            )
-        return route
+            return EmitError(f"component {component!r}: emit_direct on stream {stream!r}, which is not declared direct")
+        return EmitError(
+            f"component {component!r}: emit_direct to task {direct_task!r}, which does not subscribe to stream "
+            f"{stream!r} (subscribers: {sorted(route.direct_targets)})"
+        )
 
-    def _choose(self, route: StreamRoute, values: list[Any]) -> list[int]:
-        if route.direct:
-            raise EmitError(
-                f"component {self._executor.component!r}: regular emit on direct stream "
-                f"{route.source.stream!r}; use emit_direct"
-            )
-        groupers = route.groupers
-        if len(groupers) == 1:
-            return groupers[0].choose(values)
-        tasks: list[int] = []
-        for grouper in groupers:
-            tasks.extend(grouper.choose(values))
-        return tasks
+    def _targets(self, values: list[Any], stream: str, direct_task: int | None) -> tuple[StreamRoute, list[int]]:
+        """The route and target tasks of an emit (raises EmitError for an invalid one)."""
+        route = self._routes.get(stream)
+        if route is None or len(values) != route.arity:
+            raise self._invalid(stream, values, direct_task)
+        if direct_task is None:
+            tasks = route.choose(values)
+        elif direct_task in route.direct_targets:
+            tasks = [direct_task]
+            route.counted_transfers += 1
+            if self._executor.capture is not None:
+                self._executor.capture(self._executor.component, stream, values)
+        else:
+            raise self._invalid(stream, values, direct_task)
+        route.emitted += 1
+        return route, tasks
 
     def report_error(self, error: BaseException) -> None:
         """Record ``error`` for this component (the last 10 are kept); processing goes on."""
         self._executor.report_error(self._task_id, error)
 
     def _send_to_acker(self, root: int, stream: str, values: list[Any]) -> None:
-        self._send(acker_for(root, self._acker_tasks), Tuple(values, self._system_sources[stream], self._task_id))
+        self._send((acker_for(root, self._acker_tasks),), Tuple(values, self._system_sources[stream], self._task_id))
 
 
 class SpoutOutputCollector(_Collector):
-    """A spout's collector. ``msg_id`` makes the tuple tracked (acked or failed later)."""
+    """A spout's collector. ``msg_id`` makes the tuple tracked (acked or failed later).
+
+    Call it only from the spout's methods (the executor thread), as in Storm.
+    """
 
     def __init__(self, executor: Any, task_id: int, routes: dict[str, StreamRoute]) -> None:
         super().__init__(executor, task_id, routes)
@@ -93,141 +97,164 @@ class SpoutOutputCollector(_Collector):
         self.emitted_count = 0
 
     def emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> list[int]:
-        """Emit ``values`` on ``stream``; returns the ids of the tasks that will receive it."""
-        if values.__class__ is not list:
-            values = list(values)
-        with self._lock:
-            route = self._route(stream, values)
-            tasks = self._choose(route, values)
-            self._emit(route, tasks, values, msg_id)
-            return list(tasks)
+        """Emit ``values`` on ``stream``; returns the ids of the tasks that will receive it
+        (a list the caller must not modify, as in Storm)."""
+        return self._emit(values, stream, msg_id, None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
         """Emit ``values`` on direct ``stream`` to task ``task_id``."""
+        self._emit(values, stream, msg_id, task_id)
+
+    def _emit(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
         if values.__class__ is not list:
             values = list(values)
-        with self._lock:
-            route = self._direct_route(task_id, stream, values)
-            self._emit(route, [task_id], values, msg_id)
-
-    def _emit(self, route: StreamRoute, tasks: list[int], values: list[Any], msg_id: Any) -> None:
-        executor = self._executor
-        if executor.capture is not None:
-            executor.capture(executor.component, route.source.stream, values)
-        route.emitted += 1
-        route.transferred += len(tasks)
+        route, tasks = self._targets(values, stream, direct_task)
         self.emitted_count += 1
-        send = self._send
-        if msg_id is None:
-            tup = Tuple(values, route.source, self._task_id)
-            for task in tasks:
-                send(task, tup)
-            return
-        if not self._acker_tasks or not tasks:
-            for task in tasks:
-                send(task, Tuple(values, route.source, self._task_id))
-            executor.ack_now(self._task_id, msg_id)
-            return
+        if msg_id is None or not self._acker_tasks or not tasks:
+            self._send(tasks, Tuple(values, route.source, self._task_id))
+            if msg_id is not None:
+                self._executor.ack_now(self._task_id, msg_id)
+            return tasks
         root = _rand64(64)
         ack_val = 0
         for task in tasks:
             edge = _rand64(64)
             ack_val ^= edge
-            send(task, Tuple(values, route.source, self._task_id, {root: edge}))
+            self._send((task,), Tuple(values, route.source, self._task_id, {root: edge}))
         self._pending.put(root, (msg_id, time.perf_counter()))
         self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])
+        return tasks
 
 
 class OutputCollector(_Collector):
-    """A bolt's collector (Storm's ``OutputCollector``)."""
+    """A bolt's collector (Storm's ``OutputCollector``); thread-safe."""
+
+    def __init__(self, executor: Any, task_id: int, routes: dict[str, StreamRoute]) -> None:
+        super().__init__(executor, task_id, routes)
+        self._owner = 0  # the executor thread's id, set when it starts running user code
 
     def emit(self, values: Any, anchors: Tuple | Iterable[Tuple] | None = None,
              stream: str = "default") -> list[int]:
         """Emit ``values`` on ``stream``, anchored to ``anchors`` (a tuple or several);
-        returns the ids of the receiving tasks."""
-        if values.__class__ is not list:
-            values = list(values)
-        with self._lock:
-            route = self._route(stream, values)
-            tasks = self._choose(route, values)
-            self._emit(route, tasks, values, anchors)
-            return list(tasks)
+        returns the ids of the receiving tasks (a list the caller must not modify)."""
+        if get_ident() != self._owner:
+            return self._foreign(self._emit, values, stream, anchors, None)
+        return self._emit(values, stream, anchors, None)
 
     def emit_direct(self, task_id: int, values: Any, anchors: Tuple | Iterable[Tuple] | None = None,
                     stream: str = "default") -> None:
         """Emit ``values`` on direct ``stream`` to task ``task_id``."""
-        if values.__class__ is not list:
-            values = list(values)
-        with self._lock:
-            route = self._direct_route(task_id, stream, values)
-            self._emit(route, [task_id], values, anchors)
-
-    def _emit(self, route: StreamRoute, tasks: list[int], values: list[Any], anchors: Any) -> None:
-        executor = self._executor
-        if executor.capture is not None:
-            executor.capture(executor.component, route.source.stream, values)
-        route.emitted += 1
-        route.transferred += len(tasks)
-        send = self._send
-        if anchors is not None:
-            if anchors.__class__ is Tuple:
-                anchors = (anchors,) if anchors._anchors_to_ids else ()
-            else:
-                anchors = [a for a in anchors if a._anchors_to_ids]
-        if not anchors:
-            tup = Tuple(values, route.source, self._task_id)
-            for task in tasks:
-                send(task, tup)
-            return
-        for task in tasks:
-            ids: dict[int, int] = {}
-            for anchor in anchors:
-                edge = _rand64(64)
-                anchor._ack_val ^= edge
-                for root in anchor._anchors_to_ids:
-                    ids[root] = ids.get(root, 0) ^ edge
-            send(task, Tuple(values, route.source, self._task_id, ids))
+        if get_ident() != self._owner:
+            self._foreign(self._emit, values, stream, anchors, task_id)
+        else:
+            self._emit(values, stream, anchors, task_id)
 
     def ack(self, tup: Tuple) -> None:
         """The tuple is processed: its part of every tree it belongs to is done."""
-        with self._lock:
-            ids = tup._anchors_to_ids
-            if ids and self._acker_tasks:
-                ack_val = tup._ack_val
-                for root, edge in ids.items():
-                    self._send_to_acker(root, ACK_ACK, [root, edge ^ ack_val])
-            self._executor.record_ack(tup)
+        if get_ident() != self._owner:
+            self._foreign(self._ack, tup)
+        else:
+            self._ack(tup)
 
     def fail(self, tup: Tuple) -> None:
         """Fail the tuple: every spout tuple whose tree it belongs to is failed."""
-        with self._lock:
-            ids = tup._anchors_to_ids
-            if ids and self._acker_tasks:
-                for root in ids:
-                    self._send_to_acker(root, ACK_FAIL, [root])
-            self._executor.record_fail(tup)
+        if get_ident() != self._owner:
+            self._foreign(self._fail, tup)
+        else:
+            self._fail(tup)
 
     def reset_timeout(self, tup: Tuple) -> None:
         """Restart the timeout of every tree the tuple belongs to (for long processing)."""
+        if get_ident() != self._owner:
+            self._foreign(self._reset_timeout, tup)
+        else:
+            self._reset_timeout(tup)
+
+    def _foreign(self, method, *args: Any) -> Any:
+        # a call from a thread of the bolt's own: wait for the executor's lock, and hand
+        # the result on now since the executor may be idle
         with self._lock:
-            ids = tup._anchors_to_ids
-            if ids and self._acker_tasks:
-                for root in ids:
-                    self._send_to_acker(root, ACK_RESET_TIMEOUT, [root])
+            result = method(*args)
+            self._executor.flush_all()
+        return result
+
+    def _emit(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:
+        if values.__class__ is not list:
+            values = list(values)
+        route = self._routes.get(stream)
+        if direct_task is None and route is not None and len(values) == route.arity:
+            tasks = route.choose(values)  # the common case, inlined: a regular, valid emit
+            route.emitted += 1
+        else:
+            route, tasks = self._targets(values, stream, direct_task)
+        if anchors is None:
+            self._send(tasks, Tuple(values, route.source, self._task_id))
+            return tasks
+        if anchors.__class__ is Tuple:
+            anchors = (anchors,) if anchors._anchors_to_ids else ()
+        else:
+            anchors = [a for a in anchors if a._anchors_to_ids]
+        if not anchors:
+            self._send(tasks, Tuple(values, route.source, self._task_id))
+            return tasks
+        send = self._send
+        for task in tasks:
+            if len(anchors) == 1:
+                anchor = anchors[0]
+                edge = _rand64(64)
+                anchor._ack_val ^= edge
+                ids = dict.fromkeys(anchor._anchors_to_ids, edge)
+            else:
+                ids = {}
+                for anchor in anchors:
+                    edge = _rand64(64)
+                    anchor._ack_val ^= edge
+                    for root in anchor._anchors_to_ids:
+                        ids[root] = ids.get(root, 0) ^ edge
+            send((task,), Tuple(values, route.source, self._task_id, ids))
+        return tasks
+
+    def _ack(self, tup: Tuple) -> None:
+        ids = tup._anchors_to_ids
+        if ids and self._acker_tasks:
+            # XOR is associative: acks for one tree are combined until the executor flushes
+            pending = self._pending_acks
+            ack_val = tup._ack_val
+            for root, edge in ids.items():
+                pending[root] = pending.get(root, 0) ^ edge ^ ack_val
+        self._executor.record_ack(tup)
+
+    def _fail(self, tup: Tuple) -> None:
+        ids = tup._anchors_to_ids
+        if ids and self._acker_tasks:
+            for root in ids:
+                self._send_to_acker(root, ACK_FAIL, [root])
+        self._executor.record_fail(tup)
+
+    def _reset_timeout(self, tup: Tuple) -> None:
+        ids = tup._anchors_to_ids
+        if ids and self._acker_tasks:
+            for root in ids:
+                self._send_to_acker(root, ACK_RESET_TIMEOUT, [root])
 
 
 class BasicOutputCollector:
-    """A ``BasicBolt``'s collector: emits are anchored to the input being executed."""
+    """A ``BasicBolt``'s collector: emits are anchored to the input being executed.
+
+    Call it only from ``execute`` (the executor thread), as in Storm.
+    """
 
     def __init__(self, collector: OutputCollector) -> None:
+        self._emit = collector._emit
         self._collector = collector
         self.input: Tuple | None = None
 
     def emit(self, values: Any, stream: str = "default") -> list[int]:
-        return self._collector.emit(values, self.input, stream)
+        anchor = self.input
+        return self._emit(values, stream, anchor if anchor._anchors_to_ids else None, None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default") -> None:
-        self._collector.emit_direct(task_id, values, self.input, stream)
+        self._emit(values, stream, self.input, task_id)
 
     def report_error(self, error: BaseException) -> None:
         self._collector.report_error(error)

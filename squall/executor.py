@@ -19,6 +19,7 @@ wait forever).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -26,11 +27,11 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, Acker, system_sources
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, Acker, acker_for, system_sources
 from squall.bolt import BasicBolt
 from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 from squall.context import TopologyContext
-from squall.errors import FailedException
+from squall.errors import EmitError, FailedException
 from squall.grouping import DIRECT, GlobalStreamId, make_grouper
 from squall.metrics import ExecutorStats
 from squall.scheduler import ExecutorAssignment
@@ -58,30 +59,74 @@ class Control:
         self.arg = arg
 
 
+_NO_TASKS: list[int] = []
+
+
 class StreamRoute:
-    """One emitting task's view of one of its streams: fields, groupers and counters."""
+    """One emitting task's view of one of its streams: fields, groupers and counters.
 
-    __slots__ = ("source", "arity", "groupers", "direct", "direct_targets", "emitted", "transferred")
+    ``choose(values)`` returns the target tasks of a regular emit. ``transferred`` is
+    ``emitted * fanout`` when every emit reaches the same number of tasks, so the hot path
+    counts only ``emitted``.
+    """
 
-    def __init__(self, source: StreamSource, direct: bool) -> None:
+    __slots__ = ("source", "arity", "choose", "direct", "direct_targets", "emitted", "fanout", "counted_transfers")
+
+    def __init__(self, source: StreamSource, direct: bool, groupers: list[Any], direct_targets: set[int],
+                 capture: Any, component: str) -> None:
         self.source = source
         self.arity = len(source.fields)
         self.direct = direct
-        self.groupers: list[Any] = []
-        self.direct_targets: set[int] = set()
+        self.direct_targets = direct_targets
         self.emitted = 0
-        self.transferred = 0
+        self.counted_transfers = 0
+        fanouts = [g.fanout for g in groupers]
+        self.fanout = None if direct or None in fanouts else sum(fanouts)
+        if direct:
+            choose = self._regular_emit_on_direct_stream
+        elif not groupers:
+            choose = lambda values: _NO_TASKS  # noqa: E731 - nobody subscribes
+        elif len(groupers) == 1 and self.fanout is not None:
+            choose = groupers[0].choose
+        else:
+            choose = self._chooser(groupers)
+        if capture is not None:
+            inner, stream = choose, source.stream
+            choose = lambda values: (capture(component, stream, values), inner(values))[1]  # noqa: E731
+        self.choose = choose
+
+    def _chooser(self, groupers: list[Any]):
+        def choose(values: list[Any]) -> list[int]:
+            tasks = [t for g in groupers for t in g.choose(values)]
+            self.counted_transfers += len(tasks)
+            return tasks
+        return choose
+
+    def _regular_emit_on_direct_stream(self, values: list[Any]) -> list[int]:
+        raise EmitError(
+            f"component {self.source.component!r}: regular emit on direct stream {self.source.stream!r}; "
+            "use emit_direct"
+        )
+
+    @property
+    def transferred(self) -> int:
+        return self.counted_transfers if self.fanout is None else self.emitted * self.fanout
 
 
 class _Outbox:
-    """Tuples gathered for one destination: a local executor's queue or a remote worker."""
+    """Tuples gathered for one destination: a local executor's queue or a remote worker.
 
-    __slots__ = ("items", "queue", "worker_index")
+    Batches for a local executor hold ``(task id, Tuple)`` pairs, or bare tuples when that
+    executor runs a single task; batches for a remote worker hold serialized records.
+    """
 
-    def __init__(self, queue: Any, worker_index: int) -> None:
+    __slots__ = ("items", "queue", "worker_index", "single_task")
+
+    def __init__(self, queue: Any, worker_index: int, single_task: bool) -> None:
         self.items: list[Any] = []
         self.queue = queue  # None for a remote worker
         self.worker_index = worker_index
+        self.single_task = single_task
 
 
 class Executor:
@@ -93,12 +138,16 @@ class Executor:
         self.worker = worker
         self.component = assignment.component
         self.task_ids = list(assignment.tasks)
+        self.single_task = len(self.task_ids) == 1
+        self._repeat_task = itertools.repeat(self.task_ids[0])
         self.queue = worker.task_queues[self.task_ids[0]]
         self.spec = worker.topology.components.get(self.component)
         self.conf = dict(worker.conf)
         if self.spec is not None:
             self.conf.update(self.spec.conf)
         self.lock = threading.Lock()
+        # root id -> XOR of this executor's acks for that tree not sent yet
+        self.pending_acks: dict[int, int] = {}
         self.acker_tasks = worker.assignment.acker_tasks
         self.system_sources = system_sources(self.component)
         self.capture = worker.state.capture
@@ -109,8 +158,6 @@ class Executor:
         self.setup_error: BaseException | None = None
         self._batch_size = self.conf["topology.producer.batch.size"]
         self._serializer = Serializer()
-        self._last_values: Any = None
-        self._last_packed = b""
         self._outboxes: dict[int, _Outbox] = {}
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._sample_tup: Tuple | None = None
@@ -136,7 +183,8 @@ class Executor:
     def _run(self) -> None:
         try:
             self._build_outboxes()
-            self.setup()
+            with self.lock:  # threads a component starts in open/prepare may emit at once
+                self.setup()
         except BaseException as e:  # noqa: BLE001 - reported to whoever submitted the topology
             self.setup_error = e
             self.report_error(self.task_ids[0], e)
@@ -164,6 +212,11 @@ class Executor:
         w = self.worker
         return TopologyContext(w.topology, w.assignment, task_id, w.index, w.topology_name)
 
+    def pairs(self, batch: list[Any]) -> Any:
+        """``(task id, Tuple)`` pairs of an incoming batch (a single task's batches hold
+        bare tuples; zip reuses its pair, so this costs no allocation per tuple)."""
+        return zip(self._repeat_task, batch) if self.single_task else batch
+
     # -- routing and the send path -------------------------------------------------
 
     def _build_outboxes(self) -> None:
@@ -173,9 +226,9 @@ class Executor:
         for task, worker_index in w.assignment.task_worker.items():
             if worker_index == w.index:
                 q = w.task_queues[task]
-                ob = by_queue.setdefault(id(q), _Outbox(q, worker_index))
+                ob = by_queue.setdefault(id(q), _Outbox(q, worker_index, w.single_task_queue(q)))
             else:
-                ob = by_worker.setdefault(worker_index, _Outbox(None, worker_index))
+                ob = by_worker.setdefault(worker_index, _Outbox(None, worker_index, False))
             self._outboxes[task] = ob
 
     def routes_for(self, task_id: int, context: TopologyContext) -> dict[str, StreamRoute]:
@@ -186,35 +239,41 @@ class Executor:
         local = set(w.assignment.workers[w.index].tasks)
         outputs = self.spec.outputs if self.spec is not None else {}
         for stream, stream_spec in outputs.items():
-            route = routes[stream] = StreamRoute(w.sources[(self.component, stream)], stream_spec.direct)
+            groupers, direct_targets = [], set()
             for cid, comp in w.topology.components.items():
                 grouping = comp.inputs.get((self.component, stream))
                 if grouping is None:
                     continue
                 targets = w.assignment.component_tasks[cid]
                 if grouping.type == DIRECT:
-                    route.direct_targets.update(targets)
+                    direct_targets.update(targets)
                     continue
-                route.groupers.append(make_grouper(
+                groupers.append(make_grouper(
                     grouping, context=context, stream=GlobalStreamId(self.component, stream), targets=targets,
                     output_fields=stream_spec.fields, local_tasks=local, rng=rng,
                 ))
+            routes[stream] = StreamRoute(w.sources[(self.component, stream)], stream_spec.direct, groupers,
+                                         direct_targets, self.capture, self.component)
         self._routes[task_id] = routes
         return routes
 
-    def send(self, task: int, tup: Tuple) -> None:
-        """Queue ``tup`` for ``task`` (caller holds ``self.lock``)."""
-        ob = self._outboxes[task]
-        if ob.queue is not None:
-            ob.items.append((task, tup))
-        else:
-            values = tup.values
-            if values is not self._last_values:
-                self._last_packed = self._serializer.dumps(values)
-                self._last_values = values
-            ob.items.append((task, tup.source_task, tup._source.stream, self._last_packed, tup._anchors_to_ids))
-        if len(ob.items) >= self._batch_size:
-            self._flush(ob)
+    def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
+        """Queue ``tup`` for each of ``tasks`` (from the executor thread, or holding ``self.lock``)."""
+        outboxes = self._outboxes
+        packed = None
+        for task in tasks:
+            ob = outboxes[task]
+            items = ob.items
+            if ob.single_task:
+                items.append(tup)
+            elif ob.queue is not None:
+                items.append((task, tup))
+            else:  # another worker: serialize now, so a bad value fails this emit
+                if packed is None:
+                    packed = self._serializer.dumps(tup.values)
+                items.append((task, tup.source_task, tup._source.stream, packed, tup._anchors_to_ids))
+            if len(items) >= self._batch_size:
+                self._flush(ob)
 
     def _hand_off(self, ob: _Outbox, items: list[Any], block: bool) -> bool:
         if ob.queue is not None:
@@ -237,10 +296,20 @@ class Executor:
         self._hand_off(ob, items, True)
 
     def flush_all(self) -> None:
-        """Hand on every gathered batch (caller holds ``self.lock``)."""
+        """Send the combined acks, then hand on every gathered batch (from the executor
+        thread, or holding ``self.lock``)."""
+        if self.pending_acks:
+            self._send_acks()
         for ob in set(self._outboxes.values()):
             if ob.items:
                 self._flush(ob)
+
+    def _send_acks(self) -> None:
+        source, me, ackers = self.system_sources[ACK_ACK], self.task_ids[0], self.acker_tasks
+        for root, val in self.pending_acks.items():
+            if val:  # acks that cancel out would not change the acker's value
+                self.send((acker_for(root, ackers),), Tuple([root, val], source, me))
+        self.pending_acks.clear()
 
     # -- bookkeeping ---------------------------------------------------------------
 
@@ -287,6 +356,7 @@ class BoltExecutor(Executor):
             context = self.context(task)
             bolt = self.spec.instantiate()
             collector = OutputCollector(self, task, self.routes_for(task, context))
+            collector._owner = threading.get_ident()
             self.bolts[task] = bolt
             self.collectors[task] = collector
             if isinstance(bolt, BasicBolt):
@@ -313,17 +383,17 @@ class BoltExecutor(Executor):
             if not items:
                 continue
             executed = 0
-            t0 = perf_counter()
-            for item in items:
-                if item.__class__ is list:
-                    executed += len(item)
-                    self.process_batch(item)
-                else:
-                    self.control(item)
-                if self.stopping:
-                    break
-            stats.record_execute(executed, perf_counter() - t0)
-            with self.lock:
+            with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
+                t0 = perf_counter()
+                for item in items:
+                    if item.__class__ is list:
+                        executed += len(item)
+                        self.process_batch(item)
+                    else:
+                        self.control(item)
+                    if self.stopping:
+                        break
+                stats.record_execute(executed, perf_counter() - t0)
                 self.flush_all()
             if tracker is not None:
                 tracker.done(executed)
@@ -331,7 +401,7 @@ class BoltExecutor(Executor):
     def control(self, msg: Control) -> None:
         if msg.kind == Control.TICK:
             tick = Tuple([msg.arg], TICK_SOURCE, -1)
-            self.process_batch([(task, tick) for task in self.task_ids])
+            self.process_batch([tick] if self.single_task else [(task, tick) for task in self.task_ids])
         elif msg.kind == Control.STOP:
             self.stopping = True
 
@@ -340,21 +410,21 @@ class BoltExecutor(Executor):
             self.report_error(task, error)
         self.collectors[task].fail(tup)
 
-    def _process_rich(self, batch: list[tuple[int, Tuple]]) -> None:
-        self._sample(batch[0][1])
+    def _process_rich(self, batch: list[Any]) -> None:
+        self._sample(batch[0] if self.single_task else batch[0][1])
         bolts = self.bolts
-        for task, tup in batch:
+        for task, tup in self.pairs(batch):
             try:
                 bolts[task].execute(tup)
             except Exception as e:
                 self._execute_failed(task, tup, e)
 
-    def _process_basic(self, batch: list[tuple[int, Tuple]]) -> None:
+    def _process_basic(self, batch: list[Any]) -> None:
         # no sampling: a basic bolt's input is acked as execute returns, so its process
         # latency is its execute latency (see ExecutorStats.process_is_execute)
         bolts, collectors, basic = self.bolts, self.collectors, self.basic_collectors
         untracked_acks = 0
-        for task, tup in batch:
+        for task, tup in self.pairs(batch):
             bc = basic[task]
             bc.input = tup
             try:
@@ -381,7 +451,7 @@ class AckerExecutor(BoltExecutor):
         sources = self.system_sources
 
         def send(target: int, stream: str, values: list[Any]) -> None:
-            self.send(target, Tuple(values, sources[stream], task))
+            self.send((target,), Tuple(values, sources[stream], task))
 
         return send
 
@@ -395,11 +465,10 @@ class AckerExecutor(BoltExecutor):
         elif msg.kind == Control.STOP:
             self.stopping = True
 
-    def process_batch(self, batch: list[tuple[int, Tuple]]) -> None:
+    def process_batch(self, batch: list[Any]) -> None:
         ackers = self.ackers
-        with self.lock:
-            for task, tup in batch:
-                ackers[task].execute(tup._source.stream, tup.values)
+        for task, tup in self.pairs(batch):
+            ackers[task].execute(tup._source.stream, tup.values)
 
 
 class SpoutExecutor(Executor):
@@ -459,12 +528,11 @@ class SpoutExecutor(Executor):
             self._overflow.append((ob, items))
 
     def _retry_overflow(self) -> None:
-        with self.lock:
-            while self._overflow:
-                ob, items = self._overflow[0]
-                if not self._hand_off(ob, items, False):
-                    return
-                self._overflow.pop(0)
+        while self._overflow:
+            ob, items = self._overflow[0]
+            if not self._hand_off(ob, items, False):
+                return
+            self._overflow.pop(0)
 
     def _below_max_pending(self, task: int) -> bool:
         return self._max_pending is None or len(self._pending[task]) < self._max_pending
@@ -507,8 +575,7 @@ class SpoutExecutor(Executor):
                 emitted = True
                 if self._overflow:
                     break
-        with self.lock:
-            self.flush_all()
+        self.flush_all()
         self._run_ack_now()
         if self._tracker is not None:
             self.exhausted = exhausted and not emitted and not self._overflow
@@ -537,7 +604,7 @@ class SpoutExecutor(Executor):
                 self._control(item)
                 continue
             done += len(item)
-            for task, tup in item:
+            for task, tup in self.pairs(item):
                 stream = tup._source.stream
                 root = tup.values[0]
                 pending = self._pending[task]
@@ -556,8 +623,7 @@ class SpoutExecutor(Executor):
                     self.stats.failed += 1
                     self._call(task, "fail", entry[0])
         self._run_ack_now()
-        with self.lock:
-            self.flush_all()  # replays emitted from fail()
+        self.flush_all()  # replays emitted from fail()
         if self._tracker is not None and done:
             self._tracker.done(done)
 

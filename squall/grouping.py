@@ -84,7 +84,12 @@ def stable_key_bytes(key: Sequence[Any]) -> bytes:
 
 
 class _Grouper:
-    """Chooses target tasks for the values of one tuple."""
+    """Chooses target tasks for the values of one tuple.
+
+    ``fanout`` is how many tasks every choice has, or None when it varies.
+    """
+
+    fanout: int | None = 1
 
     def choose(self, values: list[Any]) -> list[int]:
         raise NotImplementedError
@@ -121,18 +126,22 @@ class FieldsGrouper(_Grouper):
         self._cache: dict[Any, list[int]] = {}
 
     def choose(self, values: list[Any]) -> list[int]:
+        # the cache is keyed by the value itself for one field, by a tuple of them otherwise
         single = self._single
-        key = (values[single],) if single is not None else tuple([values[i] for i in self._indexes])
+        key = values[single] if single is not None else tuple([values[i] for i in self._indexes])
         try:
             return self._cache[key]
         except KeyError:
             pass
         except TypeError:  # unhashable value: hash it every time
-            return self._choices[zlib.crc32(stable_key_bytes(key)) % self._n]
+            return self._choices[zlib.crc32(stable_key_bytes(self._key_list(key))) % self._n]
         if len(self._cache) >= self._CACHE_LIMIT:
             self._cache.clear()
-        chosen = self._cache[key] = self._choices[zlib.crc32(stable_key_bytes(key)) % self._n]
+        chosen = self._cache[key] = self._choices[zlib.crc32(stable_key_bytes(self._key_list(key))) % self._n]
         return chosen
+
+    def _key_list(self, key: Any) -> list[Any]:
+        return [key] if self._single is not None else list(key)
 
 
 class PartialKeyGrouper(FieldsGrouper):
@@ -156,6 +165,7 @@ class PartialKeyGrouper(FieldsGrouper):
 class AllGrouper(_Grouper):
     def __init__(self, targets: list[int]) -> None:
         self._all = sorted(targets)
+        self.fanout = len(targets)
 
     def choose(self, values: list[Any]) -> list[int]:
         return self._all
@@ -183,6 +193,8 @@ class NoneGrouper(_Grouper):
 
 
 class CustomGrouper(_Grouper):
+    fanout = None
+
     def __init__(self, grouping: CustomStreamGrouping, source_task: int, targets: list[int], name: str) -> None:
         self._grouping = grouping
         self._source_task = source_task

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,11 +194,3 @@ class LocalCluster:
     def get_errors(self, name: str, component: str) -> list[dict[str, Any]]:
         return self._get(name).state.errors(component)
 
-
-def wait_until(condition, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> None:
-    """Poll ``condition()`` until true; ``TimeoutError`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{message} not met within {timeout}s")
-        time.sleep(interval)

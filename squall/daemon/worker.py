@@ -67,11 +67,14 @@ class Worker:
             for stream, source in system_sources(cid).items():
                 self.sources[(cid, stream)] = source
         self.task_queues: dict[int, BatchQueue] = {}
+        self._single_task_queues: set[int] = set()
         receive_size = conf["topology.executor.receive.buffer.size"]
         for ea in assignment.workers[index].executors:
             q = BatchQueue(receive_size, f"{ea.component}{list(ea.tasks)}")
             for task in ea.tasks:
                 self.task_queues[task] = q
+            if len(ea.tasks) == 1:
+                self._single_task_queues.add(id(q))
         self.executors: list[Executor] = [self._make_executor(ea) for ea in assignment.workers[index].executors]
         self.transfer_queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer")
         self._threads = [
@@ -79,6 +82,10 @@ class Worker:
             threading.Thread(target=self._receive_loop, name=f"worker-{index}-receive", daemon=True),
         ]
         self._timer = Timer(f"worker-{index}-timer")
+
+    def single_task_queue(self, queue: BatchQueue) -> bool:
+        """Whether ``queue`` feeds an executor of one task (its batches hold bare tuples)."""
+        return id(queue) in self._single_task_queues
 
     def _make_executor(self, ea) -> Executor:
         if ea.component == ACKER_COMPONENT:
@@ -175,7 +182,7 @@ class Worker:
     def _receive_loop(self) -> None:
         loads = Serializer.loads
         task_component = self.assignment.task_component
-        sources, queues = self.sources, self.task_queues
+        sources, queues, single = self.sources, self.task_queues, self._single_task_queues
         while not self.stopping:
             for payload in self.transport.receive(self.index, _POLL_SECS):
                 by_queue: dict[int, tuple[BatchQueue, list[Any]]] = {}
@@ -185,6 +192,6 @@ class Worker:
                     entry = by_queue.get(id(q))
                     if entry is None:
                         entry = by_queue[id(q)] = (q, [])
-                    entry[1].append((task, tup))
+                    entry[1].append(tup if id(q) in single else (task, tup))
                 for q, batch in by_queue.values():
                     q.force_put(batch)

@@ -24,14 +24,17 @@ class RotatingMap:
     def __contains__(self, key: Any) -> bool:
         return any(key in b for b in self._buckets)
 
-    def put(self, key: Any, value: Any) -> None:
-        """Set a new ``key`` in the newest bucket (use :meth:`touch` for a present one)."""
+    def put(self, key: Any, value: Any) -> Any:
+        """Set a new ``key`` in the newest bucket (use :meth:`touch` for a present one);
+        returns ``value``."""
         self._buckets[0][key] = value
+        return value
 
     def get(self, key: Any, default: Any = None) -> Any:
         for bucket in self._buckets:
-            if key in bucket:
-                return bucket[key]
+            value = bucket.get(key, self)
+            if value is not self:
+                return value
         return default
 
     def pop(self, key: Any, default: Any = None) -> Any:

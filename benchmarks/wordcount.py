@@ -1,0 +1,123 @@
+"""Word count throughput: Squall with acking off and on, against a plain Python loop.
+
+The topology is examples/wordcount.py's (sentence spout -> split -> count on fields
+grouping); the spout emits a fixed list of generated sentences. Throughput is words per
+second from submit until the count bolts have executed every word. The baseline is the
+same logic (split each sentence, count each word) as a plain loop, in the same run.
+
+Reproduce:  python benchmarks/wordcount.py [--sentences 200000] [--workers 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import sys
+import time
+
+from squall import Config, LocalCluster, Spout, TopologyBuilder
+from squall.cli import parse_overrides
+from squall.testing import wait_until
+
+# the example's components, imported under a name of their own (this file is wordcount.py too)
+_spec = importlib.util.spec_from_file_location(
+    "examples_wordcount", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "wordcount.py")
+)
+example = importlib.util.module_from_spec(_spec)
+sys.modules["examples_wordcount"] = example
+_spec.loader.exec_module(example)
+SENTENCES, SplitSentence, WordCount = example.SENTENCES, example.SplitSentence, example.WordCount
+
+
+class ListSpout(Spout):
+    """Emits its share of a fixed list of sentences, with message ids when ``reliable``."""
+
+    outputs = ["sentence"]
+
+    def __init__(self, sentences: list[str], reliable: bool):
+        self.sentences = sentences
+        self.reliable = reliable
+
+    def open(self, conf, context, collector):
+        tasks = context.get_component_tasks(context.get_this_component_id())
+        self.todo = self.sentences[context.get_this_task_index()::len(tasks)]
+        self.i = 0
+        self.emit = collector.emit
+
+    def next_tuple(self):
+        if self.i < len(self.todo):
+            self.emit([self.todo[self.i]], msg_id=self.i if self.reliable else None)
+            self.i += 1
+
+    def fail(self, msg_id):
+        raise RuntimeError(f"sentence {msg_id} failed: the benchmark's figures would be wrong")
+
+
+def make_sentences(n: int) -> list[str]:
+    rng = random.Random(42)
+    return [rng.choice(SENTENCES) for _ in range(n)]
+
+
+def plain_loop(sentences: list[str]) -> tuple[int, float]:
+    start = time.perf_counter()
+    counts: dict[str, int] = {}
+    for sentence in sentences:
+        for word in sentence.split():
+            counts[word] = counts.get(word, 0) + 1
+    return sum(counts.values()), time.perf_counter() - start
+
+
+def run_topology(sentences: list[str], total_words: int, acking: bool, workers: int,
+                 overrides: dict | None = None) -> float:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", ListSpout(sentences, reliable=acking))
+    builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(report_every_secs=3600)).fields_grouping("split", ["word"])
+    conf = Config().set_num_workers(workers).set_num_ackers(workers if acking else 0)
+    if acking:
+        conf.set_max_spout_pending(5000)
+    conf.update(overrides or {})
+    with LocalCluster() as cluster:
+        start = time.perf_counter()
+        cluster.submit_topology("bench", conf, builder.create_topology())
+        count = lambda: cluster.get_topology_info("bench")["components"]["count"]["executed"]  # noqa: E731
+        wait_until(lambda: count() >= total_words, timeout=600, interval=0.01, message="all words counted")
+        elapsed = time.perf_counter() - start
+        info = cluster.get_topology_info("bench")
+        if acking:
+            acked = info["components"]["sentences"]["acked"]
+            wait_until(lambda: cluster.get_topology_info("bench")["components"]["sentences"]["acked"]
+                       >= len(sentences), timeout=60, message="every sentence acked")
+            elapsed = max(elapsed, time.perf_counter() - start) if acked < len(sentences) else elapsed
+        failed = info["components"]["sentences"]["failed"]
+        if failed:
+            raise SystemExit(f"{failed} sentences failed")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sentences", type=int, default=200_000)
+    parser.add_argument("--workers", type=int, default=1, help="in-process workers (default 1)")
+    parser.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a topology config key (as squall run -c)")
+    args = parser.parse_args()
+    overrides = parse_overrides(args.conf)
+    sentences = make_sentences(args.sentences)
+    words, loop_secs = plain_loop(sentences)
+    loop_rate = words / loop_secs
+    off_rate = words / run_topology(sentences, words, acking=False, workers=args.workers, overrides=overrides)
+    on_rate = words / run_topology(sentences, words, acking=True, workers=args.workers, overrides=overrides)
+    print(f"word count, {args.sentences:,} sentences ({words:,} words), {args.workers} in-process worker(s)")
+    print(f"  plain Python loop      {loop_rate:>12,.0f} words/s")
+    print(f"  squall, acking off     {off_rate:>12,.0f} words/s   {off_rate / loop_rate:6.1%} of the loop "
+          f"(target >= 8%)")
+    print(f"  squall, acking on      {on_rate:>12,.0f} words/s   {on_rate / off_rate:6.1%} of acking off "
+          f"(target >= 40%)")
+    print("reproduce: python benchmarks/wordcount.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

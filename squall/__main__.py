@@ -1,0 +1,5 @@
+import sys
+
+from squall.cli import main
+
+sys.exit(main())

@@ -1,0 +1,233 @@
+"""Storm's testing facilities for Python (``org.apache.storm.Testing``).
+
+* :func:`complete_topology` runs a topology to completion with mocked spouts and returns
+  every tuple every component emitted.
+* :class:`FeederSpout` lets a test push tuples into a running topology and see which
+  were acked or failed.
+* :func:`simulated_time` / :func:`advance_time` make timeouts and tick tuples
+  deterministic.
+* :func:`wait_until` waits for a condition with a deadline (no sleep-and-hope).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import types
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import cloudpickle
+
+from squall.cluster_state import TopologyState, Tracker
+from squall.errors import InvalidTopologyError
+from squall.local_cluster import LocalCluster
+from squall.spout import Spout
+from squall.topology import ComponentSpec, Topology
+from squall.tuple import Fields
+from squall.utils.time import advance_time, simulated_time
+
+__all__ = [
+    "FeederSpout", "advance_time", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
+    "wait_until",
+]
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.005,
+               message: str | None = None) -> None:
+    """Poll ``condition()`` until it is true; ``TimeoutError`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{message or 'condition'} not met within {timeout}s")
+        time.sleep(interval)
+
+
+class _MockSpout(Spout):
+    """Emits fixed tuples, each with a message id, then is exhausted."""
+
+    def __init__(self, tuples: list[tuple[str, list[Any]]]) -> None:
+        self._tuples = tuples
+
+    def open(self, conf: dict, context: Any, collector: Any) -> None:
+        self._collector = collector
+        index = context.get_this_task_index()
+        count = len(context.get_component_tasks(context.get_this_component_id()))
+        self._todo = collections.deque(self._tuples[index::count])
+        self._next_id = 0
+
+    def next_tuple(self) -> None:
+        if self._todo:
+            stream, values = self._todo.popleft()
+            self._collector.emit(values, stream=stream, msg_id=self._next_id)
+            self._next_id += 1
+
+    def is_exhausted(self) -> bool:
+        return not self._todo
+
+
+def _mock_spec(spec: ComponentSpec, data: Any) -> ComponentSpec:
+    by_stream = data if isinstance(data, dict) else {"default": data}
+    tuples = []
+    for stream, rows in by_stream.items():
+        if stream not in spec.outputs:
+            raise InvalidTopologyError(
+                f"mocked spout {spec.id!r}: it declares no stream {stream!r} (declared: {sorted(spec.outputs)})"
+            )
+        arity = len(spec.outputs[stream].fields)
+        for row in rows:
+            if not isinstance(row, (str, bytes)) and isinstance(row, Iterable):
+                row = list(row)
+            if not isinstance(row, list) or len(row) != arity:
+                raise InvalidTopologyError(
+                    f"mocked spout {spec.id!r}, stream {stream!r}: {row!r} does not have the {arity} values "
+                    f"of fields {spec.outputs[stream].fields.to_list()}"
+                )
+            tuples.append((stream, row))
+    return ComponentSpec(
+        id=spec.id, kind="spout", serialized=cloudpickle.dumps(_MockSpout(tuples)), parallelism=spec.parallelism,
+        num_tasks=spec.num_tasks, conf=spec.conf, inputs=spec.inputs, outputs=spec.outputs,
+    )
+
+
+def complete_topology(
+    topology: Topology,
+    mocked_sources: dict[str, Any] | None = None,
+    conf: dict[str, Any] | None = None,
+    timeout_secs: float = 30,
+) -> dict[str, dict[str, list[list[Any]]]]:
+    """Run ``topology`` until every spout is exhausted and every tuple is processed.
+
+    ``mocked_sources`` replaces spouts by fixed data: ``{"spout": [[v, ...], ...]}`` for
+    the default stream or ``{"spout": {"stream": [[...], ...]}}``. Unmocked spouts must
+    implement ``is_exhausted() -> bool``. Returns ``{component: {stream: [values, ...]}}``
+    with every tuple each component emitted, in emission order per emitting task.
+    Raises ``TimeoutError`` (saying what is still running) after ``timeout_secs``.
+    """
+    mocked_sources = mocked_sources or {}
+    components = dict(topology.components)
+    for spout_id, data in mocked_sources.items():
+        spec = components.get(spout_id)
+        if spec is None or not spec.is_spout:
+            raise InvalidTopologyError(f"mocked source {spout_id!r} is not a spout of the topology")
+        components[spout_id] = _mock_spec(spec, data)
+    for spec in components.values():
+        if spec.is_spout and spec.id not in mocked_sources and not callable(
+            getattr(spec.instantiate(), "is_exhausted", None)
+        ):
+            raise InvalidTopologyError(
+                f"spout {spec.id!r} is neither mocked nor has is_exhausted(); complete_topology cannot tell "
+                "when it is done"
+            )
+    results: dict[str, dict[str, list[list[Any]]]] = {cid: {} for cid in components}
+    lock = threading.Lock()
+
+    def capture(component: str, stream: str, values: list[Any]) -> None:
+        with lock:
+            results[component].setdefault(stream, []).append(list(values))
+
+    tracker = Tracker()
+    name = f"complete-topology-{uuid.uuid4().hex[:8]}"
+    with LocalCluster() as cluster:
+        cluster._submit(name, conf, Topology(types.MappingProxyType(components)), TopologyState(tracker, capture))
+        spouts = [e for w in cluster._get(name).workers for e in w.executors if e.kind == "spout"]
+        deadline = time.monotonic() + timeout_secs
+        while not (all(e.exhausted for e in spouts) and tracker.in_flight == 0):
+            if time.monotonic() > deadline:
+                busy = sorted({e.component for e in spouts if not e.exhausted})
+                raise TimeoutError(
+                    f"complete_topology: not done after {timeout_secs}s (spouts not exhausted: {busy}; "
+                    f"tuples in flight: {tracker.in_flight})"
+                )
+            time.sleep(0.002)
+    return results
+
+
+def read_tuples(results: dict[str, dict[str, list[list[Any]]]], component_id: str,
+                stream_id: str = "default") -> list[list[Any]]:
+    """The values of every tuple ``component_id`` emitted on ``stream_id``."""
+    if component_id not in results:
+        raise KeyError(f"no component {component_id!r} in the results (components: {sorted(results)})")
+    return [list(v) for v in results[component_id].get(stream_id, [])]
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return frozenset((k, _freeze(v)) for k, v in value.items())
+    if isinstance(value, set):
+        return frozenset(_freeze(v) for v in value)
+    return value
+
+
+def multiset_eq(a: Iterable[Any], b: Iterable[Any]) -> bool:
+    """True when ``a`` and ``b`` hold the same elements the same number of times, in any order."""
+    return collections.Counter(map(_freeze, a)) == collections.Counter(map(_freeze, b))
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.queue: collections.deque[tuple[list[Any], Any]] = collections.deque()
+        self.acked: list[Any] = []
+        self.failed: list[Any] = []
+
+
+_CHANNELS: dict[str, _Channel] = {}
+
+
+class FeederSpout(Spout):
+    """A spout the test feeds: ``feed(values, msg_id=None)``.
+
+    The copies that run in the workers share an in-process channel with this object
+    (keyed by a unique id), so ``acked`` and ``failed`` — message ids in call order —
+    are visible here. Works with ``LocalCluster`` (in-process workers).
+    """
+
+    def __init__(self, fields: Fields | Iterable[str]) -> None:
+        self._fields = Fields.of(fields)
+        self._channel_id = uuid.uuid4().hex
+        _CHANNELS[self._channel_id] = _Channel()
+
+    @property
+    def _channel(self) -> _Channel:
+        return _CHANNELS[self._channel_id]
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(self._fields)
+
+    def feed(self, values: Iterable[Any], msg_id: Any = None) -> None:
+        """Queue one tuple; with ``msg_id`` it is tracked and lands in ``acked`` or ``failed``."""
+        values = list(values)
+        if len(values) != len(self._fields):
+            raise ValueError(f"FeederSpout: {values!r} does not match fields {self._fields.to_list()}")
+        self._channel.queue.append((values, msg_id))
+
+    @property
+    def acked(self) -> list[Any]:
+        return self._channel.acked
+
+    @property
+    def failed(self) -> list[Any]:
+        return self._channel.failed
+
+    def open(self, conf: dict, context: Any, collector: Any) -> None:
+        self._collector = collector
+
+    def next_tuple(self) -> None:
+        try:
+            values, msg_id = self._channel.queue.popleft()
+        except IndexError:
+            return
+        self._collector.emit(values, msg_id=msg_id)
+
+    def ack(self, msg_id: Any) -> None:
+        self._channel.acked.append(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        self._channel.failed.append(msg_id)
+
+    def is_exhausted(self) -> bool:
+        return not self._channel.queue
