@@ -30,6 +30,17 @@ if TYPE_CHECKING:
 _rand64 = random.Random().getrandbits
 
 
+def combine_ack(pending_acks: dict[int, int], tup: Tuple) -> None:
+    """Add the ack of ``tup`` to ``pending_acks`` (root id -> XOR of ack values not sent yet).
+
+    XOR is associative, so an executor combines its acks for one tree until it flushes;
+    the acker sees the same values, with fewer messages.
+    """
+    ack_val = tup._ack_val
+    for root, edge in tup._anchors_to_ids.items():
+        pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
+
+
 class _Collector:
     def __init__(self, executor: Executor, task_id: int, routes: dict[str, StreamRoute]) -> None:
         self._executor = executor
@@ -215,13 +226,8 @@ class OutputCollector(_Collector):
         return tasks
 
     def _ack(self, tup: Tuple) -> None:
-        ids = tup._anchors_to_ids
-        if ids and self._acker_tasks:
-            # XOR is associative: acks for one tree are combined until the executor flushes
-            pending = self._pending_acks
-            ack_val = tup._ack_val
-            for root, edge in ids.items():
-                pending[root] = pending.get(root, 0) ^ edge ^ ack_val
+        if tup._anchors_to_ids and self._acker_tasks:
+            combine_ack(self._pending_acks, tup)
         self._executor.record_ack(tup)
 
     def _fail(self, tup: Tuple) -> None:

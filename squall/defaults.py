@@ -20,13 +20,17 @@ DEFAULTS: dict[str, Any] = {
     "topology.max.spout.pending": None,
     # Period of tick tuples sent to a bolt (set per component). None: no ticks.
     "topology.tick.tuple.freq.secs": None,
-    # Slots of an executor's incoming queue; each slot holds one batch of tuples (seeds' value).
+    # Tuples an executor's incoming queue holds (the seeds' value; Storm 2 uses 32768). The
+    # queue's elements are batches; the batch that fills it may overshoot by its own size.
+    # Small queues keep the working set in the CPU's caches; a full queue is backpressure.
     "topology.executor.receive.buffer.size": 1024,
-    # Slots of an executor's outgoing path, in batches.
+    # Tuples an executor gathers for one destination at most before handing them on
+    # (the outgoing side of the executor; see topology.producer.batch.size).
     "topology.executor.send.buffer.size": 1024,
-    # Slots of a worker's transfer queue (batches bound for other workers).
+    # Tuples a worker's transfer queue (bound for other workers) holds.
     "topology.transfer.buffer.size": 1024,
-    # Batches a worker's receive path buffers from the transport.
+    # Batches a worker's receive path buffers from the transport (used by the ZeroMQ
+    # transport of multi-process workers).
     "topology.receiver.buffer.size": 8,
     # Tuples an executor gathers per destination before handing a batch on. Storm 2 uses 1
     # and a flush timer; in CPython per-batch costs dominate, so batches are larger and

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, Acker, acker_for, system_sources
 from squall.bolt import BasicBolt
-from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector, combine_ack
 from squall.context import TopologyContext
 from squall.errors import EmitError, FailedException
 from squall.grouping import DIRECT, GlobalStreamId, make_grouper
@@ -156,7 +156,8 @@ class Executor:
         self.stopping = False
         self.ready = threading.Event()
         self.setup_error: BaseException | None = None
-        self._batch_size = self.conf["topology.producer.batch.size"]
+        # the outgoing side: a destination's batch is handed on at this many tuples
+        self._batch_size = min(self.conf["topology.producer.batch.size"], self.conf["topology.executor.send.buffer.size"])
         self._serializer = Serializer()
         self._outboxes: dict[int, _Outbox] = {}
         self._routes: dict[int, dict[str, StreamRoute]] = {}
@@ -280,9 +281,9 @@ class Executor:
             if not block:
                 if not ob.queue.has_room():
                     return False
-                ob.queue.force_put(items)
+                ob.queue.force_put(items, len(items))
                 return True
-            while not ob.queue.put(items, _POLL_SECS):
+            while not ob.queue.put(items, len(items), _POLL_SECS):
                 if self.stopping:
                     return True  # the topology is going away: nothing waits for these
             return True
@@ -422,8 +423,9 @@ class BoltExecutor(Executor):
     def _process_basic(self, batch: list[Any]) -> None:
         # no sampling: a basic bolt's input is acked as execute returns, so its process
         # latency is its execute latency (see ExecutorStats.process_is_execute)
-        bolts, collectors, basic = self.bolts, self.collectors, self.basic_collectors
-        untracked_acks = 0
+        bolts, basic = self.bolts, self.basic_collectors
+        pending_acks = self.pending_acks if self.acker_tasks else None
+        acked = 0
         for task, tup in self.pairs(batch):
             bc = basic[task]
             bc.input = tup
@@ -432,11 +434,10 @@ class BoltExecutor(Executor):
             except Exception as e:
                 self._execute_failed(task, tup, e)
             else:
-                if tup._anchors_to_ids:
-                    collectors[task].ack(tup)
-                else:
-                    untracked_acks += 1
-        self.stats.acked += untracked_acks
+                acked += 1
+                if tup._anchors_to_ids and pending_acks is not None:
+                    combine_ack(pending_acks, tup)  # the auto-ack, inlined
+        self.stats.acked += acked
 
 
 class AckerExecutor(BoltExecutor):

@@ -153,13 +153,13 @@ class Worker:
         if not block:
             if not (self.transfer_queue.has_room() and self.transport.has_room(dest_worker, tasks)):
                 return False
-            self.transfer_queue.force_put((dest_worker, records))
+            self.transfer_queue.force_put((dest_worker, records), len(records))
             return True
         while not self.transport.has_room(dest_worker, tasks):
             if executor.stopping:
                 return True
             time.sleep(0.001)  # the transport has no "room" event to wait on
-        while not self.transfer_queue.put((dest_worker, records), _POLL_SECS):
+        while not self.transfer_queue.put((dest_worker, records), len(records), _POLL_SECS):
             if executor.stopping:
                 return True
         return True
@@ -194,4 +194,4 @@ class Worker:
                         entry = by_queue[id(q)] = (q, [])
                     entry[1].append(tup if id(q) in single else (task, tup))
                 for q, batch in by_queue.values():
-                    q.force_put(batch)
+                    q.force_put(batch, len(batch))

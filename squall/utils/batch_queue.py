@@ -3,7 +3,8 @@
 Storm puts a bounded ring buffer between threads and consumes it in batches. In CPython
 the cost that matters is per call, not per slot, so producers hand over whole batches
 (lists of tuples) and the consumer takes everything queued in one call. The lock is taken
-once per batch, never per tuple.
+once per batch, never per tuple. The bound counts tuples, not batches: a full queue keeps
+the working set small enough to stay in the CPU's caches.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ from typing import Any
 
 
 class BatchQueue:
-    """Bounded queue; each element is a batch (or a control message).
+    """Bounded queue; each element is a batch of ``size`` tuples (or a control message).
 
-    * :meth:`put` blocks while the queue holds ``capacity`` elements (backpressure).
+    * :meth:`put` blocks while the queue holds ``capacity`` tuples or more (backpressure);
+      the batch that fills it may overshoot by its own size.
     * :meth:`force_put` never blocks: for control messages and for paths that must not
       wait (a worker's receive path), whose volume the senders bound.
     * :meth:`take_all` is for the single consumer: it returns every queued element,
       waiting up to ``timeout`` seconds for one to arrive.
     """
 
-    __slots__ = ("capacity", "name", "_items", "_lock", "_not_empty", "_not_full", "_consumer_waiting",
+    __slots__ = ("capacity", "name", "_items", "_size", "_lock", "_not_empty", "_not_full", "_consumer_waiting",
                  "_producers_waiting")
 
     def __init__(self, capacity: int, name: str = "") -> None:
@@ -32,6 +34,7 @@ class BatchQueue:
         self.capacity = capacity
         self.name = name
         self._items: deque[Any] = deque()
+        self._size = 0  # tuples queued
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
@@ -39,43 +42,36 @@ class BatchQueue:
         self._producers_waiting = 0
 
     def __len__(self) -> int:
-        return len(self._items)
+        """Tuples queued."""
+        return self._size
 
     def has_room(self) -> bool:
-        return len(self._items) < self.capacity
+        return self._size < self.capacity
 
-    def put(self, item: Any, timeout: float | None = None) -> bool:
-        """Append ``item``, waiting while the queue is full. False if ``timeout`` expired."""
+    def put(self, item: Any, size: int = 1, timeout: float | None = None) -> bool:
+        """Append ``item`` (``size`` tuples), waiting while the queue is full. False if
+        ``timeout`` expired."""
         with self._lock:
-            if len(self._items) >= self.capacity:
+            if self._size >= self.capacity:
                 self._producers_waiting += 1
                 try:
-                    if not self._not_full.wait_for(lambda: len(self._items) < self.capacity, timeout):
+                    if not self._not_full.wait_for(self.has_room, timeout):
                         return False
                 finally:
                     self._producers_waiting -= 1
             self._items.append(item)
+            self._size += size
             if self._consumer_waiting:
                 self._not_empty.notify()
         return True
 
-    def force_put(self, item: Any) -> None:
-        """Append ``item`` even if the queue is full."""
+    def force_put(self, item: Any, size: int = 1) -> None:
+        """Append ``item`` (``size`` tuples) even if the queue is full."""
         with self._lock:
             self._items.append(item)
+            self._size += size
             if self._consumer_waiting:
                 self._not_empty.notify()
-
-    def wait_for_room(self, timeout: float | None = None) -> bool:
-        """Wait until the queue is not full; False if ``timeout`` expired first."""
-        if len(self._items) < self.capacity:
-            return True
-        with self._lock:
-            self._producers_waiting += 1
-            try:
-                return self._not_full.wait_for(lambda: len(self._items) < self.capacity, timeout)
-            finally:
-                self._producers_waiting -= 1
 
     def take_all(self, timeout: float | None = 0) -> list[Any]:
         """Every queued element, oldest first; waits up to ``timeout`` for one ([] if none)."""
@@ -92,6 +88,7 @@ class BatchQueue:
                     return []
             items = list(self._items)
             self._items.clear()
+            self._size = 0
             if self._producers_waiting:
                 self._not_full.notify_all()
         return items

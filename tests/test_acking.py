@@ -1,0 +1,729 @@
+"""Guaranteed processing: Storm's XOR acker, anchoring, fail, timeouts, max spout pending.
+
+Components are defined at module level, so the copies running in the workers (components
+are cloudpickled at create_topology) share this module's recording structures.
+
+Negative checks ("X was *not* acked") use a barrier instead of sleeping: a marker tuple
+fed after the tuple under test goes through the same executors and the single acker, so
+once the marker's ack reached the spout, anything the tuple under test would have caused
+has reached the spout too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+
+import pytest
+
+from squall import BasicBolt, Bolt, Config, FailedException, LocalCluster, Spout, TopologyBuilder
+from squall.testing import FeederSpout, advance_time, simulated_time, wait_until
+
+WAIT = 5.0
+
+_lock = threading.Lock()
+LOG: dict[str, list] = defaultdict(list)  # key -> what a component recorded, in order
+HELD: dict[str, list] = defaultdict(list)  # key -> [(collector, tuple)] a bolt did not ack
+STOP = threading.Event()
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    LOG.clear()
+    HELD.clear()
+    STOP.clear()
+    yield
+    STOP.set()
+
+
+def record(key, item):
+    with _lock:
+        LOG[key].append(item)
+
+
+def logged(key):
+    with _lock:
+        return list(LOG[key])
+
+
+def held(key):
+    with _lock:
+        return list(HELD[key])
+
+
+def stays(condition, secs=0.3, what="condition"):
+    """Assert ``condition()`` holds during the whole of ``secs`` (for 'nothing more happens')."""
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        assert condition(), f"{what} stopped holding"
+        time.sleep(0.01)
+    assert condition(), f"{what} stopped holding"
+
+
+# -- components ----------------------------------------------------------------------------
+
+
+def _action(value):
+    """What a ScriptBolt does with its input, from the value's prefix."""
+    text = str(value)
+    for prefix in ("hold", "fail"):
+        if text.startswith(prefix):
+            return prefix
+    return "ack"
+
+
+class ScriptBolt(Bolt):
+    """Records every input; emits ``copies`` outputs (anchored or not); then acks, fails or
+    holds the input according to its first value's prefix ("hold..." / "fail..." / else ack).
+
+    With ``copies`` = 0 it is a sink.
+    """
+
+    def __init__(self, key, copies=0, anchored=True, decide=True):
+        self.key = key
+        self.copies = copies
+        self.anchored = anchored
+        self.decide = decide  # False: always ack (the prefix only matters downstream)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(["v"])
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        record(self.key, tup.values[0])
+        for i in range(self.copies):
+            self.collector.emit([f"{tup.values[0]}.{i}"], anchors=tup if self.anchored else None)
+        action = _action(tup.values[0]) if self.decide else "ack"
+        if action == "ack":
+            self.collector.ack(tup)
+        elif action == "fail":
+            self.collector.fail(tup)
+        else:
+            with _lock:
+                HELD[self.key].append((self.collector, tup))
+
+
+class HoldAllBolt(Bolt):
+    """Never acks: keeps (collector, tuple) for the test to ack or fail later."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        with _lock:
+            HELD[self.key].append((self.collector, tup))
+            LOG[self.key].append(tup.values[0])
+
+
+class SentenceSpout(Spout):
+    """Emits each sentence once as [msg_id, sentence] with that message id; on ack checks that
+    every descendant of the tuple was already processed by the sinks."""
+
+    outputs = ["id", "sentence"]
+
+    def __init__(self, sentences, expected_descendants):
+        self.sentences = sentences
+        self.expected = expected_descendants  # msg_id -> number of sink executions
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+        self.todo = list(self.sentences.items())
+
+    def next_tuple(self):
+        if self.todo:
+            msg_id, sentence = self.todo.pop(0)
+            self.collector.emit([msg_id, sentence], msg_id=msg_id)
+
+    def ack(self, msg_id):
+        done = sum(1 for root in logged("sinks") if root == msg_id)
+        record("acked", (msg_id, done, self.expected[msg_id]))
+
+    def fail(self, msg_id):
+        record("failed", msg_id)
+
+
+class SplitBolt(Bolt):
+    outputs = ["id", "word"]
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        for word in tup["sentence"].split():
+            self.collector.emit([tup["id"], word], anchors=tup)
+        self.collector.ack(tup)
+
+
+class EchoBolt(Bolt):
+    """Re-emits its input anchored to it, then acks it."""
+
+    outputs = ["id", "word"]
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.emit(list(tup.values), anchors=[tup])
+        self.collector.ack(tup)
+
+
+class RecordRootSink(Bolt):
+    """Records the root id (first value) of each input before acking it."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        record("sinks", tup.values[0])
+        self.collector.ack(tup)
+
+
+class JoinBolt(Bolt):
+    """Pairs inputs two by two and emits their join anchored to both, then acks both.
+    Inputs whose value starts with 'marker' are acked at once, unjoined."""
+
+    outputs = ["v"]
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.waiting = None
+
+    def execute(self, tup):
+        value = tup.values[0]
+        if value.startswith("marker"):
+            self.collector.emit([value], anchors=tup)
+            self.collector.ack(tup)
+            return
+        if self.waiting is None:
+            self.waiting = tup
+            return
+        first, self.waiting = self.waiting, None
+        joined = f"{first.values[0]}+{value}"
+        record("joined", joined)
+        self.collector.emit([joined], anchors=[first, tup])
+        self.collector.ack(first)
+        self.collector.ack(tup)
+
+
+class Doubler(BasicBolt):
+    """A BasicBolt: emits two outputs (anchored for it); raises for 'fail...' and 'boom...'."""
+
+    outputs = ["v"]
+
+    def execute(self, tup, collector):
+        value = tup.values[0]
+        record("basic", value)
+        if value.startswith("failx"):
+            raise FailedException("asked to fail")
+        if value.startswith("boom"):
+            raise RuntimeError("boom in basic bolt")
+        collector.emit([value + ".a"])
+        collector.emit([value + ".b"])
+
+
+class CountingSpout(Spout):
+    """Emits distinct values with message ids for as long as the test lets it."""
+
+    outputs = ["v"]
+
+    def __init__(self, key):
+        self.key = key
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+        self.task = context.get_this_task_id()
+        self.n = 0
+
+    def next_tuple(self):
+        if STOP.is_set():
+            return
+        msg_id = f"{self.task}-{self.n}"
+        self.n += 1
+        record(self.key, msg_id)
+        self.collector.emit([msg_id], msg_id=msg_id)
+
+    def ack(self, msg_id):
+        record(self.key + ".acked", msg_id)
+
+    def fail(self, msg_id):
+        record(self.key + ".failed", msg_id)
+
+
+def barrier(feeder, marker):
+    """Feed a marker the topology acks, and wait for its ack (see the module docstring)."""
+    feeder.feed([f"marker-{marker}"], msg_id=marker)
+    wait_until(lambda: marker in feeder.acked, WAIT, message=f"ack of marker {marker}")
+
+
+def _submit(cluster, builder, conf=None, name="t"):
+    cluster.submit_topology(name, conf or Config(), builder.create_topology())
+    return name
+
+
+# -- complete trees ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_tree_acked_exactly_once_after_every_descendant(cluster, workers):
+    sentences = {f"s{i}": " ".join(f"w{i}x{j}" for j in range(i % 4 + 1)) for i in range(20)}
+    # descendants that reach the sinks: each word once on "count" (fields grouping),
+    # each word on both tasks of "audit" (all grouping) -> and each echo once
+    expected = {mid: 4 * len(s.split()) for mid, s in sentences.items()}
+    b = TopologyBuilder()
+    b.set_spout("spout", SentenceSpout(sentences, expected))
+    b.set_bolt("split", SplitBolt(), 2).shuffle_grouping("spout")
+    b.set_bolt("echo", EchoBolt(), 2).shuffle_grouping("split")
+    b.set_bolt("count", RecordRootSink(), 2).fields_grouping("split", ["word"])
+    b.set_bolt("audit", RecordRootSink(), 2).all_grouping("split")
+    b.set_bolt("echo-sink", RecordRootSink(), 1).shuffle_grouping("echo")
+    conf = Config().set_num_workers(workers)
+    _submit(cluster, b, conf)
+    wait_until(lambda: len(logged("acked")) == len(sentences), WAIT, message="every sentence acked")
+    acked = logged("acked")
+    assert sorted(mid for mid, _, _ in acked) == sorted(sentences)  # each exactly once
+    for mid, done, want in acked:
+        assert done == want, f"{mid} acked after {done} of its {want} descendants were processed"
+    stays(lambda: len(logged("acked")) == len(sentences) and not logged("failed"), 0.2, "no extra ack/fail")
+
+
+def test_tree_not_acked_while_one_anchored_descendant_is_unacked(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("fan", ScriptBolt("fan", copies=3, decide=False), 2).shuffle_grouping("spout")
+    b.set_bolt("mid", ScriptBolt("mid", copies=1, decide=False)).shuffle_grouping("fan")
+    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("mid")
+    _submit(cluster, b)
+    # "hold-1" fans out to hold-1.0.0, hold-1.1.0, hold-1.2.0 at the sink: all three are held
+    feeder.feed(["hold-1"], msg_id=1)
+    wait_until(lambda: len(held("sink")) == 3, WAIT)
+    barrier(feeder, "m1")
+    assert feeder.acked == ["m1"] and feeder.failed == []
+    collectors = held("sink")
+    # ack two of the three leaves: still pending
+    collectors[0][0].ack(collectors[0][1])
+    collectors[1][0].ack(collectors[1][1])
+    barrier(feeder, "m2")
+    assert feeder.acked == ["m1", "m2"] and feeder.failed == []
+    # the last leaf completes the tree
+    collectors[2][0].ack(collectors[2][1])
+    wait_until(lambda: 1 in feeder.acked, WAIT)
+    barrier(feeder, "m3")
+    assert feeder.acked == ["m1", "m2", 1, "m3"]
+    assert feeder.failed == []
+
+
+def test_ack_of_intermediate_tuple_does_not_complete_tree_before_leaf(cluster):
+    """A bolt that acks its input before its anchored child is processed does not complete
+    the tree; the child's ack does."""
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("a", ScriptBolt("a", copies=1, decide=False)).shuffle_grouping("spout")
+    b.set_bolt("b", ScriptBolt("b", copies=1, decide=False)).shuffle_grouping("a")
+    b.set_bolt("c", HoldAllBolt("c")).shuffle_grouping("b")
+    _submit(cluster, b)
+    feeder.feed(["x"], msg_id="x")
+    wait_until(lambda: len(held("c")) == 1, WAIT)
+    assert logged("c") == ["x.0.0"]
+    # no marker can pass "c" (it holds everything): ack the held tuple and observe exactly one ack
+    stays(lambda: feeder.acked == [], 0.2, "not acked while the leaf is unacked")
+    collector, tup = held("c")[0]
+    collector.ack(tup)
+    wait_until(lambda: feeder.acked == ["x"], WAIT)
+    stays(lambda: feeder.acked == ["x"] and feeder.failed == [], 0.2, "exactly one ack")
+
+
+# -- multi-anchoring ------------------------------------------------------------------------------
+
+
+def _join_topology(feeder):
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("join", JoinBolt()).global_grouping("spout")
+    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("join")
+    return b
+
+
+def test_multi_anchored_join_acks_both_spout_tuples_only_when_joined_tuple_acked(cluster):
+    feeder = FeederSpout(["v"])
+    _submit(cluster, _join_topology(feeder))
+    feeder.feed(["hold-left"], msg_id="L")
+    feeder.feed(["right"], msg_id="R")  # the joined value "hold-left+right" is held by the sink
+    wait_until(lambda: len(held("sink")) == 1, WAIT)
+    assert logged("joined") == ["hold-left+right"]
+    barrier(feeder, "m1")
+    assert feeder.acked == ["m1"], "a spout tuple was acked although the joined tuple is unacked"
+    collector, tup = held("sink")[0]
+    collector.ack(tup)
+    wait_until(lambda: set(feeder.acked) == {"m1", "L", "R"}, WAIT)
+    barrier(feeder, "m2")
+    assert Counter(feeder.acked) == Counter(["m1", "L", "R", "m2"])
+    assert feeder.failed == []
+
+
+def test_multi_anchored_join_failing_joined_tuple_fails_both(cluster):
+    feeder = FeederSpout(["v"])
+    _submit(cluster, _join_topology(feeder))
+    feeder.feed(["hold-a"], msg_id="A")
+    feeder.feed(["b"], msg_id="B")
+    wait_until(lambda: len(held("sink")) == 1, WAIT)
+    collector, tup = held("sink")[0]
+    collector.fail(tup)
+    wait_until(lambda: sorted(feeder.failed) == ["A", "B"], WAIT)
+    barrier(feeder, "m1")
+    assert feeder.acked == ["m1"]
+    assert sorted(feeder.failed) == ["A", "B"]
+    # acking the failed tuple afterwards changes nothing
+    collector.ack(tup)
+    barrier(feeder, "m2")
+    assert feeder.acked == ["m1", "m2"] and sorted(feeder.failed) == ["A", "B"]
+
+
+def test_multi_anchoring_to_two_inputs_of_the_same_tree(cluster):
+    """Anchoring one output to two tuples of the same tree keeps the XOR sound."""
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("fan", ScriptBolt("fan", copies=2, decide=False)).shuffle_grouping("spout")
+    b.set_bolt("join", JoinBolt()).global_grouping("fan")
+    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("join")
+    _submit(cluster, b)
+    feeder.feed(["hold"], msg_id="T")  # fan -> hold.0, hold.1 -> join -> "hold.0+hold.1" held
+    wait_until(lambda: len(held("sink")) == 1, WAIT)
+    barrier(feeder, "m1")
+    assert feeder.acked == ["m1"]
+    collector, tup = held("sink")[0]
+    collector.ack(tup)
+    wait_until(lambda: "T" in feeder.acked, WAIT)
+    barrier(feeder, "m2")
+    assert feeder.acked == ["m1", "T", "m2"] and feeder.failed == []
+
+
+# -- fail, untracked emits, no ackers ------------------------------------------------------------
+
+
+def test_explicit_fail_in_a_bolt_fails_the_spout_tuple(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("mid", ScriptBolt("mid", copies=2, decide=False)).shuffle_grouping("spout")
+    b.set_bolt("sink", ScriptBolt("sink"), 2).shuffle_grouping("mid")
+    _submit(cluster, b)
+    feeder.feed(["ok"], msg_id=1)
+    feeder.feed(["fail-me"], msg_id=2)  # both children fail at the sink
+    feeder.feed(["ok2"], msg_id=3)
+    wait_until(lambda: feeder.failed == [2] and sorted(feeder.acked) == [1, 3], WAIT)
+    barrier(feeder, "m")
+    assert feeder.failed == [2], "a tree with two failed tuples must be failed exactly once"
+    assert sorted(feeder.acked, key=str) == sorted([1, 3, "m"], key=str)
+
+
+def test_fail_of_one_branch_then_ack_of_the_other_gives_only_fail(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("mid", ScriptBolt("mid", copies=2, decide=False)).shuffle_grouping("spout")
+    b.set_bolt("sink", HoldAllBolt("sink")).shuffle_grouping("mid")
+    _submit(cluster, b)
+    feeder.feed(["x"], msg_id="X")
+    wait_until(lambda: len(held("sink")) == 2, WAIT)
+    (c0, t0), (c1, t1) = held("sink")
+    c0.fail(t0)
+    wait_until(lambda: feeder.failed == ["X"], WAIT)
+    c1.ack(t1)
+    c1.fail(t1)
+    stays(lambda: feeder.failed == ["X"] and feeder.acked == [], 0.3, "exactly one fail, no ack")
+
+
+def test_unanchored_bolt_emits_are_not_tracked(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("mid", ScriptBolt("mid", copies=2, anchored=False, decide=False)).shuffle_grouping("spout")
+    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("mid")
+    _submit(cluster, b)
+    # the sink holds or fails the unanchored children: the spout tuples are acked anyway
+    feeder.feed(["hold-a"], msg_id="a")
+    feeder.feed(["fail-b"], msg_id="b")
+    wait_until(lambda: sorted(feeder.acked) == ["a", "b"], WAIT)
+    wait_until(lambda: len(logged("sink")) == 4, WAIT)
+    barrier(feeder, "m")
+    assert sorted(feeder.acked) == ["a", "b", "m"]
+    assert feeder.failed == []
+    # failing a held untracked tuple later changes nothing either
+    for collector, tup in held("sink"):
+        collector.fail(tup)
+    barrier(feeder, "m2")
+    assert sorted(feeder.acked) == ["a", "b", "m", "m2"] and feeder.failed == []
+
+
+def test_emits_without_msg_id_get_no_ack_or_fail(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("mid", ScriptBolt("mid", copies=1, decide=False)).shuffle_grouping("spout")
+    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("mid")
+    _submit(cluster, b)
+    feeder.feed(["plain"])
+    feeder.feed(["fail-plain"])
+    feeder.feed(["hold-plain"])
+    wait_until(lambda: len(logged("sink")) == 3, WAIT)
+    barrier(feeder, "m")
+    assert feeder.acked == ["m"]
+    assert feeder.failed == []
+
+
+def test_with_zero_ackers_msg_ids_are_acked_at_once(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("sink", HoldAllBolt("sink")).shuffle_grouping("spout")
+    conf = Config().set_num_ackers(0)
+    _submit(cluster, b, conf)
+    info = cluster.get_topology_info("t")
+    assert not any(e["component"] == "__acker" for w in info["workers"] for e in w["executors"])
+    for i in range(5):
+        feeder.feed([f"v{i}"], msg_id=i)
+    # acked although the bolt never acks
+    wait_until(lambda: feeder.acked == [0, 1, 2, 3, 4], WAIT)
+    wait_until(lambda: len(held("sink")) == 5, WAIT)
+    for collector, tup in held("sink"):
+        collector.fail(tup)
+    feeder.feed(["after"], msg_id="after")
+    wait_until(lambda: "after" in feeder.acked, WAIT)
+    assert feeder.acked == [0, 1, 2, 3, 4, "after"]
+    assert feeder.failed == []
+
+
+def test_msg_id_with_no_subscriber_is_acked_at_once(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)  # nobody subscribes
+    _submit(cluster, b)
+    feeder.feed(["x"], msg_id="x")
+    wait_until(lambda: feeder.acked == ["x"], WAIT)
+    assert feeder.failed == []
+
+
+# -- BasicBolt -----------------------------------------------------------------------------------
+
+
+def test_basic_bolt_auto_anchors_and_auto_acks(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("basic", Doubler()).shuffle_grouping("spout")
+    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("basic")
+    _submit(cluster, b)
+    # the sink holds "hold.a" and "hold.b": the tree stays pending although the basic bolt returned
+    feeder.feed(["hold"], msg_id="H")
+    feeder.feed(["ok"], msg_id="K")
+    wait_until(lambda: "K" in feeder.acked, WAIT)
+    wait_until(lambda: len(held("sink")) == 2, WAIT)  # "hold.a" and "hold.b"
+    barrier(feeder, "m")
+    assert "H" not in feeder.acked, "emits of a BasicBolt must be anchored to its input"
+    for collector, tup in held("sink"):
+        collector.ack(tup)
+    wait_until(lambda: "H" in feeder.acked, WAIT)
+    assert sorted(logged("sink")) == sorted(["hold.a", "hold.b", "ok.a", "ok.b", "marker-m.a", "marker-m.b"])
+    assert feeder.failed == []
+
+
+def test_basic_bolt_failed_exception_fails_input_without_error(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("basic", Doubler()).shuffle_grouping("spout")
+    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("basic")
+    _submit(cluster, b)
+    feeder.feed(["failx"], msg_id="F")
+    wait_until(lambda: feeder.failed == ["F"], WAIT)
+    barrier(feeder, "m")
+    assert feeder.failed == ["F"] and feeder.acked == ["m"]
+    assert cluster.get_topology_info("t")["components"]["basic"]["errors"] == []
+
+
+def test_basic_bolt_other_exception_fails_input_and_records_error(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("basic", Doubler()).shuffle_grouping("spout")
+    _submit(cluster, b)
+    feeder.feed(["boom"], msg_id="B")
+    wait_until(lambda: feeder.failed == ["B"], WAIT)
+    errors = cluster.get_topology_info("t")["components"]["basic"]["errors"]
+    assert len(errors) == 1
+    assert "boom in basic bolt" in errors[0]["error"]
+    # the executor keeps running
+    barrier(feeder, "m")
+
+
+def test_rich_bolt_exception_fails_input_and_records_error(cluster):
+    feeder = FeederSpout(["v"])
+
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("bad", RaisingBolt()).shuffle_grouping("spout")
+    _submit(cluster, b)
+    feeder.feed(["raise"], msg_id="R")
+    wait_until(lambda: feeder.failed == ["R"], WAIT)
+    barrier(feeder, "m")
+    assert feeder.failed == ["R"]
+    errors = cluster.get_topology_info("t")["components"]["bad"]["errors"]
+    assert len(errors) == 1 and "ValueError" in errors[0]["error"] and "bad value raise" in errors[0]["error"]
+
+
+class RaisingBolt(Bolt):
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        if tup.values[0] == "raise":
+            raise ValueError("bad value raise")
+        self.collector.ack(tup)
+
+
+# -- timeouts (simulated time) -------------------------------------------------------------------
+
+
+def _timeout_topology(feeder, sink):
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder)
+    b.set_bolt("sink", sink).shuffle_grouping("spout")
+    return b.create_topology()
+
+
+def test_timeout_expires_between_t_and_2t():
+    T = 10
+    with simulated_time():
+        with LocalCluster() as cluster:
+            feeder = FeederSpout(["v"])
+            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+                                    _timeout_topology(feeder, ScriptBolt("sink")))
+            feeder.feed(["hold"], msg_id="H")
+            wait_until(lambda: len(held("sink")) == 1, WAIT)
+            advance_time(T * 0.9)
+            barrier(feeder, "m1")
+            assert feeder.failed == [], "timed out before T"
+            advance_time(T * 1.1 + 0.5)  # now past 2T
+            wait_until(lambda: feeder.failed == ["H"], WAIT, message="fail after 2T")
+            barrier(feeder, "m2")
+            assert feeder.failed == ["H"]
+            assert feeder.acked == ["m1", "m2"]
+            # a late ack of the timed-out tuple gives no ack
+            collector, tup = held("sink")[0]
+            collector.ack(tup)
+            barrier(feeder, "m3")
+            assert feeder.acked == ["m1", "m2", "m3"] and feeder.failed == ["H"]
+            info = cluster.get_topology_info("t")
+            assert info["components"]["spout"]["failed"] == 1
+
+
+def test_timeout_in_one_big_advance_fails_once():
+    T = 5
+    with simulated_time():
+        with LocalCluster() as cluster:
+            feeder = FeederSpout(["v"])
+            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+                                    _timeout_topology(feeder, ScriptBolt("sink")))
+            for i in range(3):
+                feeder.feed([f"hold-{i}"], msg_id=i)
+            wait_until(lambda: len(held("sink")) == 3, WAIT)
+            advance_time(10 * T)
+            wait_until(lambda: sorted(feeder.failed) == [0, 1, 2], WAIT)
+            for collector, tup in held("sink"):
+                collector.fail(tup)
+            barrier(feeder, "m")
+            assert sorted(feeder.failed) == [0, 1, 2], "a timed-out tuple must not be failed again"
+            assert feeder.acked == ["m"]
+
+
+def test_reset_timeout_delays_the_timeout():
+    T = 10
+    with simulated_time():
+        with LocalCluster() as cluster:
+            feeder = FeederSpout(["v"])
+            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+                                    _timeout_topology(feeder, ScriptBolt("sink")))
+            feeder.feed(["hold-kept"], msg_id="kept")
+            feeder.feed(["hold-lost"], msg_id="lost")
+            wait_until(lambda: len(held("sink")) == 2, WAIT)
+            by_value = {tup.values[0]: (c, tup) for c, tup in held("sink")}
+            advance_time(15)  # one rotation (at 10): both are now in the older bucket
+            collector, tup = by_value["hold-kept"]
+            collector.reset_timeout(tup)
+            barrier(feeder, "m1")  # the reset reached the spout before this marker's ack
+            assert feeder.failed == []
+            advance_time(6)  # t = 21: the rotation at 20 expires "lost" only
+            wait_until(lambda: feeder.failed == ["lost"], WAIT)
+            barrier(feeder, "m2")
+            assert feeder.failed == ["lost"], "reset_timeout did not delay the timeout"
+            advance_time(10)  # t = 31: the rotation at 30 expires "kept"
+            wait_until(lambda: feeder.failed == ["lost", "kept"], WAIT)
+            collector.ack(tup)
+            barrier(feeder, "m3")
+            assert feeder.acked == ["m1", "m2", "m3"]
+            assert feeder.failed == ["lost", "kept"]
+
+
+def test_timeout_real_clock_between_t_and_2t(cluster):
+    T = 0.4
+    feeder = FeederSpout(["v"])
+    cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+                            _timeout_topology(feeder, HoldAllBolt("sink")))
+    feeder.feed(["x"], msg_id="x")
+    wait_until(lambda: len(held("sink")) == 1, WAIT)
+    start = time.monotonic()
+    wait_until(lambda: feeder.failed == ["x"], WAIT)
+    elapsed = time.monotonic() - start
+    assert elapsed >= T * 0.9 - 0.05, f"failed after {elapsed:.3f}s, before the timeout {T}s"
+    assert elapsed <= 2 * T + 1.0
+    assert feeder.acked == []
+
+
+# -- max spout pending -----------------------------------------------------------------------------
+
+
+def _pending_topology(spout_parallelism=1, via_declarer=None):
+    b = TopologyBuilder()
+    d = b.set_spout("spout", CountingSpout("spout"), spout_parallelism)
+    if via_declarer is not None:
+        d.set_max_spout_pending(via_declarer)
+    b.set_bolt("hold", HoldAllBolt("hold")).shuffle_grouping("spout")
+    return b.create_topology()
+
+
+@pytest.mark.parametrize("via", ["config", "declarer"])
+def test_max_spout_pending_throttles_next_tuple(cluster, via):
+    if via == "config":
+        cluster.submit_topology("t", Config().set_max_spout_pending(3), _pending_topology())
+    else:
+        cluster.submit_topology("t", Config(), _pending_topology(via_declarer=3))
+    wait_until(lambda: len(held("hold")) == 3, WAIT)
+    stays(lambda: len(logged("spout")) == 3, 0.3, "no 4th emit while 3 are pending")
+    collector, tup = held("hold")[0]
+    collector.ack(tup)
+    wait_until(lambda: len(logged("spout.acked")) == 1, WAIT)
+    wait_until(lambda: len(logged("spout")) == 4, WAIT)
+    stays(lambda: len(logged("spout")) == 4, 0.3, "exactly one more emit after one ack")
+    # failing one frees a slot too
+    collector, tup = held("hold")[1]
+    collector.fail(tup)
+    wait_until(lambda: len(logged("spout")) == 5, WAIT)
+    stays(lambda: len(logged("spout")) == 5, 0.2, "exactly one more emit after one fail")
+    assert logged("spout.failed") == [held("hold")[1][1].values[0]]
+
+
+def test_max_spout_pending_is_per_spout_task(cluster):
+    cluster.submit_topology("t", Config().set_max_spout_pending(3), _pending_topology(spout_parallelism=2))
+    wait_until(lambda: len(held("hold")) == 6, WAIT)
+    stays(lambda: len(logged("spout")) == 6, 0.3, "3 pending per task")
+    per_task = Counter(v.split("-")[0] for v in logged("spout"))
+    assert sorted(per_task.values()) == [3, 3]
