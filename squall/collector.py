@@ -117,6 +117,14 @@ class SpoutOutputCollector(_Collector):
         self._emit(values, stream, msg_id, task_id)
 
     def _emit(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
+        try:
+            return self._emit_tracked(values, stream, msg_id, direct_task)
+        except Exception:
+            if msg_id is not None:  # exactly one ack or fail per message id, even for a failed emit
+                self._executor.settle_now(self._task_id, "fail", msg_id)
+            raise
+
+    def _emit_tracked(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
         if values.__class__ is not list:
             values = list(values)
         route, tasks = self._targets(values, stream, direct_task)
@@ -124,13 +132,15 @@ class SpoutOutputCollector(_Collector):
         if msg_id is None or not self._acker_tasks or not tasks:
             self._send(tasks, Tuple(values, route.source, self._task_id))
             if msg_id is not None:
-                self._executor.ack_now(self._task_id, msg_id)
+                self._executor.settle_now(self._task_id, "ack", msg_id)
             return tasks
         root = _rand64(64)
         ack_val = 0
         for task in tasks:
             edge = _rand64(64)
             ack_val ^= edge
+            # should a later target fail, the tuples already sent belong to a tree that is
+            # failed below: at-least-once holds (the acker forgets such trees after timeouts)
             self._send((task,), Tuple(values, route.source, self._task_id, {root: edge}))
         self._pending.put(root, (msg_id, time.perf_counter()))
         self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])

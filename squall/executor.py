@@ -31,7 +31,7 @@ from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, Acker, acker_for,
 from squall.bolt import BasicBolt
 from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector, combine_ack
 from squall.context import TopologyContext
-from squall.errors import EmitError, FailedException
+from squall.errors import EmitError, FailedException, SerializationError
 from squall.grouping import DIRECT, GlobalStreamId, make_grouper
 from squall.metrics import ExecutorStats
 from squall.scheduler import ExecutorAssignment
@@ -231,6 +231,7 @@ class Executor:
             else:
                 ob = by_worker.setdefault(worker_index, _Outbox(None, worker_index, False))
             self._outboxes[task] = ob
+        self._has_remote = bool(by_worker)
 
     def routes_for(self, task_id: int, context: TopologyContext) -> dict[str, StreamRoute]:
         """Build the stream routes (groupers included) of one emitting task."""
@@ -259,9 +260,13 @@ class Executor:
         return routes
 
     def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
-        """Queue ``tup`` for each of ``tasks`` (from the executor thread, or holding ``self.lock``)."""
+        """Queue ``tup`` for each of ``tasks`` (from the executor thread, or holding ``self.lock``).
+
+        All or nothing: a value that cannot be serialized for another worker raises
+        :class:`SerializationError` before any task gets the tuple.
+        """
         outboxes = self._outboxes
-        packed = None
+        packed = self._pack_for_other_workers(tasks, tup) if self._has_remote else None
         for task in tasks:
             ob = outboxes[task]
             items = ob.items
@@ -269,12 +274,22 @@ class Executor:
                 items.append(tup)
             elif ob.queue is not None:
                 items.append((task, tup))
-            else:  # another worker: serialize now, so a bad value fails this emit
-                if packed is None:
-                    packed = self._serializer.dumps(tup.values)
+            else:
                 items.append((task, tup.source_task, tup._source.stream, packed, tup._anchors_to_ids))
             if len(items) >= self._batch_size:
                 self._flush(ob)
+
+    def _pack_for_other_workers(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> bytes | None:
+        remote = [t for t in tasks if self._outboxes[t].queue is None]
+        if not remote:
+            return None
+        try:
+            return self._serializer.dumps(tup.values)
+        except SerializationError as e:
+            raise SerializationError(
+                f"component {self.component!r}, stream {tup._source.stream!r}: the tuple for task(s) {remote} "
+                f"in another worker cannot be serialized: {e}"
+            ) from e
 
     def _hand_off(self, ob: _Outbox, items: list[Any], block: bool) -> bool:
         if ob.queue is not None:
@@ -483,7 +498,7 @@ class SpoutExecutor(Executor):
         self.exhausted = False
         self._pending = {task: RotatingMap(2) for task in self.task_ids}
         self._overflow: list[tuple[_Outbox, list[Any]]] = []
-        self._ack_now: list[tuple[int, Any]] = []
+        self._settle_now: list[tuple[int, str, Any]] = []  # (task, "ack" | "fail", msg_id)
         self._max_pending = self.conf["topology.max.spout.pending"]
         self._max_batch = self.conf["topology.spout.max.batch.size"]
 
@@ -493,9 +508,11 @@ class SpoutExecutor(Executor):
     def pending_count(self) -> int:
         return sum(len(p) for p in self._pending.values())
 
-    def ack_now(self, task_id: int, msg_id: Any) -> None:
-        """Ack ``msg_id`` as soon as the current spout call returns (no ackers / no targets)."""
-        self._ack_now.append((task_id, msg_id))
+    def settle_now(self, task_id: int, method: str, msg_id: Any) -> None:
+        """Call the spout's ``ack`` or ``fail`` for ``msg_id`` as soon as the current spout
+        call returns: ack when there is nothing to track (no ackers, no targets), fail when
+        the emit raised."""
+        self._settle_now.append((task_id, method, msg_id))
 
     def setup(self) -> None:
         self.spouts: dict[int, Any] = {}
@@ -577,7 +594,7 @@ class SpoutExecutor(Executor):
                 if self._overflow:
                     break
         self.flush_all()
-        self._run_ack_now()
+        self._run_settle_now()
         if self._tracker is not None:
             self.exhausted = exhausted and not emitted and not self._overflow
         return emitted
@@ -589,14 +606,14 @@ class SpoutExecutor(Executor):
             self.report_error(task, e)
             return True
 
-    def _run_ack_now(self) -> None:
-        while self._ack_now:
-            task, msg_id = self._ack_now.pop(0)
-            self.stats.acked += 1
-            try:
-                self.spouts[task].ack(msg_id)
-            except Exception as e:
-                self.report_error(task, e)
+    def _run_settle_now(self) -> None:
+        while self._settle_now:
+            task, method, msg_id = self._settle_now.pop(0)
+            if method == "ack":
+                self.stats.acked += 1
+            else:
+                self.stats.failed += 1
+            self._call(task, method, msg_id)
 
     def _handle(self, items: list[Any]) -> None:
         done = 0
@@ -623,7 +640,7 @@ class SpoutExecutor(Executor):
                 elif stream == ACK_FAIL:
                     self.stats.failed += 1
                     self._call(task, "fail", entry[0])
-        self._run_ack_now()
+        self._run_settle_now()
         self.flush_all()  # replays emitted from fail()
         if self._tracker is not None and done:
             self._tracker.done(done)

@@ -7,6 +7,7 @@ executor's thread.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import zlib
 from collections.abc import Sequence
@@ -57,30 +58,47 @@ class CustomStreamGrouping:
         raise NotImplementedError
 
 
-def _key_default(obj: Any) -> Any:
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj, key=repr)
+_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+_EXT_BIG_INT, _EXT_DICT, _EXT_SET = 0, 1, 2
+
+
+def _canonical(value: Any) -> Any:
+    """A msgpack-able form of a key value in which equal values (by ``==``) are identical:
+    1, 1.0 and True; (1, "a") and [1.0, "a"]; dicts and sets in any order."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        value = int(value)
+        return value if _INT64_MIN <= value <= _UINT64_MAX else msgpack.ExtType(_EXT_BIG_INT, str(value).encode())
+    if isinstance(value, float):
+        return _canonical(int(value)) if value.is_integer() else value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        pairs = sorted((_pack([_canonical(k)]), _canonical(v)) for k, v in value.items())
+        return msgpack.ExtType(_EXT_DICT, _pack(pairs))
+    if isinstance(value, (set, frozenset)):
+        return msgpack.ExtType(_EXT_SET, _pack(sorted(_pack([_canonical(v)]) for v in value)))
     raise TypeError(
-        f"a grouping key value of type {type(obj).__name__} has no stable hash; "
-        "group on str, bytes, int, float, bool, None or lists/tuples/dicts of them"
+        f"a grouping key value of type {type(value).__name__} has no stable hash; "
+        "group on str, bytes, int, float, bool, None or lists/tuples/dicts/sets of them"
     )
 
 
-def _normalize(value: Any) -> Any:
-    # Equal keys must land on the same task whatever their Python type: 1 == 1.0 == True.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if value is True or value is False:
-        return int(value)
-    return value
-
-
-_packer = msgpack.Packer(default=_key_default, use_bin_type=True)
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
 
 
 def stable_key_bytes(key: Sequence[Any]) -> bytes:
-    """The bytes a grouping key hashes as: the same in every process, unlike ``hash()``."""
-    return _packer.pack([_normalize(v) for v in key])
+    """The bytes a grouping key hashes as: the same in every process (unlike ``hash()``),
+    and the same for keys that are equal."""
+    return _pack([_canonical(v) for v in key])
 
 
 class _Grouper:
@@ -145,18 +163,28 @@ class FieldsGrouper(_Grouper):
 
 
 class PartialKeyGrouper(FieldsGrouper):
-    """Two candidate tasks per key; send to the one this grouper has sent fewer tuples to."""
+    """Two candidate tasks per key, from two independent hashes; send to the one this
+    grouper has sent fewer tuples to (Storm's "power of both choices")."""
 
     def __init__(self, targets: list[int], output_fields: Fields, selected: Fields) -> None:
         super().__init__(targets, output_fields, selected)
         self._sent = [0] * self._n
-        self._task_index = {t[0]: i for i, t in enumerate(self._choices)}
+        self._candidates: dict[Any, tuple[int, int]] = {}
 
     def choose(self, values: list[Any]) -> list[int]:
         key = tuple([values[i] for i in self._indexes])
-        data = stable_key_bytes(key)
-        first = zlib.crc32(data) % self._n
-        second = zlib.crc32(data, 0x9E3779B9) % self._n
+        try:
+            first, second = self._candidates[key]
+        except (KeyError, TypeError):
+            data = stable_key_bytes(key)
+            first = zlib.crc32(data) % self._n
+            second = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") % self._n
+            try:
+                if len(self._candidates) >= self._CACHE_LIMIT:
+                    self._candidates.clear()
+                self._candidates[key] = (first, second)
+            except TypeError:
+                pass  # unhashable key: not cached
         chosen = first if self._sent[first] <= self._sent[second] else second
         self._sent[chosen] += 1
         return self._choices[chosen]

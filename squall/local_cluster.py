@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +131,10 @@ class LocalCluster:
     def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
         """Deactivate the spouts, wait ``wait_secs`` (default: the message timeout) for
         pending trees to finish, then stop every executor (calling close/cleanup).
-        Returns once the topology is gone; its name can then be reused."""
+        Returns once the topology is gone; its name can then be reused.
+
+        Under :func:`~squall.testing.simulated_time` the wait is skipped: nothing would
+        move the clock while this call blocks the test."""
         running = self._get(name)
         with running.lock:
             if running.status == KILLED:
@@ -141,8 +145,8 @@ class LocalCluster:
         if previous == ACTIVE:
             for worker in running.workers:
                 worker.set_active(False)
-        if wait_secs > 0:
-            clock.sleep(wait_secs)
+        if wait_secs > 0 and not clock.is_simulating():
+            time.sleep(wait_secs)
         self._stop(running)
 
     def _stop(self, running: _Running) -> None:

@@ -1,7 +1,8 @@
 """Serialization of tuple values crossing workers: msgpack, with cloudpickle as fallback.
 
 Common types (None, bool, int within 64 bits, float, str, bytes, list, dict) are msgpack's
-own; tuples keep their type; anything else travels as cloudpickle. A value that neither
+own; tuples keep their type; anything else travels as cloudpickle, except ``bytearray`` and
+``memoryview``, which msgpack packs natively and which therefore arrive as ``bytes``. A value that neither
 can encode raises :class:`~squall.errors.SerializationError` at emit, in the emitting
 component. A :class:`Serializer` is not thread-safe: make one per thread.
 """

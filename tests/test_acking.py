@@ -114,11 +114,13 @@ class HoldAllBolt(Bolt):
 
     def prepare(self, conf, context, collector):
         self.collector = collector
+        self.task = context.get_this_task_id()
 
     def execute(self, tup):
         with _lock:
             HELD[self.key].append((self.collector, tup))
             LOG[self.key].append(tup.values[0])
+            LOG[self.key + ".tasks"].append(self.task)
 
 
 class SentenceSpout(Spout):
@@ -170,6 +172,22 @@ class EchoBolt(Bolt):
 
     def execute(self, tup):
         self.collector.emit(list(tup.values), anchors=[tup])
+        self.collector.ack(tup)
+
+
+class DirectRelay(Bolt):
+    """Re-emits each input on its direct stream to one task of "direct-sink", anchored."""
+
+    def declare_output_fields(self, declarer):
+        declarer.declare_stream("direct", ["id", "word"], direct=True)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.targets = context.get_component_tasks("direct-sink")
+
+    def execute(self, tup):
+        target = self.targets[len(tup["word"]) % len(self.targets)]
+        self.collector.emit_direct(target, list(tup.values), anchors=tup, stream="direct")
         self.collector.ack(tup)
 
 
@@ -272,16 +290,20 @@ def _submit(cluster, builder, conf=None, name="t"):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_tree_acked_exactly_once_after_every_descendant(cluster, workers):
     sentences = {f"s{i}": " ".join(f"w{i}x{j}" for j in range(i % 4 + 1)) for i in range(20)}
-    # descendants that reach the sinks: each word once on "count" (fields grouping),
-    # each word on both tasks of "audit" (all grouping) -> and each echo once
-    expected = {mid: 4 * len(s.split()) for mid, s in sentences.items()}
+    # descendants that reach the sinks: the sentence on both tasks of "spout-audit" (all
+    # grouping straight from the spout); each word once on "count" (fields grouping), on
+    # both tasks of "audit" (all grouping), once through "echo" and once through "direct"
+    expected = {mid: 2 + 5 * len(s.split()) for mid, s in sentences.items()}
     b = TopologyBuilder()
     b.set_spout("spout", SentenceSpout(sentences, expected))
+    b.set_bolt("spout-audit", RecordRootSink(), 2).all_grouping("spout")
     b.set_bolt("split", SplitBolt(), 2).shuffle_grouping("spout")
     b.set_bolt("echo", EchoBolt(), 2).shuffle_grouping("split")
     b.set_bolt("count", RecordRootSink(), 2).fields_grouping("split", ["word"])
     b.set_bolt("audit", RecordRootSink(), 2).all_grouping("split")
     b.set_bolt("echo-sink", RecordRootSink(), 1).shuffle_grouping("echo")
+    b.set_bolt("direct", DirectRelay()).shuffle_grouping("split")
+    b.set_bolt("direct-sink", RecordRootSink(), 2).direct_grouping("direct", "direct")
     conf = Config().set_num_workers(workers)
     _submit(cluster, b, conf)
     wait_until(lambda: len(logged("acked")) == len(sentences), WAIT, message="every sentence acked")
@@ -384,6 +406,31 @@ def test_multi_anchored_join_failing_joined_tuple_fails_both(cluster):
     collector.ack(tup)
     barrier(feeder, "m2")
     assert feeder.acked == ["m1", "m2"] and sorted(feeder.failed) == ["A", "B"]
+
+
+def test_multi_anchoring_across_workers_and_ackers(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("spout", feeder, 2)
+    b.set_bolt("join", JoinBolt()).global_grouping("spout")
+    b.set_bolt("sink", ScriptBolt("sink"), 2).shuffle_grouping("join")
+    _submit(cluster, b, Config().set_num_workers(3).set_num_ackers(3))
+    # pairs (hold-i, i): each joined tuple is held; then half are acked and half failed
+    for i in range(6):
+        feeder.feed([f"hold-{i}"], msg_id=f"h{i}")
+        wait_until(lambda: len(logged("joined")) == i, WAIT)
+        feeder.feed([f"{i}"], msg_id=f"p{i}")
+        wait_until(lambda: len(held("sink")) == i + 1, WAIT)
+    for collector, tup in held("sink"):
+        left, right = tup.values[0].split("+")
+        if int(left.split("-")[1]) % 2:
+            collector.fail(tup)
+        else:
+            collector.ack(tup)
+    wait_until(lambda: len(feeder.acked) + len(feeder.failed) == 12, WAIT)
+    assert sorted(feeder.acked) == sorted(f"{k}{i}" for i in (0, 2, 4) for k in "hp")
+    assert sorted(feeder.failed) == sorted(f"{k}{i}" for i in (1, 3, 5) for k in "hp")
+    stays(lambda: len(feeder.acked) + len(feeder.failed) == 12, 0.2, "exactly one ack or fail each")
 
 
 def test_multi_anchoring_to_two_inputs_of_the_same_tree(cluster):
@@ -502,6 +549,46 @@ def test_with_zero_ackers_msg_ids_are_acked_at_once(cluster):
     assert feeder.failed == []
 
 
+class DirectSpout(Spout):
+    """Emits each value of a list with emit_direct to the last task of "hold", tracked."""
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(["v"], direct=True)
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+        self.target = context.get_component_tasks("hold")[-1]
+        self.todo = ["d0", "d1"]
+
+    def next_tuple(self):
+        if self.todo:
+            value = self.todo.pop(0)
+            self.collector.emit_direct(self.target, [value], msg_id=value)
+
+    def ack(self, msg_id):
+        record("direct.acked", msg_id)
+
+    def fail(self, msg_id):
+        record("direct.failed", msg_id)
+
+
+def test_spout_emit_direct_with_msg_id_is_tracked(cluster):
+    b = TopologyBuilder()
+    b.set_spout("spout", DirectSpout())
+    b.set_bolt("hold", HoldAllBolt("hold"), 3).direct_grouping("spout")
+    _submit(cluster, b)
+    wait_until(lambda: len(held("hold")) == 2, WAIT)
+    info = cluster.get_topology_info("t")
+    hold_tasks = [t for w in info["workers"] for e in w["executors"] if e["component"] == "hold"
+                  for t in e["tasks"]]
+    assert logged("hold.tasks") == [max(hold_tasks)] * 2
+    stays(lambda: logged("direct.acked") == [], 0.2, "not acked before the bolt acks")
+    (c0, t0), (c1, t1) = held("hold")
+    c0.ack(t0)
+    c1.fail(t1)
+    wait_until(lambda: logged("direct.acked") == ["d0"] and logged("direct.failed") == ["d1"], WAIT)
+
+
 def test_msg_id_with_no_subscriber_is_acked_at_once(cluster):
     feeder = FeederSpout(["v"])
     b = TopologyBuilder()
@@ -600,12 +687,18 @@ def _timeout_topology(feeder, sink):
     return b.create_topology()
 
 
-def test_timeout_expires_between_t_and_2t():
+def _timeout_conf(T, workers):
+    # one acker, so that a marker's ack still follows everything sent before it
+    return Config().set_message_timeout_secs(T).set_num_workers(workers).set_num_ackers(1)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_timeout_expires_between_t_and_2t(workers):
     T = 10
     with simulated_time():
         with LocalCluster() as cluster:
             feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+            cluster.submit_topology("t", _timeout_conf(T, workers),
                                     _timeout_topology(feeder, ScriptBolt("sink")))
             feeder.feed(["hold"], msg_id="H")
             wait_until(lambda: len(held("sink")) == 1, WAIT)
@@ -626,12 +719,31 @@ def test_timeout_expires_between_t_and_2t():
             assert info["components"]["spout"]["failed"] == 1
 
 
-def test_timeout_in_one_big_advance_fails_once():
+def test_timeout_of_a_tuple_emitted_mid_period():
+    T = 10
+    with simulated_time():
+        with LocalCluster() as cluster:
+            feeder = FeederSpout(["v"])
+            cluster.submit_topology("t", _timeout_conf(T, 1), _timeout_topology(feeder, ScriptBolt("sink")))
+            advance_time(4)
+            feeder.feed(["hold"], msg_id="H")  # emitted at t = 4
+            wait_until(lambda: len(held("sink")) == 1, WAIT)
+            advance_time(T - 0.5)  # t = 13.5, 9.5 after the emit (a rotation happened at 10)
+            barrier(feeder, "m1")
+            assert feeder.failed == []
+            advance_time(T)  # t = 23.5, 19.5 after the emit
+            wait_until(lambda: feeder.failed == ["H"], WAIT)
+            barrier(feeder, "m2")
+            assert feeder.failed == ["H"] and feeder.acked == ["m1", "m2"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_timeout_in_one_big_advance_fails_once(workers):
     T = 5
     with simulated_time():
         with LocalCluster() as cluster:
             feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+            cluster.submit_topology("t", _timeout_conf(T, workers),
                                     _timeout_topology(feeder, ScriptBolt("sink")))
             for i in range(3):
                 feeder.feed([f"hold-{i}"], msg_id=i)
@@ -645,12 +757,13 @@ def test_timeout_in_one_big_advance_fails_once():
             assert feeder.acked == ["m"]
 
 
-def test_reset_timeout_delays_the_timeout():
+@pytest.mark.parametrize("workers", [1, 2])
+def test_reset_timeout_delays_the_timeout(workers):
     T = 10
     with simulated_time():
         with LocalCluster() as cluster:
             feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+            cluster.submit_topology("t", _timeout_conf(T, workers),
                                     _timeout_topology(feeder, ScriptBolt("sink")))
             feeder.feed(["hold-kept"], msg_id="kept")
             feeder.feed(["hold-lost"], msg_id="lost")
@@ -671,6 +784,20 @@ def test_reset_timeout_delays_the_timeout():
             barrier(feeder, "m3")
             assert feeder.acked == ["m1", "m2", "m3"]
             assert feeder.failed == ["lost", "kept"]
+
+
+def test_simulated_clock_stands_still_in_real_time():
+    T = 0.1
+    with simulated_time():
+        with LocalCluster() as cluster:
+            feeder = FeederSpout(["v"])
+            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
+                                    _timeout_topology(feeder, HoldAllBolt("sink")))
+            feeder.feed(["x"], msg_id="x")
+            wait_until(lambda: len(held("sink")) == 1, WAIT)
+            stays(lambda: feeder.failed == [], 0.5, "no timeout while simulated time stands still")
+            advance_time(2 * T + 0.01)
+            wait_until(lambda: feeder.failed == ["x"], WAIT)
 
 
 def test_timeout_real_clock_between_t_and_2t(cluster):
@@ -719,6 +846,21 @@ def test_max_spout_pending_throttles_next_tuple(cluster, via):
     wait_until(lambda: len(logged("spout")) == 5, WAIT)
     stays(lambda: len(logged("spout")) == 5, 0.2, "exactly one more emit after one fail")
     assert logged("spout.failed") == [held("hold")[1][1].values[0]]
+
+
+def test_timeouts_free_max_spout_pending_slots():
+    T = 10
+    with simulated_time():
+        with LocalCluster() as cluster:
+            cluster.submit_topology("t", Config().set_max_spout_pending(2).set_message_timeout_secs(T),
+                                    _pending_topology())
+            wait_until(lambda: len(held("hold")) == 2, WAIT)
+            stays(lambda: len(logged("spout")) == 2, 0.2, "throttled at 2 pending")
+            advance_time(2 * T + 1)
+            wait_until(lambda: len(logged("spout.failed")) == 2, WAIT)
+            wait_until(lambda: len(logged("spout")) == 4, WAIT)
+            stays(lambda: len(logged("spout")) == 4, 0.2, "throttled again at 2 pending")
+            assert logged("spout.failed") == logged("spout")[:2]
 
 
 def test_max_spout_pending_is_per_spout_task(cluster):

@@ -309,7 +309,7 @@ def test_direct_grouping_on_direct_stream_is_accepted():
     assert set(topology.components) == {"spout", "spout2", "bolt"}
 
 
-@pytest.mark.parametrize("parallelism", [0, -1])
+@pytest.mark.parametrize("parallelism", [0, -1, "2", 1.5, None])
 def test_parallelism_below_one_is_rejected_at_create_topology(parallelism):
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout(), parallelism)  # not raised here

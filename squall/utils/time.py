@@ -59,16 +59,6 @@ def advance_time(secs: float, wait_secs: float = 10.0) -> None:
             raise TimeoutError(f"worker timers did not reach simulated time {target} within {wait_secs}s")
 
 
-def sleep(secs: float) -> None:
-    """Sleep on the cluster clock."""
-    if not _simulating:
-        time.sleep(secs)
-        return
-    with _cond:
-        target = _sim_now + secs
-        _cond.wait_for(lambda: not _simulating or _sim_now >= target)
-
-
 class Timer:
     """A thread running periodic callbacks on the cluster clock (a worker's timer).
 
@@ -105,6 +95,8 @@ class Timer:
                     return
                 current = now()
             for job in self._jobs:
+                if current - job[0] > 1000 * job[1]:
+                    job[0] = current  # the clock switched between real and simulated: start over
                 while job[0] <= current:
                     job[0] += job[1]
                     job[2]()

@@ -1,0 +1,638 @@
+"""Bad input at emit time, errors from user code, and values crossing workers.
+
+Each bad emit must (1) record an error for the emitting component, visible in
+``get_topology_info(name)["components"][cid]["errors"]`` with the error text, the task and
+the time, (2) fail the input tuple (a FeederSpout's ``failed`` gets its message id) and
+(3) leave the executor running (a later valid tuple is processed and acked).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import fractions
+import re
+import threading
+import time
+
+import pytest
+
+from squall import BasicBolt, Bolt, Config, FailedException, Spout, TopologyBuilder
+from squall.testing import FeederSpout, wait_until
+
+LOCK = threading.Lock()
+RECEIVED: list[dict] = []
+PREPARED: list[dict] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset_records():
+    with LOCK:
+        RECEIVED.clear()
+        PREPARED.clear()
+    yield
+
+
+def received(component: str) -> list[dict]:
+    with LOCK:
+        return [r for r in RECEIVED if r["component"] == component]
+
+
+def prepared(component: str) -> list[dict]:
+    with LOCK:
+        return [p for p in PREPARED if p["component"] == component]
+
+
+def errors_of(cluster, name: str, component: str) -> list[dict]:
+    return cluster.get_topology_info(name)["components"][component]["errors"]
+
+
+def tasks_of(cluster, name: str, component: str) -> list[int]:
+    info = cluster.get_topology_info(name)
+    return sorted(t for w in info["workers"] for e in w["executors"] if e["component"] == component
+                  for t in e["tasks"])
+
+
+def message_of(error: dict) -> str:
+    """The exception line(s) of an error's text: its traceback's frames left out."""
+    lines = [ln for ln in error["error"].splitlines()
+             if ln.strip() and not ln.startswith((" ", "\t", "Traceback (most recent call last)"))]
+    return "\n".join(lines)
+
+
+def has_word(text: str, word: object) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(str(word))}(?![\w.])", text) is not None
+
+
+def wait_for(feeder: FeederSpout, msg_id, outcome: str, timeout: float = 5.0) -> None:
+    ids = feeder.acked if outcome == "acked" else feeder.failed
+    wait_until(lambda: msg_id in ids, timeout=timeout, message=f"message {msg_id!r} {outcome}")
+
+
+# ---------------------------------------------------------------------------------------
+# Components
+# ---------------------------------------------------------------------------------------
+
+
+class Sink(Bolt):
+    """Records every input (with the very value objects it got) and acks it."""
+
+    def prepare(self, conf, context, collector) -> None:
+        self.collector = collector
+        self.task = context.get_this_task_id()
+        self.port = context.get_this_worker_port()
+        self.worker_tasks = list(context.get_this_worker_tasks())
+        with LOCK:
+            PREPARED.append({"component": context.get_this_component_id(), "task": self.task,
+                             "port": self.port, "worker_tasks": self.worker_tasks})
+
+    def execute(self, tup) -> None:
+        with LOCK:
+            RECEIVED.append({"component": "sink", "task": self.task, "port": self.port,
+                             "worker_tasks": self.worker_tasks, "source_task": tup.source_task,
+                             "stream": tup.source_stream_id, "values": tup.values})
+        self.collector.ack(tup)
+
+
+def _do(case: str, n, emit, emit_direct, ctx) -> None:
+    """The emit a case asks for. ``ctx``: sink tasks, a non-subscriber task, local/remote sink tasks."""
+    if case == "ok":
+        emit([n, n])
+    elif case == "ok_remote":
+        emit_direct(ctx["remote"], [n, "fine"], "dstream")
+    elif case == "undeclared_stream":
+        emit([n, n], "no_such_stream_xyz")
+    elif case == "wrong_count":
+        emit([n, n, n])
+    elif case == "regular_on_direct":
+        emit([n, n], "dstream")
+    elif case == "direct_to_non_subscriber":
+        emit_direct(ctx["non_subscriber"], [n, n], "dstream")
+    elif case == "direct_on_regular":
+        emit_direct(ctx["sink_tasks"][0], [n, n], "default")
+    elif case == "lock_remote":
+        emit_direct(ctx["remote"], [n, threading.Lock()], "dstream")
+    elif case == "generator_remote":
+        emit_direct(ctx["remote"], [n, (x for x in range(3))], "dstream")
+    elif case == "lock_local":
+        emit_direct(ctx["local"], [n, LOCAL_OBJECTS["lock"]], "dstream")
+    else:
+        raise AssertionError(f"unknown case {case}")
+
+
+LOCAL_OBJECTS = {"lock": threading.Lock()}
+
+
+def _context(context) -> dict:
+    sink_tasks = context.get_component_tasks("sink")
+    here = set(context.get_this_worker_tasks())
+    ctx = {
+        "sink_tasks": sink_tasks,
+        "non_subscriber": context.get_component_tasks("feeder")[0],
+        "local": next((t for t in sink_tasks if t in here), None),
+        "remote": next((t for t in sink_tasks if t not in here), None),
+    }
+    with LOCK:
+        PREPARED.append({"component": context.get_this_component_id(), "task": context.get_this_task_id(),
+                         **ctx})
+    return ctx
+
+
+class Emitter:
+    @staticmethod
+    def declare(declarer) -> None:
+        declarer.declare(["a", "b"])
+        declarer.declare_stream("dstream", ["a", "b"], direct=True)
+
+
+class RichEmitter(Bolt):
+    """Emits (anchored) as the input's "case" says, then acks; a bad emit raises out of execute."""
+
+    def declare_output_fields(self, declarer) -> None:
+        Emitter.declare(declarer)
+
+    def prepare(self, conf, context, collector) -> None:
+        self.collector = collector
+        self.ctx = _context(context)
+
+    def execute(self, tup) -> None:
+        c = self.collector
+        _do(tup["case"], tup["n"],
+            lambda values, stream="default": c.emit(values, anchors=tup, stream=stream),
+            lambda task, values, stream: c.emit_direct(task, values, anchors=tup, stream=stream),
+            self.ctx)
+        c.ack(tup)
+
+
+class BasicEmitter(BasicBolt):
+    def declare_output_fields(self, declarer) -> None:
+        Emitter.declare(declarer)
+
+    def prepare(self, conf, context) -> None:
+        self.ctx = _context(context)
+
+    def execute(self, tup, collector) -> None:
+        _do(tup["case"], tup["n"],
+            lambda values, stream="default": collector.emit(values, stream=stream),
+            lambda task, values, stream: collector.emit_direct(task, values, stream=stream),
+            self.ctx)
+
+
+def emitter_topology(feeder: FeederSpout, kind: str):
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("bad", RichEmitter() if kind == "rich" else BasicEmitter()).shuffle_grouping("feeder")
+    b.set_bolt("sink", Sink(), 2).shuffle_grouping("bad").direct_grouping("bad", "dstream")
+    return b.create_topology()
+
+
+def check_error(cluster, name: str, component: str, before: float, *words: object) -> dict:
+    errors = errors_of(cluster, name, component)
+    assert len(errors) == 1, errors
+    err = errors[0]
+    assert set(err) >= {"error", "task", "time"}
+    assert isinstance(err["error"], str)
+    assert err["task"] == tasks_of(cluster, name, component)[0]
+    assert isinstance(err["time"], float) and before <= err["time"] <= time.time()
+    msg = message_of(err)
+    for w in words:
+        assert has_word(msg, w), f"error should name {w!r}: {msg!r}"
+    return err
+
+
+# ---------------------------------------------------------------------------------------
+# Bad emits (one worker)
+# ---------------------------------------------------------------------------------------
+
+BAD_EMITS = {
+    # case -> words the error message must contain (besides the component)
+    "undeclared_stream": ["no_such_stream_xyz"],
+    "wrong_count": ["3", "2"],
+    "regular_on_direct": ["dstream"],
+    "direct_to_non_subscriber": ["<feeder task>", "dstream"],
+    "direct_on_regular": ["default"],
+}
+
+
+@pytest.mark.parametrize("kind", ["rich", "basic"])
+@pytest.mark.parametrize("case", sorted(BAD_EMITS))
+def test_bad_emit_records_error_fails_input_and_executor_goes_on(cluster, case, kind):
+    feeder = FeederSpout(["case", "n"])
+    cluster.submit_topology("bad-emit", Config(), emitter_topology(feeder, kind))
+
+    feeder.feed(["ok", 1], msg_id="first")
+    wait_for(feeder, "first", "acked")
+    before = time.time()
+    feeder.feed([case, 7], msg_id="bad")
+    wait_for(feeder, "bad", "failed")
+    feeder.feed(["ok", 2], msg_id="after")
+    wait_for(feeder, "after", "acked")
+
+    assert feeder.acked == ["first", "after"]
+    assert feeder.failed == ["bad"]
+    feeder_task = tasks_of(cluster, "bad-emit", "feeder")[0]
+    words = [feeder_task if w == "<feeder task>" else w for w in BAD_EMITS[case]]
+    err = check_error(cluster, "bad-emit", "bad", before, *words)
+    if case in ("regular_on_direct", "direct_on_regular"):
+        assert "direct" in message_of(err)
+    # nothing of the bad emit reached the sink; the good ones did
+    assert sorted(r["values"][0] for r in received("sink")) == [1, 2]
+    assert errors_of(cluster, "bad-emit", "sink") == []
+    assert errors_of(cluster, "bad-emit", "feeder") == []
+
+
+def test_several_bad_emits_each_recorded_and_the_bolt_keeps_going(cluster):
+    feeder = FeederSpout(["case", "n"])
+    cluster.submit_topology("bad-emits", Config(), emitter_topology(feeder, "rich"))
+    cases = sorted(BAD_EMITS)
+    for i, case in enumerate(cases):
+        feeder.feed([case, 100 + i], msg_id=case)
+        feeder.feed(["ok", i], msg_id=f"ok-{i}")
+    wait_until(lambda: len(feeder.acked) + len(feeder.failed) == 2 * len(cases), timeout=5)
+    assert sorted(feeder.failed) == cases
+    assert sorted(feeder.acked) == sorted(f"ok-{i}" for i in range(len(cases)))
+    errors = errors_of(cluster, "bad-emits", "bad")
+    assert len(errors) == len(cases)
+    assert [e["time"] for e in errors] == sorted(e["time"] for e in errors)
+    assert sorted(r["values"][0] for r in received("sink")) == list(range(len(cases)))
+    info = cluster.get_topology_info("bad-emits")["components"]["bad"]
+    assert info["failed"] == len(cases)
+
+
+# ---------------------------------------------------------------------------------------
+# Serialization across workers
+# ---------------------------------------------------------------------------------------
+
+
+def two_worker_emitter(cluster, name: str, kind: str = "rich") -> FeederSpout:
+    feeder = FeederSpout(["case", "n"])
+    cluster.submit_topology(name, Config().set_num_workers(2), emitter_topology(feeder, kind))
+    ctx = prepared("bad")[0]
+    assert ctx["local"] is not None and ctx["remote"] is not None, "sink must have a task in each worker"
+    return feeder
+
+
+@pytest.mark.parametrize("kind", ["rich", "basic"])
+@pytest.mark.parametrize("case,type_name", [("lock_remote", "lock"), ("generator_remote", "generator")])
+def test_unserializable_value_to_another_worker_is_an_emit_error(cluster, case, type_name, kind):
+    feeder = two_worker_emitter(cluster, "unser", kind)
+    remote = prepared("bad")[0]["remote"]
+
+    feeder.feed(["ok_remote", 1], msg_id="first")
+    wait_for(feeder, "first", "acked")
+    before = time.time()
+    feeder.feed([case, 2], msg_id="bad")
+    wait_for(feeder, "bad", "failed")
+    feeder.feed(["ok_remote", 3], msg_id="after")
+    wait_for(feeder, "after", "acked")
+
+    assert feeder.acked == ["first", "after"]
+    assert feeder.failed == ["bad"]
+    err = check_error(cluster, "unser", "bad", before)
+    assert type_name in err["error"].lower(), err["error"]
+    assert "serializ" in message_of(err).lower() or "pickle" in message_of(err).lower(), message_of(err)
+    recs = received("sink")
+    assert sorted(r["values"][0] for r in recs) == [1, 3]
+    assert {r["task"] for r in recs} == {remote}
+    assert errors_of(cluster, "unser", "sink") == []
+
+
+def test_unserializable_value_within_one_worker_is_not_serialized(cluster):
+    feeder = two_worker_emitter(cluster, "local-lock")
+    local = prepared("bad")[0]["local"]
+    feeder.feed(["lock_local", 5], msg_id="local")
+    wait_for(feeder, "local", "acked")
+    recs = received("sink")
+    assert len(recs) == 1
+    assert recs[0]["task"] == local
+    # the very same object: nothing was copied
+    assert recs[0]["values"][1] is LOCAL_OBJECTS["lock"]
+    assert errors_of(cluster, "local-lock", "bad") == []
+
+
+class Color(enum.IntEnum):
+    RED = 1
+    BLUE = 2
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: object
+
+
+class Opaque:
+    """A plain class (no __eq__): compared by its __dict__."""
+
+    def __init__(self, payload):
+        self.payload = payload
+
+
+Pair = collections.namedtuple("Pair", "left right")
+
+
+def same(a, b) -> bool:
+    """Equal, and of exactly the same types all the way down (dict keys included)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        if len(a) != len(b):
+            return False
+        b_keys = {k: k for k in b}
+        for k, v in a.items():
+            if k not in b_keys or not same(k, b_keys[k]) or not same(v, b[k]):
+                return False
+        return True
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, Opaque):
+        return same(a.payload, b.payload)
+    if isinstance(a, Point):
+        return same(a.x, b.x) and same(a.y, b.y)
+    return a == b
+
+
+CROSSING_VALUES = {
+    "tuple": (1, "two", 3.0),
+    "empty-tuple": (),
+    "tuple-in-list": [(1, 2), [3, (4,)]],
+    "int-keys": {1: "one", 2: "two", -3: [3]},
+    "tuple-keys": {(1, "a"): "x", (2, "b"): ("y",)},
+    "bytes": b"\x00\xffbinary",
+    "str": "ünïcødé",
+    "big-int": 2**100,
+    "big-negative-int": -(2**90) - 12345,
+    "int64-edges": [2**63 - 1, -(2**63), 2**64 - 1, 2**64],
+    "bool-not-int": [True, False, 1, 0],
+    "float": [1.0, -0.0, float("inf"), 1e300],
+    "none": None,
+    "set": {1, 2, 3},
+    "frozenset": frozenset({"a", "b"}),
+    "custom-class": Point(3, [Point(4, None)]),
+    "plain-class": Opaque({"k": (1, b"v")}),
+    "namedtuple": Pair(1, (2, 3)),
+    "enum": Color.BLUE,
+    "fraction": fractions.Fraction(1, 3),
+    "nested": {"a": [1, (2, {3: b"x", 4: (5, [6, {"deep": (7,)}])})], "b": {"c": None, 9: 2**70}},
+}
+
+
+def test_unserializable_value_emitted_by_a_spout_is_recorded_for_the_spout(cluster):
+    feeder = FeederSpout(["name", "value"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("sink", Sink(), 2).all_grouping("feeder")  # one sink task is in the other worker
+    cluster.submit_topology("spout-unser", Config().set_num_workers(2), b.create_topology())
+    feeder_task = tasks_of(cluster, "spout-unser", "feeder")[0]
+    assert any(feeder_task not in p["worker_tasks"] for p in prepared("sink"))
+
+    before = time.time()
+    feeder.feed(["lock", threading.Lock()], msg_id="lock")
+    wait_until(lambda: errors_of(cluster, "spout-unser", "feeder"), timeout=5)
+    feeder.feed(["fine", 1], msg_id="fine")
+    wait_for(feeder, "fine", "acked")
+    err = check_error(cluster, "spout-unser", "feeder", before)
+    assert "lock" in err["error"].lower()
+    assert "'default'" in err["error"]  # the stream is named
+    # the emit failed as a whole: no sink task, in either worker, got the tuple
+    assert not any(r["values"][0] == "lock" for r in received("sink"))
+    # exactly one fail for the message id whose emit raised, never an ack
+    wait_for(feeder, "lock", "failed")
+    assert feeder.failed.count("lock") == 1 and "lock" not in feeder.acked
+
+
+def test_values_crossing_workers_keep_their_types(cluster):
+    feeder = FeederSpout(["name", "value"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("sink", Sink(), 2).all_grouping("feeder")
+    cluster.submit_topology("types", Config().set_num_workers(2), b.create_topology())
+    feeder_task = tasks_of(cluster, "types", "feeder")[0]
+    sinks = prepared("sink")
+    remote = [p["task"] for p in sinks if feeder_task not in p["worker_tasks"]]
+    local = [p["task"] for p in sinks if feeder_task in p["worker_tasks"]]
+    assert len(remote) == 1 and len(local) == 1, sinks
+
+    for name, value in CROSSING_VALUES.items():
+        feeder.feed([name, value], msg_id=name)
+    wait_until(lambda: len(feeder.acked) + len(feeder.failed) == len(CROSSING_VALUES), timeout=5)
+    assert feeder.failed == []
+    assert errors_of(cluster, "types", "feeder") == []
+
+    got = {(r["task"], r["values"][0]): r["values"][1] for r in received("sink")}
+    assert len(got) == 2 * len(CROSSING_VALUES)
+    wrong = []
+    for name, value in CROSSING_VALUES.items():
+        crossed = got[(remote[0], name)]
+        if not same(value, crossed):
+            wrong.append(f"{name}: sent {value!r} ({type(value).__name__}), got {crossed!r} "
+                         f"({type(crossed).__name__})")
+        # within the emitter's worker the value is not copied at all
+        assert got[(local[0], name)] is value, name
+    assert not wrong, "\n".join(wrong)
+
+
+def test_bytearray_arrives_as_bytes_across_workers(cluster):
+    feeder = FeederSpout(["name", "value"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("sink", Sink(), 2).all_grouping("feeder")
+    cluster.submit_topology("bytearray", Config().set_num_workers(2), b.create_topology())
+    feeder_task = tasks_of(cluster, "bytearray", "feeder")[0]
+    remote = next(p["task"] for p in prepared("sink") if feeder_task not in p["worker_tasks"])
+    feeder.feed(["ba", bytearray(b"mutable")], msg_id=1)
+    wait_for(feeder, 1, "acked")
+    crossed = next(r["values"][1] for r in received("sink") if r["task"] == remote)
+    # documented in squall/serialization.py: msgpack packs bytearray natively, as bin
+    assert crossed == b"mutable"
+    assert type(crossed) is bytes, f"got {type(crossed).__name__}"
+
+
+# ---------------------------------------------------------------------------------------
+# Errors from user code
+# ---------------------------------------------------------------------------------------
+
+
+class Exploder(Bolt):
+    """Raises ValueError(<message>) for inputs whose "case" is "boom"; acks the others."""
+
+    def prepare(self, conf, context, collector) -> None:
+        self.collector = collector
+        self.task = context.get_this_task_id()
+
+    def execute(self, tup) -> None:
+        if tup["case"] == "boom":
+            with LOCK:
+                RECEIVED.append({"component": "boom", "task": self.task, "n": tup["n"]})
+            raise ValueError(f"kaboom-{tup['n']}")
+        if tup["case"] == "report":
+            self.collector.report_error(RuntimeError(f"reported-{tup['n']}"))
+        with LOCK:
+            RECEIVED.append({"component": "exploder", "values": list(tup.values)})
+        self.collector.ack(tup)
+
+
+def test_exception_from_execute_records_traceback_fails_input_and_goes_on(cluster):
+    feeder = FeederSpout(["case", "n"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("exploder", Exploder()).shuffle_grouping("feeder")
+    cluster.submit_topology("explode", Config(), b.create_topology())
+
+    before = time.time()
+    feeder.feed(["boom", 42], msg_id="boom")
+    wait_for(feeder, "boom", "failed")
+    feeder.feed(["ok", 1], msg_id="ok")
+    wait_for(feeder, "ok", "acked")
+
+    err = check_error(cluster, "explode", "exploder", before, "kaboom-42")
+    assert "ValueError" in err["error"]
+    assert "execute" in err["error"]  # the traceback's frames are there
+    assert received("exploder") == [{"component": "exploder", "values": ["ok", 1]}]
+    assert feeder.failed == ["boom"] and feeder.acked == ["ok"]
+    stats = cluster.get_topology_info("explode")["components"]["exploder"]
+    assert stats["failed"] == 1 and stats["acked"] == 1
+
+
+def test_report_error_records_without_failing(cluster):
+    feeder = FeederSpout(["case", "n"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("exploder", Exploder()).shuffle_grouping("feeder")
+    cluster.submit_topology("report", Config(), b.create_topology())
+    before = time.time()
+    feeder.feed(["report", 5], msg_id="r")
+    wait_for(feeder, "r", "acked")
+    check_error(cluster, "report", "exploder", before, "reported-5")
+    assert feeder.failed == []
+
+
+def test_only_the_last_ten_errors_per_component_are_kept(cluster):
+    feeder = FeederSpout(["case", "n"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("exploder", Exploder()).shuffle_grouping("feeder")
+    b.set_bolt("other", Exploder()).shuffle_grouping("feeder")
+    cluster.submit_topology("ten", Config(), b.create_topology())
+
+    for i in range(15):
+        feeder.feed(["boom", i], msg_id=i)
+    wait_until(lambda: len(feeder.failed) == 15, timeout=5)
+    feeder.feed(["ok", 99], msg_id="ok")
+    wait_for(feeder, "ok", "acked")
+
+    for component in ("exploder", "other"):
+        errors = errors_of(cluster, "ten", component)
+        assert len(errors) == 10, component
+        # the last ten, oldest first
+        for err, i in zip(errors, range(5, 15)):
+            assert has_word(message_of(err), f"kaboom-{i}"), (i, message_of(err))
+        assert [e["time"] for e in errors] == sorted(e["time"] for e in errors)
+        assert all(e["task"] == tasks_of(cluster, "ten", component)[0] for e in errors)
+    assert errors_of(cluster, "ten", "feeder") == []
+    assert sorted(feeder.failed) == list(range(15))
+
+
+def test_error_names_the_task_that_raised_in_a_multi_task_executor(cluster):
+    feeder = FeederSpout(["case", "n"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    # one executor running three tasks
+    b.set_bolt("exploder", Exploder(), 1).set_num_tasks(3).shuffle_grouping("feeder")
+    cluster.submit_topology("multi", Config(), b.create_topology())
+    info = cluster.get_topology_info("multi")
+    executors = [e for w in info["workers"] for e in w["executors"] if e["component"] == "exploder"]
+    assert len(executors) == 1 and len(executors[0]["tasks"]) == 3
+
+    for i in range(6):
+        feeder.feed(["boom", i], msg_id=i)
+    wait_until(lambda: len(feeder.failed) == 6, timeout=5)
+    feeder.feed(["ok", 6], msg_id="ok")
+    wait_for(feeder, "ok", "acked")
+    raised_by = {r["n"]: r["task"] for r in received("boom")}
+    assert len(set(raised_by.values())) == 3  # shuffle reached every task
+    errors = errors_of(cluster, "multi", "exploder")
+    assert len(errors) == 6
+    for err in errors:
+        n = int(re.search(r"kaboom-(\d+)", message_of(err)).group(1))
+        assert err["task"] == raised_by[n], (n, err["task"], raised_by)
+
+
+class PickyBasic(BasicBolt):
+    outputs = ["n"]
+
+    def execute(self, tup, collector) -> None:
+        if tup["case"] == "fail":
+            raise FailedException(f"declined-{tup['n']}")
+        if tup["case"] == "boom":
+            raise RuntimeError(f"basic-boom-{tup['n']}")
+        collector.emit([tup["n"]])
+
+
+def test_basic_bolt_failed_exception_fails_without_an_error(cluster):
+    feeder = FeederSpout(["case", "n"])
+    b = TopologyBuilder()
+    b.set_spout("feeder", feeder)
+    b.set_bolt("picky", PickyBasic()).shuffle_grouping("feeder")
+    b.set_bolt("sink", Sink()).shuffle_grouping("picky")
+    cluster.submit_topology("picky", Config(), b.create_topology())
+
+    feeder.feed(["fail", 1], msg_id="declined")
+    wait_for(feeder, "declined", "failed")
+    feeder.feed(["ok", 2], msg_id="ok")
+    wait_for(feeder, "ok", "acked")
+    assert errors_of(cluster, "picky", "picky") == []
+    assert [r["values"] for r in received("sink")] == [[2]]
+
+    # any other exception: failed and recorded
+    before = time.time()
+    feeder.feed(["boom", 3], msg_id="boom")
+    wait_for(feeder, "boom", "failed")
+    feeder.feed(["ok", 4], msg_id="ok2")
+    wait_for(feeder, "ok2", "acked")
+    check_error(cluster, "picky", "picky", before, "basic-boom-3")
+    assert feeder.failed == ["declined", "boom"]
+    assert feeder.acked == ["ok", "ok2"]
+    assert [r["values"] for r in received("sink")] == [[2], [4]]
+
+
+class FlakySpout(Spout):
+    """Emits 0..9 (one per call); raises on the call that would emit 3, and emits 5 on an
+    undeclared stream first; always goes on."""
+
+    outputs = ["n"]
+
+    def open(self, conf, context, collector) -> None:
+        self.collector = collector
+        self.i = 0
+        self.raised = False
+        self.bad_stream_done = False
+
+    def next_tuple(self) -> None:
+        if self.i >= 10:
+            return
+        if self.i == 3 and not self.raised:
+            self.raised = True
+            raise RuntimeError("spout-hiccup")
+        if self.i == 5 and not self.bad_stream_done:
+            self.bad_stream_done = True
+            self.collector.emit([self.i], stream="nowhere_stream")
+        self.collector.emit([self.i], msg_id=self.i)
+        self.i += 1
+
+
+def test_spout_errors_are_recorded_and_the_spout_goes_on(cluster):
+    b = TopologyBuilder()
+    b.set_spout("flaky", FlakySpout())
+    b.set_bolt("sink", Sink()).shuffle_grouping("flaky")
+    before = time.time()
+    cluster.submit_topology("flaky", Config(), b.create_topology())
+    wait_until(lambda: len(received("sink")) == 10, timeout=5)
+    assert sorted(r["values"][0] for r in received("sink")) == list(range(10))
+    errors = errors_of(cluster, "flaky", "flaky")
+    assert len(errors) == 2
+    assert has_word(message_of(errors[0]), "spout-hiccup")
+    assert has_word(message_of(errors[1]), "nowhere_stream")
+    task = tasks_of(cluster, "flaky", "flaky")[0]
+    assert all(e["task"] == task and before <= e["time"] <= time.time() for e in errors)
