@@ -25,7 +25,7 @@ class BatchQueue:
       waiting up to ``timeout`` seconds for one to arrive.
     """
 
-    __slots__ = ("capacity", "name", "_items", "_size", "_lock", "_not_empty", "_not_full", "_consumer_waiting",
+    __slots__ = ("capacity", "name", "_items", "_size", "_lock", "_bell", "_not_full", "_consumer_waiting",
                  "_producers_waiting")
 
     def __init__(self, capacity: int, name: str = "") -> None:
@@ -36,7 +36,11 @@ class BatchQueue:
         self._items: deque[Any] = deque()
         self._size = 0  # tuples queued
         self._lock = threading.Lock()
-        self._not_empty = threading.Condition(self._lock)
+        # Wakes the waiting consumer: a bare lock, held while nobody rang. Cheaper than a
+        # Condition, whose wait allocates a lock each time; the consumer waits once per
+        # batch or less, so this is on the hot path.
+        self._bell = threading.Lock()
+        self._bell.acquire()
         self._not_full = threading.Condition(self._lock)
         self._consumer_waiting = False
         self._producers_waiting = 0
@@ -62,7 +66,7 @@ class BatchQueue:
             self._items.append(item)
             self._size += size
             if self._consumer_waiting:
-                self._not_empty.notify()
+                self._ring()
         return True
 
     def force_put(self, item: Any, size: int = 1) -> None:
@@ -71,30 +75,40 @@ class BatchQueue:
             self._items.append(item)
             self._size += size
             if self._consumer_waiting:
-                self._not_empty.notify()
+                self._ring()
+
+    def _ring(self) -> None:
+        # under self._lock; rings at most once per wait, so the bell is never released twice
+        self._consumer_waiting = False
+        self._bell.release()
 
     def take_all(self, timeout: float | None = 0) -> list[Any]:
         """Every queued element, oldest first; waits up to ``timeout`` for one ([] if none)."""
         with self._lock:
-            if not self._items:
-                if not timeout:
-                    return []
-                self._consumer_waiting = True
-                try:
-                    self._not_empty.wait(timeout)
-                finally:
-                    self._consumer_waiting = False
-                if not self._items:
-                    return []
-            items = list(self._items)
-            self._items.clear()
-            self._size = 0
-            if self._producers_waiting:
-                self._not_full.notify_all()
+            if self._items or not timeout:
+                return self._drain()
+            self._consumer_waiting = True
+        rung = self._bell.acquire(True, -1 if timeout is None else timeout)
+        with self._lock:
+            if not rung and not self._consumer_waiting:
+                self._bell.acquire()  # rung just after the timeout: take the ring, re-arming the bell
+            self._consumer_waiting = False
+            return self._drain()
+
+    def _drain(self) -> list[Any]:
+        # under self._lock
+        if not self._items:
+            return []
+        items = list(self._items)
+        self._items.clear()
+        self._size = 0
+        if self._producers_waiting:
+            self._not_full.notify_all()
         return items
 
     def wake(self) -> None:
-        """Wake the consumer if it waits (e.g. to notice a stop request)."""
+        """Wake the consumer and producers if they wait (e.g. to notice a stop request)."""
         with self._lock:
-            self._not_empty.notify_all()
+            if self._consumer_waiting:
+                self._ring()
             self._not_full.notify_all()

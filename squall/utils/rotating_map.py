@@ -19,7 +19,7 @@ class RotatingMap:
         self._buckets: deque[dict[Any, Any]] = deque({} for _ in range(num_buckets))
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._buckets)
+        return sum(map(len, self._buckets))
 
     def __contains__(self, key: Any) -> bool:
         return any(key in b for b in self._buckets)

@@ -1,0 +1,97 @@
+"""The bounded batching queue between executors (squall.utils.batch_queue)."""
+
+import threading
+import time
+
+import pytest
+
+from squall.utils.batch_queue import BatchQueue
+
+
+def test_take_all_returns_every_batch_in_order_and_counts_tuples():
+    q = BatchQueue(100)
+    q.put([1, 2, 3], 3)
+    q.force_put("control")
+    q.put([4], 1)
+    assert len(q) == 5
+    assert q.take_all() == [[1, 2, 3], "control", [4]]
+    assert len(q) == 0 and q.take_all() == []
+
+
+def test_take_all_waits_up_to_its_timeout():
+    q = BatchQueue(10)
+    start = time.monotonic()
+    assert q.take_all(0.05) == []
+    assert time.monotonic() - start >= 0.04
+
+
+def test_a_waiting_consumer_wakes_when_a_batch_arrives():
+    q = BatchQueue(10)
+    got = []
+    consumer = threading.Thread(target=lambda: got.append(q.take_all(10)))
+    consumer.start()
+    time.sleep(0.02)  # let it wait; the assertion below does not depend on this
+    q.put(["x"], 1)
+    consumer.join(5)
+    assert got == [[["x"]]]
+
+
+def test_put_blocks_while_full_and_resumes_when_drained():
+    q = BatchQueue(2)
+    q.put([1, 2], 2)
+    assert not q.has_room()
+    assert q.put([3], 1, timeout=0.01) is False  # full: the producer waits, then gives up
+    done = threading.Event()
+    producer = threading.Thread(target=lambda: (q.put([3], 1, timeout=5), done.set()))
+    producer.start()
+    assert not done.wait(0.05)
+    assert q.take_all() == [[1, 2]]
+    assert done.wait(5)
+    assert q.take_all() == [[3]]
+    producer.join(5)
+
+
+def test_force_put_ignores_the_capacity():
+    q = BatchQueue(1)
+    q.put([1], 1)
+    q.force_put([2, 3], 2)
+    assert len(q) == 3
+
+
+def test_wake_releases_a_waiting_consumer():
+    q = BatchQueue(1)
+    got = []
+    consumer = threading.Thread(target=lambda: got.append(q.take_all(10)))
+    consumer.start()
+    deadline = time.monotonic() + 5
+    while not q._consumer_waiting and time.monotonic() < deadline:
+        time.sleep(0.001)
+    q.wake()
+    consumer.join(5)
+    assert got == [[]]
+
+
+@pytest.mark.parametrize("timeout", [0.0005, 0.002])
+def test_no_batch_is_lost_when_rings_race_with_timeouts(timeout):
+    # producers ring the bell while the consumer's short waits time out: every batch must
+    # arrive once, and the bell must never be released twice (RuntimeError)
+    q = BatchQueue(10_000)
+    per_producer, producers = 2000, 3
+    received = []
+
+    def produce(p):
+        for i in range(per_producer):
+            q.put([(p, i)], 1)
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(producers)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 20
+    while len(received) < per_producer * producers and time.monotonic() < deadline:
+        for batch in q.take_all(timeout):
+            received.extend(batch)
+    for t in threads:
+        t.join(5)
+    assert sorted(received) == sorted((p, i) for p in range(producers) for i in range(per_producer))
+    for p in range(producers):
+        assert [i for q_, i in received if q_ == p] == list(range(per_producer))  # per-producer order
