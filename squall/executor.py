@@ -231,6 +231,7 @@ class Executor:
             else:
                 ob = by_worker.setdefault(worker_index, _Outbox(None, worker_index, False))
             self._outboxes[task] = ob
+        self._outbox_list = [*by_queue.values(), *by_worker.values()]
         self._has_remote = bool(by_worker)
 
     def routes_for(self, task_id: int, context: TopologyContext) -> dict[str, StreamRoute]:
@@ -316,7 +317,7 @@ class Executor:
         thread, or holding ``self.lock``)."""
         if self.pending_acks:
             self._send_acks()
-        for ob in set(self._outboxes.values()):
+        for ob in self._outbox_list:
             if ob.items:
                 self._flush(ob)
 

@@ -1,11 +1,37 @@
-"""Shared fixtures: a LocalCluster per test, stopped afterwards."""
+"""Shared fixtures: fresh recording stores for every test, a LocalCluster per test (stopped
+afterwards; under simulated time for tests marked ``simulated_time``) and a unique recording
+key."""
+
+import contextlib
+import uuid
 
 import pytest
 
+import helpers
 from squall import LocalCluster
+from squall.testing import simulated_time
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "simulated_time: the test's cluster runs under squall.testing.simulated_time")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_records():
+    helpers.reset()
+    yield
+    helpers.STOP.set()
+    helpers.SLOW.clear()
 
 
 @pytest.fixture
-def cluster():
-    with LocalCluster() as c:
-        yield c
+def cluster(request):
+    simulated = request.node.get_closest_marker("simulated_time") is not None
+    with simulated_time() if simulated else contextlib.nullcontext():
+        with LocalCluster() as c:
+            yield c
+
+
+@pytest.fixture
+def key():
+    return uuid.uuid4().hex

@@ -1,7 +1,7 @@
 """Guaranteed processing: Storm's XOR acker, anchoring, fail, timeouts, max spout pending.
 
 Components are defined at module level, so the copies running in the workers (components
-are cloudpickled at create_topology) share this module's recording structures.
+are cloudpickled at create_topology) share the recording stores of ``helpers``.
 
 Negative checks ("X was *not* acked") use a barrier instead of sleeping: a marker tuple
 fed after the tuple under test goes through the same executors and the single acker, so
@@ -11,116 +11,19 @@ has reached the spout too.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
 
-from squall import BasicBolt, Bolt, Config, FailedException, LocalCluster, Spout, TopologyBuilder
-from squall.testing import FeederSpout, advance_time, simulated_time, wait_until
-
-WAIT = 5.0
-
-_lock = threading.Lock()
-LOG: dict[str, list] = defaultdict(list)  # key -> what a component recorded, in order
-HELD: dict[str, list] = defaultdict(list)  # key -> [(collector, tuple)] a bolt did not ack
-STOP = threading.Event()
-
-
-@pytest.fixture(autouse=True)
-def _reset():
-    LOG.clear()
-    HELD.clear()
-    STOP.clear()
-    yield
-    STOP.set()
-
-
-def record(key, item):
-    with _lock:
-        LOG[key].append(item)
-
-
-def logged(key):
-    with _lock:
-        return list(LOG[key])
-
-
-def held(key):
-    with _lock:
-        return list(HELD[key])
-
-
-def stays(condition, secs=0.3, what="condition"):
-    """Assert ``condition()`` holds during the whole of ``secs`` (for 'nothing more happens')."""
-    deadline = time.monotonic() + secs
-    while time.monotonic() < deadline:
-        assert condition(), f"{what} stopped holding"
-        time.sleep(0.01)
-    assert condition(), f"{what} stopped holding"
-
+from helpers import (
+    STOP, WAIT, HoldBolt, RecordSink, Relay, ScriptBolt, barrier, component_info, errors_of, executors_of,
+    feeder_builder, held, logged, record, stays, tasks_of,
+)
+from squall import BasicBolt, Bolt, Config, FailedException, Spout, TopologyBuilder
+from squall.testing import FeederSpout, advance_time, wait_until
 
 # -- components ----------------------------------------------------------------------------
-
-
-def _action(value):
-    """What a ScriptBolt does with its input, from the value's prefix."""
-    text = str(value)
-    for prefix in ("hold", "fail"):
-        if text.startswith(prefix):
-            return prefix
-    return "ack"
-
-
-class ScriptBolt(Bolt):
-    """Records every input; emits ``copies`` outputs (anchored or not); then acks, fails or
-    holds the input according to its first value's prefix ("hold..." / "fail..." / else ack).
-
-    With ``copies`` = 0 it is a sink.
-    """
-
-    def __init__(self, key, copies=0, anchored=True, decide=True):
-        self.key = key
-        self.copies = copies
-        self.anchored = anchored
-        self.decide = decide  # False: always ack (the prefix only matters downstream)
-
-    def declare_output_fields(self, declarer):
-        declarer.declare(["v"])
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        record(self.key, tup.values[0])
-        for i in range(self.copies):
-            self.collector.emit([f"{tup.values[0]}.{i}"], anchors=tup if self.anchored else None)
-        action = _action(tup.values[0]) if self.decide else "ack"
-        if action == "ack":
-            self.collector.ack(tup)
-        elif action == "fail":
-            self.collector.fail(tup)
-        else:
-            with _lock:
-                HELD[self.key].append((self.collector, tup))
-
-
-class HoldAllBolt(Bolt):
-    """Never acks: keeps (collector, tuple) for the test to ack or fail later."""
-
-    def __init__(self, key):
-        self.key = key
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-        self.task = context.get_this_task_id()
-
-    def execute(self, tup):
-        with _lock:
-            HELD[self.key].append((self.collector, tup))
-            LOG[self.key].append(tup.values[0])
-            LOG[self.key + ".tasks"].append(self.task)
 
 
 class SentenceSpout(Spout):
@@ -162,19 +65,6 @@ class SplitBolt(Bolt):
         self.collector.ack(tup)
 
 
-class EchoBolt(Bolt):
-    """Re-emits its input anchored to it, then acks it."""
-
-    outputs = ["id", "word"]
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        self.collector.emit(list(tup.values), anchors=[tup])
-        self.collector.ack(tup)
-
-
 class DirectRelay(Bolt):
     """Re-emits each input on its direct stream to one task of "direct-sink", anchored."""
 
@@ -188,17 +78,6 @@ class DirectRelay(Bolt):
     def execute(self, tup):
         target = self.targets[len(tup["word"]) % len(self.targets)]
         self.collector.emit_direct(target, list(tup.values), anchors=tup, stream="direct")
-        self.collector.ack(tup)
-
-
-class RecordRootSink(Bolt):
-    """Records the root id (first value) of each input before acking it."""
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        record("sinks", tup.values[0])
         self.collector.ack(tup)
 
 
@@ -273,15 +152,32 @@ class CountingSpout(Spout):
         record(self.key + ".failed", msg_id)
 
 
-def barrier(feeder, marker):
-    """Feed a marker the topology acks, and wait for its ack (see the module docstring)."""
-    feeder.feed([f"marker-{marker}"], msg_id=marker)
-    wait_until(lambda: marker in feeder.acked, WAIT, message=f"ack of marker {marker}")
-
-
 def _submit(cluster, builder, conf=None, name="t"):
     cluster.submit_topology(name, conf or Config(), builder.create_topology())
     return name
+
+
+def _submit_to_sink(cluster, conf, sink):
+    """Submit (as "t") spout -> "sink" (``sink``); return the feeder."""
+    feeder, b = feeder_builder()
+    b.set_bolt("sink", sink).shuffle_grouping("spout")
+    _submit(cluster, b, conf)
+    return feeder
+
+
+def _submit_via(cluster, cid, bolt, global_grouping=False, sink=True):
+    """Submit (as "t") spout -> ``cid`` (``bolt``, by shuffle or global grouping) [-> "sink",
+    a ScriptBolt]; return the feeder."""
+    feeder, b = feeder_builder()
+    declarer = b.set_bolt(cid, bolt)
+    if global_grouping:
+        declarer.global_grouping("spout")
+    else:
+        declarer.shuffle_grouping("spout")
+    if sink:
+        b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping(cid)
+    _submit(cluster, b)
+    return feeder
 
 
 # -- complete trees ------------------------------------------------------------------------------
@@ -296,14 +192,14 @@ def test_tree_acked_exactly_once_after_every_descendant(cluster, workers):
     expected = {mid: 2 + 5 * len(s.split()) for mid, s in sentences.items()}
     b = TopologyBuilder()
     b.set_spout("spout", SentenceSpout(sentences, expected))
-    b.set_bolt("spout-audit", RecordRootSink(), 2).all_grouping("spout")
+    b.set_bolt("spout-audit", RecordSink("sinks"), 2).all_grouping("spout")
     b.set_bolt("split", SplitBolt(), 2).shuffle_grouping("spout")
-    b.set_bolt("echo", EchoBolt(), 2).shuffle_grouping("split")
-    b.set_bolt("count", RecordRootSink(), 2).fields_grouping("split", ["word"])
-    b.set_bolt("audit", RecordRootSink(), 2).all_grouping("split")
-    b.set_bolt("echo-sink", RecordRootSink(), 1).shuffle_grouping("echo")
+    b.set_bolt("echo", Relay(["id", "word"]), 2).shuffle_grouping("split")
+    b.set_bolt("count", RecordSink("sinks"), 2).fields_grouping("split", ["word"])
+    b.set_bolt("audit", RecordSink("sinks"), 2).all_grouping("split")
+    b.set_bolt("echo-sink", RecordSink("sinks"), 1).shuffle_grouping("echo")
     b.set_bolt("direct", DirectRelay()).shuffle_grouping("split")
-    b.set_bolt("direct-sink", RecordRootSink(), 2).direct_grouping("direct", "direct")
+    b.set_bolt("direct-sink", RecordSink("sinks"), 2).direct_grouping("direct", "direct")
     conf = Config().set_num_workers(workers)
     _submit(cluster, b, conf)
     wait_until(lambda: len(logged("acked")) == len(sentences), WAIT, message="every sentence acked")
@@ -315,9 +211,7 @@ def test_tree_acked_exactly_once_after_every_descendant(cluster, workers):
 
 
 def test_tree_not_acked_while_one_anchored_descendant_is_unacked(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("fan", ScriptBolt("fan", copies=3, decide=False), 2).shuffle_grouping("spout")
     b.set_bolt("mid", ScriptBolt("mid", copies=1, decide=False)).shuffle_grouping("fan")
     b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("mid")
@@ -344,12 +238,10 @@ def test_tree_not_acked_while_one_anchored_descendant_is_unacked(cluster):
 def test_ack_of_intermediate_tuple_does_not_complete_tree_before_leaf(cluster):
     """A bolt that acks its input before its anchored child is processed does not complete
     the tree; the child's ack does."""
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("a", ScriptBolt("a", copies=1, decide=False)).shuffle_grouping("spout")
     b.set_bolt("b", ScriptBolt("b", copies=1, decide=False)).shuffle_grouping("a")
-    b.set_bolt("c", HoldAllBolt("c")).shuffle_grouping("b")
+    b.set_bolt("c", HoldBolt("c")).shuffle_grouping("b")
     _submit(cluster, b)
     feeder.feed(["x"], msg_id="x")
     wait_until(lambda: len(held("c")) == 1, WAIT)
@@ -365,17 +257,8 @@ def test_ack_of_intermediate_tuple_does_not_complete_tree_before_leaf(cluster):
 # -- multi-anchoring ------------------------------------------------------------------------------
 
 
-def _join_topology(feeder):
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("join", JoinBolt()).global_grouping("spout")
-    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("join")
-    return b
-
-
 def test_multi_anchored_join_acks_both_spout_tuples_only_when_joined_tuple_acked(cluster):
-    feeder = FeederSpout(["v"])
-    _submit(cluster, _join_topology(feeder))
+    feeder = _submit_via(cluster, "join", JoinBolt(), global_grouping=True)
     feeder.feed(["hold-left"], msg_id="L")
     feeder.feed(["right"], msg_id="R")  # the joined value "hold-left+right" is held by the sink
     wait_until(lambda: len(held("sink")) == 1, WAIT)
@@ -391,8 +274,7 @@ def test_multi_anchored_join_acks_both_spout_tuples_only_when_joined_tuple_acked
 
 
 def test_multi_anchored_join_failing_joined_tuple_fails_both(cluster):
-    feeder = FeederSpout(["v"])
-    _submit(cluster, _join_topology(feeder))
+    feeder = _submit_via(cluster, "join", JoinBolt(), global_grouping=True)
     feeder.feed(["hold-a"], msg_id="A")
     feeder.feed(["b"], msg_id="B")
     wait_until(lambda: len(held("sink")) == 1, WAIT)
@@ -435,9 +317,7 @@ def test_multi_anchoring_across_workers_and_ackers(cluster):
 
 def test_multi_anchoring_to_two_inputs_of_the_same_tree(cluster):
     """Anchoring one output to two tuples of the same tree keeps the XOR sound."""
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("fan", ScriptBolt("fan", copies=2, decide=False)).shuffle_grouping("spout")
     b.set_bolt("join", JoinBolt()).global_grouping("fan")
     b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("join")
@@ -457,9 +337,7 @@ def test_multi_anchoring_to_two_inputs_of_the_same_tree(cluster):
 
 
 def test_explicit_fail_in_a_bolt_fails_the_spout_tuple(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("mid", ScriptBolt("mid", copies=2, decide=False)).shuffle_grouping("spout")
     b.set_bolt("sink", ScriptBolt("sink"), 2).shuffle_grouping("mid")
     _submit(cluster, b)
@@ -473,11 +351,9 @@ def test_explicit_fail_in_a_bolt_fails_the_spout_tuple(cluster):
 
 
 def test_fail_of_one_branch_then_ack_of_the_other_gives_only_fail(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("mid", ScriptBolt("mid", copies=2, decide=False)).shuffle_grouping("spout")
-    b.set_bolt("sink", HoldAllBolt("sink")).shuffle_grouping("mid")
+    b.set_bolt("sink", HoldBolt("sink")).shuffle_grouping("mid")
     _submit(cluster, b)
     feeder.feed(["x"], msg_id="X")
     wait_until(lambda: len(held("sink")) == 2, WAIT)
@@ -490,9 +366,7 @@ def test_fail_of_one_branch_then_ack_of_the_other_gives_only_fail(cluster):
 
 
 def test_unanchored_bolt_emits_are_not_tracked(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("mid", ScriptBolt("mid", copies=2, anchored=False, decide=False)).shuffle_grouping("spout")
     b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("mid")
     _submit(cluster, b)
@@ -512,9 +386,7 @@ def test_unanchored_bolt_emits_are_not_tracked(cluster):
 
 
 def test_emits_without_msg_id_get_no_ack_or_fail(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("mid", ScriptBolt("mid", copies=1, decide=False)).shuffle_grouping("spout")
     b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("mid")
     _submit(cluster, b)
@@ -528,14 +400,8 @@ def test_emits_without_msg_id_get_no_ack_or_fail(cluster):
 
 
 def test_with_zero_ackers_msg_ids_are_acked_at_once(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("sink", HoldAllBolt("sink")).shuffle_grouping("spout")
-    conf = Config().set_num_ackers(0)
-    _submit(cluster, b, conf)
-    info = cluster.get_topology_info("t")
-    assert not any(e["component"] == "__acker" for w in info["workers"] for e in w["executors"])
+    feeder = _submit_to_sink(cluster, Config().set_num_ackers(0), HoldBolt("sink"))
+    assert executors_of(cluster, "t", "__acker") == []
     for i in range(5):
         feeder.feed([f"v{i}"], msg_id=i)
     # acked although the bolt never acks
@@ -575,13 +441,10 @@ class DirectSpout(Spout):
 def test_spout_emit_direct_with_msg_id_is_tracked(cluster):
     b = TopologyBuilder()
     b.set_spout("spout", DirectSpout())
-    b.set_bolt("hold", HoldAllBolt("hold"), 3).direct_grouping("spout")
+    b.set_bolt("hold", HoldBolt("hold"), 3).direct_grouping("spout")
     _submit(cluster, b)
     wait_until(lambda: len(held("hold")) == 2, WAIT)
-    info = cluster.get_topology_info("t")
-    hold_tasks = [t for w in info["workers"] for e in w["executors"] if e["component"] == "hold"
-                  for t in e["tasks"]]
-    assert logged("hold.tasks") == [max(hold_tasks)] * 2
+    assert logged("hold.tasks") == [max(tasks_of(cluster, "t", "hold"))] * 2
     stays(lambda: logged("direct.acked") == [], 0.2, "not acked before the bolt acks")
     (c0, t0), (c1, t1) = held("hold")
     c0.ack(t0)
@@ -590,9 +453,7 @@ def test_spout_emit_direct_with_msg_id_is_tracked(cluster):
 
 
 def test_msg_id_with_no_subscriber_is_acked_at_once(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)  # nobody subscribes
+    feeder, b = feeder_builder()  # nobody subscribes
     _submit(cluster, b)
     feeder.feed(["x"], msg_id="x")
     wait_until(lambda: feeder.acked == ["x"], WAIT)
@@ -603,12 +464,7 @@ def test_msg_id_with_no_subscriber_is_acked_at_once(cluster):
 
 
 def test_basic_bolt_auto_anchors_and_auto_acks(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("basic", Doubler()).shuffle_grouping("spout")
-    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("basic")
-    _submit(cluster, b)
+    feeder = _submit_via(cluster, "basic", Doubler())
     # the sink holds "hold.a" and "hold.b": the tree stays pending although the basic bolt returned
     feeder.feed(["hold"], msg_id="H")
     feeder.feed(["ok"], msg_id="K")
@@ -624,28 +480,19 @@ def test_basic_bolt_auto_anchors_and_auto_acks(cluster):
 
 
 def test_basic_bolt_failed_exception_fails_input_without_error(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("basic", Doubler()).shuffle_grouping("spout")
-    b.set_bolt("sink", ScriptBolt("sink")).shuffle_grouping("basic")
-    _submit(cluster, b)
+    feeder = _submit_via(cluster, "basic", Doubler())
     feeder.feed(["failx"], msg_id="F")
     wait_until(lambda: feeder.failed == ["F"], WAIT)
     barrier(feeder, "m")
     assert feeder.failed == ["F"] and feeder.acked == ["m"]
-    assert cluster.get_topology_info("t")["components"]["basic"]["errors"] == []
+    assert errors_of(cluster, "t", "basic") == []
 
 
 def test_basic_bolt_other_exception_fails_input_and_records_error(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("basic", Doubler()).shuffle_grouping("spout")
-    _submit(cluster, b)
+    feeder = _submit_via(cluster, "basic", Doubler(), sink=False)
     feeder.feed(["boom"], msg_id="B")
     wait_until(lambda: feeder.failed == ["B"], WAIT)
-    errors = cluster.get_topology_info("t")["components"]["basic"]["errors"]
+    errors = errors_of(cluster, "t", "basic")
     assert len(errors) == 1
     assert "boom in basic bolt" in errors[0]["error"]
     # the executor keeps running
@@ -653,17 +500,12 @@ def test_basic_bolt_other_exception_fails_input_and_records_error(cluster):
 
 
 def test_rich_bolt_exception_fails_input_and_records_error(cluster):
-    feeder = FeederSpout(["v"])
-
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("bad", RaisingBolt()).shuffle_grouping("spout")
-    _submit(cluster, b)
+    feeder = _submit_via(cluster, "bad", RaisingBolt(), sink=False)
     feeder.feed(["raise"], msg_id="R")
     wait_until(lambda: feeder.failed == ["R"], WAIT)
     barrier(feeder, "m")
     assert feeder.failed == ["R"]
-    errors = cluster.get_topology_info("t")["components"]["bad"]["errors"]
+    errors = errors_of(cluster, "t", "bad")
     assert len(errors) == 1 and "ValueError" in errors[0]["error"] and "bad value raise" in errors[0]["error"]
 
 
@@ -680,131 +522,109 @@ class RaisingBolt(Bolt):
 # -- timeouts (simulated time) -------------------------------------------------------------------
 
 
-def _timeout_topology(feeder, sink):
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("sink", sink).shuffle_grouping("spout")
-    return b.create_topology()
-
-
-def _timeout_conf(T, workers):
-    # one acker, so that a marker's ack still follows everything sent before it
-    return Config().set_message_timeout_secs(T).set_num_workers(workers).set_num_ackers(1)
+def _submit_timing_out(cluster, T, workers=1):
+    """Submit (as "t") spout -> "sink" (a ScriptBolt) with message timeout ``T``, and one
+    acker, so that a marker's ack still follows everything sent before it."""
+    conf = Config().set_message_timeout_secs(T).set_num_workers(workers).set_num_ackers(1)
+    return _submit_to_sink(cluster, conf, ScriptBolt("sink"))
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_timeout_expires_between_t_and_2t(workers):
+@pytest.mark.simulated_time
+def test_timeout_expires_between_t_and_2t(cluster, workers):
     T = 10
-    with simulated_time():
-        with LocalCluster() as cluster:
-            feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", _timeout_conf(T, workers),
-                                    _timeout_topology(feeder, ScriptBolt("sink")))
-            feeder.feed(["hold"], msg_id="H")
-            wait_until(lambda: len(held("sink")) == 1, WAIT)
-            advance_time(T * 0.9)
-            barrier(feeder, "m1")
-            assert feeder.failed == [], "timed out before T"
-            advance_time(T * 1.1 + 0.5)  # now past 2T
-            wait_until(lambda: feeder.failed == ["H"], WAIT, message="fail after 2T")
-            barrier(feeder, "m2")
-            assert feeder.failed == ["H"]
-            assert feeder.acked == ["m1", "m2"]
-            # a late ack of the timed-out tuple gives no ack
-            collector, tup = held("sink")[0]
-            collector.ack(tup)
-            barrier(feeder, "m3")
-            assert feeder.acked == ["m1", "m2", "m3"] and feeder.failed == ["H"]
-            info = cluster.get_topology_info("t")
-            assert info["components"]["spout"]["failed"] == 1
+    feeder = _submit_timing_out(cluster, T, workers)
+    feeder.feed(["hold"], msg_id="H")
+    wait_until(lambda: len(held("sink")) == 1, WAIT)
+    advance_time(T * 0.9)
+    barrier(feeder, "m1")
+    assert feeder.failed == [], "timed out before T"
+    advance_time(T * 1.1 + 0.5)  # now past 2T
+    wait_until(lambda: feeder.failed == ["H"], WAIT, message="fail after 2T")
+    barrier(feeder, "m2")
+    assert feeder.failed == ["H"]
+    assert feeder.acked == ["m1", "m2"]
+    # a late ack of the timed-out tuple gives no ack
+    collector, tup = held("sink")[0]
+    collector.ack(tup)
+    barrier(feeder, "m3")
+    assert feeder.acked == ["m1", "m2", "m3"] and feeder.failed == ["H"]
+    assert component_info(cluster, "t", "spout")["failed"] == 1
 
 
-def test_timeout_of_a_tuple_emitted_mid_period():
+@pytest.mark.simulated_time
+def test_timeout_of_a_tuple_emitted_mid_period(cluster):
     T = 10
-    with simulated_time():
-        with LocalCluster() as cluster:
-            feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", _timeout_conf(T, 1), _timeout_topology(feeder, ScriptBolt("sink")))
-            advance_time(4)
-            feeder.feed(["hold"], msg_id="H")  # emitted at t = 4
-            wait_until(lambda: len(held("sink")) == 1, WAIT)
-            advance_time(T - 0.5)  # t = 13.5, 9.5 after the emit (a rotation happened at 10)
-            barrier(feeder, "m1")
-            assert feeder.failed == []
-            advance_time(T)  # t = 23.5, 19.5 after the emit
-            wait_until(lambda: feeder.failed == ["H"], WAIT)
-            barrier(feeder, "m2")
-            assert feeder.failed == ["H"] and feeder.acked == ["m1", "m2"]
+    feeder = _submit_timing_out(cluster, T)
+    advance_time(4)
+    feeder.feed(["hold"], msg_id="H")  # emitted at t = 4
+    wait_until(lambda: len(held("sink")) == 1, WAIT)
+    advance_time(T - 0.5)  # t = 13.5, 9.5 after the emit (a rotation happened at 10)
+    barrier(feeder, "m1")
+    assert feeder.failed == []
+    advance_time(T)  # t = 23.5, 19.5 after the emit
+    wait_until(lambda: feeder.failed == ["H"], WAIT)
+    barrier(feeder, "m2")
+    assert feeder.failed == ["H"] and feeder.acked == ["m1", "m2"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_timeout_in_one_big_advance_fails_once(workers):
+@pytest.mark.simulated_time
+def test_timeout_in_one_big_advance_fails_once(cluster, workers):
     T = 5
-    with simulated_time():
-        with LocalCluster() as cluster:
-            feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", _timeout_conf(T, workers),
-                                    _timeout_topology(feeder, ScriptBolt("sink")))
-            for i in range(3):
-                feeder.feed([f"hold-{i}"], msg_id=i)
-            wait_until(lambda: len(held("sink")) == 3, WAIT)
-            advance_time(10 * T)
-            wait_until(lambda: sorted(feeder.failed) == [0, 1, 2], WAIT)
-            for collector, tup in held("sink"):
-                collector.fail(tup)
-            barrier(feeder, "m")
-            assert sorted(feeder.failed) == [0, 1, 2], "a timed-out tuple must not be failed again"
-            assert feeder.acked == ["m"]
+    feeder = _submit_timing_out(cluster, T, workers)
+    for i in range(3):
+        feeder.feed([f"hold-{i}"], msg_id=i)
+    wait_until(lambda: len(held("sink")) == 3, WAIT)
+    advance_time(10 * T)
+    wait_until(lambda: sorted(feeder.failed) == [0, 1, 2], WAIT)
+    for collector, tup in held("sink"):
+        collector.fail(tup)
+    barrier(feeder, "m")
+    assert sorted(feeder.failed) == [0, 1, 2], "a timed-out tuple must not be failed again"
+    assert feeder.acked == ["m"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_reset_timeout_delays_the_timeout(workers):
+@pytest.mark.simulated_time
+def test_reset_timeout_delays_the_timeout(cluster, workers):
     T = 10
-    with simulated_time():
-        with LocalCluster() as cluster:
-            feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", _timeout_conf(T, workers),
-                                    _timeout_topology(feeder, ScriptBolt("sink")))
-            feeder.feed(["hold-kept"], msg_id="kept")
-            feeder.feed(["hold-lost"], msg_id="lost")
-            wait_until(lambda: len(held("sink")) == 2, WAIT)
-            by_value = {tup.values[0]: (c, tup) for c, tup in held("sink")}
-            advance_time(15)  # one rotation (at 10): both are now in the older bucket
-            collector, tup = by_value["hold-kept"]
-            collector.reset_timeout(tup)
-            barrier(feeder, "m1")  # the reset reached the spout before this marker's ack
-            assert feeder.failed == []
-            advance_time(6)  # t = 21: the rotation at 20 expires "lost" only
-            wait_until(lambda: feeder.failed == ["lost"], WAIT)
-            barrier(feeder, "m2")
-            assert feeder.failed == ["lost"], "reset_timeout did not delay the timeout"
-            advance_time(10)  # t = 31: the rotation at 30 expires "kept"
-            wait_until(lambda: feeder.failed == ["lost", "kept"], WAIT)
-            collector.ack(tup)
-            barrier(feeder, "m3")
-            assert feeder.acked == ["m1", "m2", "m3"]
-            assert feeder.failed == ["lost", "kept"]
+    feeder = _submit_timing_out(cluster, T, workers)
+    feeder.feed(["hold-kept"], msg_id="kept")
+    feeder.feed(["hold-lost"], msg_id="lost")
+    wait_until(lambda: len(held("sink")) == 2, WAIT)
+    by_value = {tup.values[0]: (c, tup) for c, tup in held("sink")}
+    advance_time(15)  # one rotation (at 10): both are now in the older bucket
+    collector, tup = by_value["hold-kept"]
+    collector.reset_timeout(tup)
+    barrier(feeder, "m1")  # the reset reached the spout before this marker's ack
+    assert feeder.failed == []
+    advance_time(6)  # t = 21: the rotation at 20 expires "lost" only
+    wait_until(lambda: feeder.failed == ["lost"], WAIT)
+    barrier(feeder, "m2")
+    assert feeder.failed == ["lost"], "reset_timeout did not delay the timeout"
+    advance_time(10)  # t = 31: the rotation at 30 expires "kept"
+    wait_until(lambda: feeder.failed == ["lost", "kept"], WAIT)
+    collector.ack(tup)
+    barrier(feeder, "m3")
+    assert feeder.acked == ["m1", "m2", "m3"]
+    assert feeder.failed == ["lost", "kept"]
 
 
-def test_simulated_clock_stands_still_in_real_time():
+@pytest.mark.simulated_time
+def test_simulated_clock_stands_still_in_real_time(cluster):
     T = 0.1
-    with simulated_time():
-        with LocalCluster() as cluster:
-            feeder = FeederSpout(["v"])
-            cluster.submit_topology("t", Config().set_message_timeout_secs(T),
-                                    _timeout_topology(feeder, HoldAllBolt("sink")))
-            feeder.feed(["x"], msg_id="x")
-            wait_until(lambda: len(held("sink")) == 1, WAIT)
-            stays(lambda: feeder.failed == [], 0.5, "no timeout while simulated time stands still")
-            advance_time(2 * T + 0.01)
-            wait_until(lambda: feeder.failed == ["x"], WAIT)
+    feeder = _submit_to_sink(cluster, Config().set_message_timeout_secs(T), HoldBolt("sink"))
+    feeder.feed(["x"], msg_id="x")
+    wait_until(lambda: len(held("sink")) == 1, WAIT)
+    stays(lambda: feeder.failed == [], 0.5, "no timeout while simulated time stands still")
+    advance_time(2 * T + 0.01)
+    wait_until(lambda: feeder.failed == ["x"], WAIT)
 
 
 def test_timeout_real_clock_between_t_and_2t(cluster):
     T = 0.4
-    feeder = FeederSpout(["v"])
-    cluster.submit_topology("t", Config().set_message_timeout_secs(T),
-                            _timeout_topology(feeder, HoldAllBolt("sink")))
+    feeder = _submit_to_sink(cluster, Config().set_message_timeout_secs(T), HoldBolt("sink"))
     feeder.feed(["x"], msg_id="x")
     wait_until(lambda: len(held("sink")) == 1, WAIT)
     start = time.monotonic()
@@ -823,7 +643,7 @@ def _pending_topology(spout_parallelism=1, via_declarer=None):
     d = b.set_spout("spout", CountingSpout("spout"), spout_parallelism)
     if via_declarer is not None:
         d.set_max_spout_pending(via_declarer)
-    b.set_bolt("hold", HoldAllBolt("hold")).shuffle_grouping("spout")
+    b.set_bolt("hold", HoldBolt("hold")).shuffle_grouping("spout")
     return b.create_topology()
 
 
@@ -848,19 +668,18 @@ def test_max_spout_pending_throttles_next_tuple(cluster, via):
     assert logged("spout.failed") == [held("hold")[1][1].values[0]]
 
 
-def test_timeouts_free_max_spout_pending_slots():
+@pytest.mark.simulated_time
+def test_timeouts_free_max_spout_pending_slots(cluster):
     T = 10
-    with simulated_time():
-        with LocalCluster() as cluster:
-            cluster.submit_topology("t", Config().set_max_spout_pending(2).set_message_timeout_secs(T),
-                                    _pending_topology())
-            wait_until(lambda: len(held("hold")) == 2, WAIT)
-            stays(lambda: len(logged("spout")) == 2, 0.2, "throttled at 2 pending")
-            advance_time(2 * T + 1)
-            wait_until(lambda: len(logged("spout.failed")) == 2, WAIT)
-            wait_until(lambda: len(logged("spout")) == 4, WAIT)
-            stays(lambda: len(logged("spout")) == 4, 0.2, "throttled again at 2 pending")
-            assert logged("spout.failed") == logged("spout")[:2]
+    cluster.submit_topology("t", Config().set_max_spout_pending(2).set_message_timeout_secs(T),
+                            _pending_topology())
+    wait_until(lambda: len(held("hold")) == 2, WAIT)
+    stays(lambda: len(logged("spout")) == 2, 0.2, "throttled at 2 pending")
+    advance_time(2 * T + 1)
+    wait_until(lambda: len(logged("spout.failed")) == 2, WAIT)
+    wait_until(lambda: len(logged("spout")) == 4, WAIT)
+    stays(lambda: len(logged("spout")) == 4, 0.2, "throttled again at 2 pending")
+    assert logged("spout.failed") == logged("spout")[:2]
 
 
 def test_max_spout_pending_is_per_spout_task(cluster):

@@ -8,61 +8,21 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-import uuid
 
 import pytest
 
 import squall
+from helpers import COUNTERS, Relay, Sink, TupleRecorder, errors_of, feeder_builder, logged, record, tasks_of
 from squall import (
     AlreadyAliveError, BasicBolt, Bolt, Config, Fields, LocalCluster, NotAliveError, Spout, TopologyBuilder,
     Tuple, Values,
 )
 from squall.defaults import DEFAULTS
-from squall.testing import FeederSpout, wait_until
-
-# Components are cloudpickled at create_topology; classes defined here are pickled by
-# reference, so these module-level stores are shared with the copies in the workers.
-RECORDS: dict[str, list] = collections.defaultdict(list)
-COUNTERS: dict[str, dict] = collections.defaultdict(dict)
-_LOCK = threading.Lock()
-
-
-def record(key: str, item) -> None:
-    with _LOCK:
-        RECORDS[key].append(item)
-
-
-def records(key: str) -> list:
-    with _LOCK:
-        return list(RECORDS[key])
-
-
-@pytest.fixture
-def key():
-    k = uuid.uuid4().hex
-    yield k
-    RECORDS.pop(k, None)
-    COUNTERS.pop(k, None)
-
+from squall.testing import wait_until
 
 # -- components -------------------------------------------------------------------------
-
-
-class TupleRecorder(Bolt):
-    """Stores every tuple it receives (the Tuple objects themselves) and acks it."""
-
-    def __init__(self, key):
-        self.key = key
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        record(self.key, tup)
-        self.collector.ack(tup)
 
 
 class LengthBolt(BasicBolt):
@@ -74,25 +34,6 @@ class LengthBolt(BasicBolt):
         word = tup.get_value_by_field("word")
         collector.emit([word])
         collector.emit([word, len(word)], stream="lengths")
-
-
-class EchoBolt(Bolt):
-    outputs = ["value"]
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        self.collector.emit([tup.get_value(0)], anchors=tup)
-        self.collector.ack(tup)
-
-
-class SinkBolt(Bolt):
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        self.collector.ack(tup)
 
 
 class BoomBolt(Bolt):
@@ -207,7 +148,7 @@ class TickCounter(Bolt):
 
 
 def events(key, kind=None):
-    return [e for e in records(key) if kind is None or e[0] == kind]
+    return [e for e in logged(key) if kind is None or e[0] == kind]
 
 
 # -- Fields / Values --------------------------------------------------------------------
@@ -263,20 +204,13 @@ def test_values_is_a_list():
 # -- Tuple ------------------------------------------------------------------------------
 
 
-def _tasks_of(info, component):
-    return sorted(t for w in info["workers"] for e in w["executors"] if e["component"] == component
-                  for t in e["tasks"])
-
-
 def test_tuple_api_on_real_tuples(cluster, key):
-    feeder = FeederSpout(["word", "count"])
-    builder = TopologyBuilder()
-    builder.set_spout("feeder", feeder)
+    feeder, builder = feeder_builder(["word", "count"], "feeder")
     builder.set_bolt("rec", TupleRecorder(key)).shuffle_grouping("feeder")
     cluster.submit_topology("tuples", {}, builder.create_topology())
     feeder.feed(["hello", 3], msg_id="m1")
-    wait_until(lambda: len(records(key)) == 1, 5)
-    (tup,) = records(key)
+    wait_until(lambda: len(logged(key)) == 1, 5)
+    (tup,) = logged(key)
     assert isinstance(tup, Tuple)
     assert tup.values == ["hello", 3]
     assert tup.fields == Fields("word", "count")
@@ -291,7 +225,7 @@ def test_tuple_api_on_real_tuples(cluster, key):
     assert len(tup) == 2
     assert tup.source_component == "feeder"
     assert tup.source_stream_id == "default"
-    assert tup.source_task == _tasks_of(cluster.get_topology_info("tuples"), "feeder")[0]
+    assert tup.source_task == tasks_of(cluster, "tuples", "feeder")[0]
     assert tup.is_tick() is False
     with pytest.raises(KeyError, match="nope"):
         tup.get_value_by_field("nope")
@@ -301,18 +235,16 @@ def test_tuple_api_on_real_tuples(cluster, key):
 
 
 def test_tuple_source_of_named_stream_across_workers(cluster, key):
-    feeder = FeederSpout(["word"])
-    builder = TopologyBuilder()
-    builder.set_spout("feeder", feeder)
+    feeder, builder = feeder_builder(["word"], "feeder")
     builder.set_bolt("lengths", LengthBolt(), 2).shuffle_grouping("feeder")
     builder.set_bolt("rec", TupleRecorder(key), 2).shuffle_grouping("lengths", "lengths")
     cluster.submit_topology("streams", Config().set_num_workers(2), builder.create_topology())
     words = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
     for w in words:
         feeder.feed([w])
-    wait_until(lambda: len(records(key)) == len(words), 5)
-    length_tasks = _tasks_of(cluster.get_topology_info("streams"), "lengths")
-    got = records(key)
+    wait_until(lambda: len(logged(key)) == len(words), 5)
+    length_tasks = tasks_of(cluster, "streams", "lengths")
+    got = logged(key)
     assert sorted((t["word"], t["length"]) for t in got) == [(w, len(w)) for w in words]
     for t in got:
         assert t.source_component == "lengths"
@@ -324,24 +256,22 @@ def test_tuple_source_of_named_stream_across_workers(cluster, key):
 
 
 def test_tick_tuples_are_marked(cluster, key):
-    feeder = FeederSpout(["word"])
-    builder = TopologyBuilder()
-    builder.set_spout("feeder", feeder)
+    feeder, builder = feeder_builder(["word"], "feeder")
     (builder.set_bolt("rec", TupleRecorder(key)).shuffle_grouping("feeder")
      .add_configuration(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS, 0.05))
     cluster.submit_topology("ticks", {}, builder.create_topology())
     feeder.feed(["plain"])
-    wait_until(lambda: any(t.is_tick() for t in records(key))
-               and any(not t.is_tick() for t in records(key)), 5)
-    ticks = [t for t in records(key) if t.is_tick()]
-    plain = [t for t in records(key) if not t.is_tick()]
+    wait_until(lambda: any(t.is_tick() for t in logged(key))
+               and any(not t.is_tick() for t in logged(key)), 5)
+    ticks = [t for t in logged(key) if t.is_tick()]
+    plain = [t for t in logged(key) if not t.is_tick()]
     for t in ticks:
         assert t.source_component == "__system"
         assert t.source_stream_id == "__tick"
     assert [t.values for t in plain] == [["plain"]]
     assert plain[0].source_component == "feeder"
     # acking ticks (TupleRecorder acks everything) is harmless
-    assert cluster.get_topology_info("ticks")["components"]["rec"]["errors"] == []
+    assert errors_of(cluster, "ticks", "rec") == []
 
 
 # -- Config -----------------------------------------------------------------------------
@@ -402,7 +332,7 @@ def test_defaults_reach_components(cluster, key):
     builder = TopologyBuilder()
     builder.set_spout("spout", ConfSpout(key))
     cluster.submit_topology("defaults", None, builder.create_topology())
-    ((_, conf),) = records(key)
+    ((_, conf),) = logged(key)
     for storm_key in STORM_KEYS.values():
         assert conf[storm_key] == DEFAULTS[storm_key], storm_key
 
@@ -423,9 +353,9 @@ def test_component_conf_is_topology_conf_merged_with_components(cluster, key):
     builder.set_bolt("plain", ConfBolt(key), 2).shuffle_grouping("spout")
     builder.set_bolt("basic", ConfBasicBolt(key)).shuffle_grouping("spout").add_configuration("added", 5)
     cluster.submit_topology("merge", topology_conf, builder.create_topology())
-    wait_until(lambda: len(records(key)) == 5, 5)
+    wait_until(lambda: len(logged(key)) == 5, 5)
     confs = collections.defaultdict(list)
-    for cid, conf in records(key):
+    for cid, conf in logged(key):
         confs[cid].append(conf)
 
     (custom,) = confs["custom"]
@@ -465,7 +395,7 @@ def test_declarer_configuration_methods_chain():
     assert sd.add_configuration("a", 1) is sd
     assert sd.add_configurations({"b": 2}) is sd
     assert sd.set_max_spout_pending(5) is sd
-    bd = builder.set_bolt("bolt", SinkBolt())
+    bd = builder.set_bolt("bolt", Sink())
     assert bd.set_num_tasks(1) is bd
     assert bd.add_configuration("a", 1) is bd
     assert bd.add_configurations({"b": 2}) is bd
@@ -503,7 +433,7 @@ def test_bad_config_value_raises_value_error_naming_key_at_submit(cluster, conf_
 def test_bad_component_config_value_names_key_and_component(cluster):
     builder = TopologyBuilder()
     builder.set_spout("spout", ConfSpout("unused"))
-    builder.set_bolt("ticky", SinkBolt()).shuffle_grouping("spout").add_configuration(
+    builder.set_bolt("ticky", Sink()).shuffle_grouping("spout").add_configuration(
         Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS, -1)
     with pytest.raises(ValueError) as info:
         cluster.submit_topology("bad-component-conf", {}, builder.create_topology())
@@ -572,7 +502,7 @@ def test_kill_topology_deactivates_then_waits_message_timeout_by_default(cluster
     started = time.monotonic()
     cluster.kill_topology("slowkill")
     assert time.monotonic() - started >= 0.3
-    kinds = [e[0] for e in records(key) if e[0] in ("open", "activate", "deactivate", "close")]
+    kinds = [e[0] for e in logged(key) if e[0] in ("open", "activate", "deactivate", "close")]
     assert kinds == ["open", "activate", "deactivate", "close"]
 
 
@@ -597,38 +527,34 @@ def test_status_is_killed_while_kill_topology_waits(cluster, key):
 
 def test_deactivate_and_activate(cluster, key):
     tick_key = key + "-ticks"
-    try:
-        cluster.submit_topology("toggle", {}, _lifecycle_topology(key, spouts=2, bolts=1, tick_key=tick_key))
-        tasks = sorted(t for _, t, _ in events(key, "open"))
-        assert len(tasks) == 2
-        wait_until(lambda: all(COUNTERS[key].get(t, 0) > 0 for t in tasks), 5, message="next_tuple called")
-        assert [e[0] for e in events(key) if e[0] in ("activate", "deactivate")] == ["activate", "activate"]
+    cluster.submit_topology("toggle", {}, _lifecycle_topology(key, spouts=2, bolts=1, tick_key=tick_key))
+    tasks = sorted(t for _, t, _ in events(key, "open"))
+    assert len(tasks) == 2
+    wait_until(lambda: all(COUNTERS[key].get(t, 0) > 0 for t in tasks), 5, message="next_tuple called")
+    assert [e[0] for e in events(key) if e[0] in ("activate", "deactivate")] == ["activate", "activate"]
 
-        cluster.deactivate("toggle")
-        assert cluster.get_topology_info("toggle")["status"] == "INACTIVE"
-        wait_until(lambda: len(events(key, "deactivate")) == 2, 5, message="deactivate called")
-        at_deactivate = {t: c for _, t, c in events(key, "deactivate")}
-        assert sorted(at_deactivate) == tasks
-        # let time pass, measured by tick tuples (bolts keep running while spouts are inactive)
-        ticks = COUNTERS[tick_key]["ticks"]
-        wait_until(lambda: COUNTERS[tick_key]["ticks"] >= ticks + 5, 5, message="ticks while inactive")
-        assert {t: COUNTERS[key][t] for t in tasks} == at_deactivate, "next_tuple called while inactive"
-        assert events(key, "next_tuple while inactive") == []
-        # deactivating an inactive topology changes nothing
-        cluster.deactivate("toggle")
-        assert cluster.get_topology_info("toggle")["status"] == "INACTIVE"
+    cluster.deactivate("toggle")
+    assert cluster.get_topology_info("toggle")["status"] == "INACTIVE"
+    wait_until(lambda: len(events(key, "deactivate")) == 2, 5, message="deactivate called")
+    at_deactivate = {t: c for _, t, c in events(key, "deactivate")}
+    assert sorted(at_deactivate) == tasks
+    # let time pass, measured by tick tuples (bolts keep running while spouts are inactive)
+    ticks = COUNTERS[tick_key]["ticks"]
+    wait_until(lambda: COUNTERS[tick_key]["ticks"] >= ticks + 5, 5, message="ticks while inactive")
+    assert {t: COUNTERS[key][t] for t in tasks} == at_deactivate, "next_tuple called while inactive"
+    assert events(key, "next_tuple while inactive") == []
+    # deactivating an inactive topology changes nothing
+    cluster.deactivate("toggle")
+    assert cluster.get_topology_info("toggle")["status"] == "INACTIVE"
 
-        cluster.activate("toggle")
-        assert cluster.get_topology_info("toggle")["status"] == "ACTIVE"
-        wait_until(lambda: len(events(key, "activate")) == 4, 5, message="activate called")
-        wait_until(lambda: all(COUNTERS[key][t] > at_deactivate[t] for t in tasks), 5, message="next_tuple resumed")
-        assert events(key, "next_tuple while inactive") == []
-        for t in tasks:
-            assert [e[0] for e in events(key) if e[1] == t and e[0] != "prepare"] == [
-                "open", "activate", "deactivate", "activate"]
-    finally:
-        RECORDS.pop(tick_key, None)
-        COUNTERS.pop(tick_key, None)
+    cluster.activate("toggle")
+    assert cluster.get_topology_info("toggle")["status"] == "ACTIVE"
+    wait_until(lambda: len(events(key, "activate")) == 4, 5, message="activate called")
+    wait_until(lambda: all(COUNTERS[key][t] > at_deactivate[t] for t in tasks), 5, message="next_tuple resumed")
+    assert events(key, "next_tuple while inactive") == []
+    for t in tasks:
+        assert [e[0] for e in events(key) if e[1] == t and e[0] != "prepare"] == [
+            "open", "activate", "deactivate", "activate"]
 
 
 def test_local_cluster_context_manager_kills_everything(key):
@@ -648,11 +574,9 @@ BOLT_KEYS = {"type", "parallelism", "num_tasks", "emitted", "transferred", "acke
 
 
 def test_get_topology_info_shape_and_counts(cluster):
-    feeder = FeederSpout(["value"])
-    builder = TopologyBuilder()
-    builder.set_spout("feeder", feeder)
-    builder.set_bolt("echo", EchoBolt(), 2).set_num_tasks(4).shuffle_grouping("feeder")
-    builder.set_bolt("sink", SinkBolt()).shuffle_grouping("echo")
+    feeder, builder = feeder_builder(["value"], "feeder")
+    builder.set_bolt("echo", Relay(), 2).set_num_tasks(4).shuffle_grouping("feeder")
+    builder.set_bolt("sink", Sink()).shuffle_grouping("echo")
     cluster.submit_topology("shape", Config().set_num_workers(2), builder.create_topology())
     for i in range(5):
         feeder.feed([i], msg_id=i)
@@ -707,9 +631,7 @@ def test_get_topology_info_shape_and_counts(cluster):
 
 
 def test_get_topology_info_records_errors(cluster):
-    feeder = FeederSpout(["value"])
-    builder = TopologyBuilder()
-    builder.set_spout("feeder", feeder)
+    feeder, builder = feeder_builder(["value"], "feeder")
     builder.set_bolt("boom", BoomBolt("kaboom-123")).shuffle_grouping("feeder")
     cluster.submit_topology("errors", {}, builder.create_topology())
     before = time.time()
@@ -719,7 +641,7 @@ def test_get_topology_info_records_errors(cluster):
     (error,) = info["components"]["boom"]["errors"]
     assert {"error", "task", "time"} <= set(error)
     assert "kaboom-123" in error["error"] and "ValueError" in error["error"]
-    assert error["task"] == _tasks_of(info, "boom")[0]
+    assert error["task"] == tasks_of(cluster, "errors", "boom")[0]
     assert before - 1 <= error["time"] <= time.time() + 1
     wait_until(lambda: feeder.failed == ["doomed"], 5)  # the input was failed
     assert feeder.acked == []

@@ -18,40 +18,12 @@ import time
 
 import pytest
 
+from helpers import (
+    Recorder, component_info, errors_of, executors_of, feed_and_wait, feeder_builder, prepared, received,
+    record_prepared, record_received, tasks_of, wait_for,
+)
 from squall import BasicBolt, Bolt, Config, FailedException, Spout, TopologyBuilder
 from squall.testing import FeederSpout, wait_until
-
-LOCK = threading.Lock()
-RECEIVED: list[dict] = []
-PREPARED: list[dict] = []
-
-
-@pytest.fixture(autouse=True)
-def _reset_records():
-    with LOCK:
-        RECEIVED.clear()
-        PREPARED.clear()
-    yield
-
-
-def received(component: str) -> list[dict]:
-    with LOCK:
-        return [r for r in RECEIVED if r["component"] == component]
-
-
-def prepared(component: str) -> list[dict]:
-    with LOCK:
-        return [p for p in PREPARED if p["component"] == component]
-
-
-def errors_of(cluster, name: str, component: str) -> list[dict]:
-    return cluster.get_topology_info(name)["components"][component]["errors"]
-
-
-def tasks_of(cluster, name: str, component: str) -> list[int]:
-    info = cluster.get_topology_info(name)
-    return sorted(t for w in info["workers"] for e in w["executors"] if e["component"] == component
-                  for t in e["tasks"])
 
 
 def message_of(error: dict) -> str:
@@ -65,34 +37,9 @@ def has_word(text: str, word: object) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(str(word))}(?![\w.])", text) is not None
 
 
-def wait_for(feeder: FeederSpout, msg_id, outcome: str, timeout: float = 5.0) -> None:
-    ids = feeder.acked if outcome == "acked" else feeder.failed
-    wait_until(lambda: msg_id in ids, timeout=timeout, message=f"message {msg_id!r} {outcome}")
-
-
 # ---------------------------------------------------------------------------------------
 # Components
 # ---------------------------------------------------------------------------------------
-
-
-class Sink(Bolt):
-    """Records every input (with the very value objects it got) and acks it."""
-
-    def prepare(self, conf, context, collector) -> None:
-        self.collector = collector
-        self.task = context.get_this_task_id()
-        self.port = context.get_this_worker_port()
-        self.worker_tasks = list(context.get_this_worker_tasks())
-        with LOCK:
-            PREPARED.append({"component": context.get_this_component_id(), "task": self.task,
-                             "port": self.port, "worker_tasks": self.worker_tasks})
-
-    def execute(self, tup) -> None:
-        with LOCK:
-            RECEIVED.append({"component": "sink", "task": self.task, "port": self.port,
-                             "worker_tasks": self.worker_tasks, "source_task": tup.source_task,
-                             "stream": tup.source_stream_id, "values": tup.values})
-        self.collector.ack(tup)
 
 
 def _do(case: str, n, emit, emit_direct, ctx) -> None:
@@ -133,9 +80,7 @@ def _context(context) -> dict:
         "local": next((t for t in sink_tasks if t in here), None),
         "remote": next((t for t in sink_tasks if t not in here), None),
     }
-    with LOCK:
-        PREPARED.append({"component": context.get_this_component_id(), "task": context.get_this_task_id(),
-                         **ctx})
+    record_prepared({"component": context.get_this_component_id(), "task": context.get_this_task_id(), **ctx})
     return ctx
 
 
@@ -179,12 +124,27 @@ class BasicEmitter(BasicBolt):
             self.ctx)
 
 
-def emitter_topology(feeder: FeederSpout, kind: str):
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
+def submit_emitter(cluster, name: str, kind: str, workers: int = 1) -> FeederSpout:
+    """feeder -> "bad" (a RichEmitter or a BasicEmitter) -> "sink" (2 tasks), submitted."""
+    feeder, b = feeder_builder(["case", "n"], "feeder")
     b.set_bolt("bad", RichEmitter() if kind == "rich" else BasicEmitter()).shuffle_grouping("feeder")
-    b.set_bolt("sink", Sink(), 2).shuffle_grouping("bad").direct_grouping("bad", "dstream")
-    return b.create_topology()
+    b.set_bolt("sink", Recorder(), 2).shuffle_grouping("bad").direct_grouping("bad", "dstream")
+    cluster.submit_topology(name, Config().set_num_workers(workers), b.create_topology())
+    return feeder
+
+
+def good_bad_good(feeder: FeederSpout, good_case: str, bad_case: str, ns) -> float:
+    """Feed a good tuple ("first"), a bad one ("bad") and a good one ("after"), whose "n" are
+    ``ns``, each waited for; check that only the bad one failed; return the time just before
+    it was fed."""
+    first, bad, after = ns
+    feed_and_wait(feeder, [good_case, first], "first")
+    before = time.time()
+    feed_and_wait(feeder, [bad_case, bad], "bad", "failed")
+    feed_and_wait(feeder, [good_case, after], "after")
+    assert feeder.acked == ["first", "after"]
+    assert feeder.failed == ["bad"]
+    return before
 
 
 def check_error(cluster, name: str, component: str, before: float, *words: object) -> dict:
@@ -218,19 +178,8 @@ BAD_EMITS = {
 @pytest.mark.parametrize("kind", ["rich", "basic"])
 @pytest.mark.parametrize("case", sorted(BAD_EMITS))
 def test_bad_emit_records_error_fails_input_and_executor_goes_on(cluster, case, kind):
-    feeder = FeederSpout(["case", "n"])
-    cluster.submit_topology("bad-emit", Config(), emitter_topology(feeder, kind))
-
-    feeder.feed(["ok", 1], msg_id="first")
-    wait_for(feeder, "first", "acked")
-    before = time.time()
-    feeder.feed([case, 7], msg_id="bad")
-    wait_for(feeder, "bad", "failed")
-    feeder.feed(["ok", 2], msg_id="after")
-    wait_for(feeder, "after", "acked")
-
-    assert feeder.acked == ["first", "after"]
-    assert feeder.failed == ["bad"]
+    feeder = submit_emitter(cluster, "bad-emit", kind)
+    before = good_bad_good(feeder, "ok", case, (1, 7, 2))
     feeder_task = tasks_of(cluster, "bad-emit", "feeder")[0]
     words = [feeder_task if w == "<feeder task>" else w for w in BAD_EMITS[case]]
     err = check_error(cluster, "bad-emit", "bad", before, *words)
@@ -243,8 +192,7 @@ def test_bad_emit_records_error_fails_input_and_executor_goes_on(cluster, case, 
 
 
 def test_several_bad_emits_each_recorded_and_the_bolt_keeps_going(cluster):
-    feeder = FeederSpout(["case", "n"])
-    cluster.submit_topology("bad-emits", Config(), emitter_topology(feeder, "rich"))
+    feeder = submit_emitter(cluster, "bad-emits", "rich")
     cases = sorted(BAD_EMITS)
     for i, case in enumerate(cases):
         feeder.feed([case, 100 + i], msg_id=case)
@@ -256,8 +204,7 @@ def test_several_bad_emits_each_recorded_and_the_bolt_keeps_going(cluster):
     assert len(errors) == len(cases)
     assert [e["time"] for e in errors] == sorted(e["time"] for e in errors)
     assert sorted(r["values"][0] for r in received("sink")) == list(range(len(cases)))
-    info = cluster.get_topology_info("bad-emits")["components"]["bad"]
-    assert info["failed"] == len(cases)
+    assert component_info(cluster, "bad-emits", "bad")["failed"] == len(cases)
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,8 +213,7 @@ def test_several_bad_emits_each_recorded_and_the_bolt_keeps_going(cluster):
 
 
 def two_worker_emitter(cluster, name: str, kind: str = "rich") -> FeederSpout:
-    feeder = FeederSpout(["case", "n"])
-    cluster.submit_topology(name, Config().set_num_workers(2), emitter_topology(feeder, kind))
+    feeder = submit_emitter(cluster, name, kind, workers=2)
     ctx = prepared("bad")[0]
     assert ctx["local"] is not None and ctx["remote"] is not None, "sink must have a task in each worker"
     return feeder
@@ -278,17 +224,7 @@ def two_worker_emitter(cluster, name: str, kind: str = "rich") -> FeederSpout:
 def test_unserializable_value_to_another_worker_is_an_emit_error(cluster, case, type_name, kind):
     feeder = two_worker_emitter(cluster, "unser", kind)
     remote = prepared("bad")[0]["remote"]
-
-    feeder.feed(["ok_remote", 1], msg_id="first")
-    wait_for(feeder, "first", "acked")
-    before = time.time()
-    feeder.feed([case, 2], msg_id="bad")
-    wait_for(feeder, "bad", "failed")
-    feeder.feed(["ok_remote", 3], msg_id="after")
-    wait_for(feeder, "after", "acked")
-
-    assert feeder.acked == ["first", "after"]
-    assert feeder.failed == ["bad"]
+    before = good_bad_good(feeder, "ok_remote", case, (1, 2, 3))
     err = check_error(cluster, "unser", "bad", before)
     assert type_name in err["error"].lower(), err["error"]
     assert "serializ" in message_of(err).lower() or "pickle" in message_of(err).lower(), message_of(err)
@@ -301,8 +237,7 @@ def test_unserializable_value_to_another_worker_is_an_emit_error(cluster, case, 
 def test_unserializable_value_within_one_worker_is_not_serialized(cluster):
     feeder = two_worker_emitter(cluster, "local-lock")
     local = prepared("bad")[0]["local"]
-    feeder.feed(["lock_local", 5], msg_id="local")
-    wait_for(feeder, "local", "acked")
+    feed_and_wait(feeder, ["lock_local", 5], "local")
     recs = received("sink")
     assert len(recs) == 1
     assert recs[0]["task"] == local
@@ -378,20 +313,26 @@ CROSSING_VALUES = {
 }
 
 
-def test_unserializable_value_emitted_by_a_spout_is_recorded_for_the_spout(cluster):
-    feeder = FeederSpout(["name", "value"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
-    b.set_bolt("sink", Sink(), 2).all_grouping("feeder")  # one sink task is in the other worker
-    cluster.submit_topology("spout-unser", Config().set_num_workers(2), b.create_topology())
-    feeder_task = tasks_of(cluster, "spout-unser", "feeder")[0]
-    assert any(feeder_task not in p["worker_tasks"] for p in prepared("sink"))
+def submit_sinks_on_both_sides(cluster, name: str) -> tuple[FeederSpout, int, int]:
+    """feeder -> "sink" (all grouping, 2 tasks) on two workers, submitted; returns the feeder,
+    the sink task in the feeder's worker and the one in the other worker."""
+    feeder, b = feeder_builder(["name", "value"], "feeder")
+    b.set_bolt("sink", Recorder(), 2).all_grouping("feeder")
+    cluster.submit_topology(name, Config().set_num_workers(2), b.create_topology())
+    feeder_task = tasks_of(cluster, name, "feeder")[0]
+    sinks = prepared("sink")
+    remote = [p["task"] for p in sinks if feeder_task not in p["worker_tasks"]]
+    local = [p["task"] for p in sinks if feeder_task in p["worker_tasks"]]
+    assert len(remote) == 1 and len(local) == 1, sinks
+    return feeder, local[0], remote[0]
 
+
+def test_unserializable_value_emitted_by_a_spout_is_recorded_for_the_spout(cluster):
+    feeder, _, _ = submit_sinks_on_both_sides(cluster, "spout-unser")  # one sink task is in the other worker
     before = time.time()
     feeder.feed(["lock", threading.Lock()], msg_id="lock")
     wait_until(lambda: errors_of(cluster, "spout-unser", "feeder"), timeout=5)
-    feeder.feed(["fine", 1], msg_id="fine")
-    wait_for(feeder, "fine", "acked")
+    feed_and_wait(feeder, ["fine", 1], "fine")
     err = check_error(cluster, "spout-unser", "feeder", before)
     assert "lock" in err["error"].lower()
     assert "'default'" in err["error"]  # the stream is named
@@ -403,16 +344,7 @@ def test_unserializable_value_emitted_by_a_spout_is_recorded_for_the_spout(clust
 
 
 def test_values_crossing_workers_keep_their_types(cluster):
-    feeder = FeederSpout(["name", "value"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
-    b.set_bolt("sink", Sink(), 2).all_grouping("feeder")
-    cluster.submit_topology("types", Config().set_num_workers(2), b.create_topology())
-    feeder_task = tasks_of(cluster, "types", "feeder")[0]
-    sinks = prepared("sink")
-    remote = [p["task"] for p in sinks if feeder_task not in p["worker_tasks"]]
-    local = [p["task"] for p in sinks if feeder_task in p["worker_tasks"]]
-    assert len(remote) == 1 and len(local) == 1, sinks
+    feeder, local, remote = submit_sinks_on_both_sides(cluster, "types")
 
     for name, value in CROSSING_VALUES.items():
         feeder.feed([name, value], msg_id=name)
@@ -424,25 +356,18 @@ def test_values_crossing_workers_keep_their_types(cluster):
     assert len(got) == 2 * len(CROSSING_VALUES)
     wrong = []
     for name, value in CROSSING_VALUES.items():
-        crossed = got[(remote[0], name)]
+        crossed = got[(remote, name)]
         if not same(value, crossed):
             wrong.append(f"{name}: sent {value!r} ({type(value).__name__}), got {crossed!r} "
                          f"({type(crossed).__name__})")
         # within the emitter's worker the value is not copied at all
-        assert got[(local[0], name)] is value, name
+        assert got[(local, name)] is value, name
     assert not wrong, "\n".join(wrong)
 
 
 def test_bytearray_arrives_as_bytes_across_workers(cluster):
-    feeder = FeederSpout(["name", "value"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
-    b.set_bolt("sink", Sink(), 2).all_grouping("feeder")
-    cluster.submit_topology("bytearray", Config().set_num_workers(2), b.create_topology())
-    feeder_task = tasks_of(cluster, "bytearray", "feeder")[0]
-    remote = next(p["task"] for p in prepared("sink") if feeder_task not in p["worker_tasks"])
-    feeder.feed(["ba", bytearray(b"mutable")], msg_id=1)
-    wait_for(feeder, 1, "acked")
+    feeder, _, remote = submit_sinks_on_both_sides(cluster, "bytearray")
+    feed_and_wait(feeder, ["ba", bytearray(b"mutable")], 1)
     crossed = next(r["values"][1] for r in received("sink") if r["task"] == remote)
     # documented in squall/serialization.py: msgpack packs bytearray natively, as bin
     assert crossed == b"mutable"
@@ -463,64 +388,55 @@ class Exploder(Bolt):
 
     def execute(self, tup) -> None:
         if tup["case"] == "boom":
-            with LOCK:
-                RECEIVED.append({"component": "boom", "task": self.task, "n": tup["n"]})
+            record_received({"component": "boom", "task": self.task, "n": tup["n"]})
             raise ValueError(f"kaboom-{tup['n']}")
         if tup["case"] == "report":
             self.collector.report_error(RuntimeError(f"reported-{tup['n']}"))
-        with LOCK:
-            RECEIVED.append({"component": "exploder", "values": list(tup.values)})
+        record_received({"component": "exploder", "values": list(tup.values)})
         self.collector.ack(tup)
 
 
-def test_exception_from_execute_records_traceback_fails_input_and_goes_on(cluster):
-    feeder = FeederSpout(["case", "n"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
-    b.set_bolt("exploder", Exploder()).shuffle_grouping("feeder")
-    cluster.submit_topology("explode", Config(), b.create_topology())
+def submit_exploders(cluster, name: str, *components: str, num_tasks: int | None = None) -> FeederSpout:
+    """feeder -> an Exploder (one executor; ``num_tasks`` tasks) per component, submitted."""
+    feeder, b = feeder_builder(["case", "n"], "feeder")
+    for component in components:
+        declarer = b.set_bolt(component, Exploder(), 1)
+        if num_tasks is not None:
+            declarer.set_num_tasks(num_tasks)
+        declarer.shuffle_grouping("feeder")
+    cluster.submit_topology(name, Config(), b.create_topology())
+    return feeder
 
+
+def test_exception_from_execute_records_traceback_fails_input_and_goes_on(cluster):
+    feeder = submit_exploders(cluster, "explode", "exploder")
     before = time.time()
-    feeder.feed(["boom", 42], msg_id="boom")
-    wait_for(feeder, "boom", "failed")
-    feeder.feed(["ok", 1], msg_id="ok")
-    wait_for(feeder, "ok", "acked")
+    feed_and_wait(feeder, ["boom", 42], "boom", "failed")
+    feed_and_wait(feeder, ["ok", 1], "ok")
 
     err = check_error(cluster, "explode", "exploder", before, "kaboom-42")
     assert "ValueError" in err["error"]
     assert "execute" in err["error"]  # the traceback's frames are there
     assert received("exploder") == [{"component": "exploder", "values": ["ok", 1]}]
     assert feeder.failed == ["boom"] and feeder.acked == ["ok"]
-    stats = cluster.get_topology_info("explode")["components"]["exploder"]
+    stats = component_info(cluster, "explode", "exploder")
     assert stats["failed"] == 1 and stats["acked"] == 1
 
 
 def test_report_error_records_without_failing(cluster):
-    feeder = FeederSpout(["case", "n"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
-    b.set_bolt("exploder", Exploder()).shuffle_grouping("feeder")
-    cluster.submit_topology("report", Config(), b.create_topology())
+    feeder = submit_exploders(cluster, "report", "exploder")
     before = time.time()
-    feeder.feed(["report", 5], msg_id="r")
-    wait_for(feeder, "r", "acked")
+    feed_and_wait(feeder, ["report", 5], "r")
     check_error(cluster, "report", "exploder", before, "reported-5")
     assert feeder.failed == []
 
 
 def test_only_the_last_ten_errors_per_component_are_kept(cluster):
-    feeder = FeederSpout(["case", "n"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
-    b.set_bolt("exploder", Exploder()).shuffle_grouping("feeder")
-    b.set_bolt("other", Exploder()).shuffle_grouping("feeder")
-    cluster.submit_topology("ten", Config(), b.create_topology())
-
+    feeder = submit_exploders(cluster, "ten", "exploder", "other")
     for i in range(15):
         feeder.feed(["boom", i], msg_id=i)
     wait_until(lambda: len(feeder.failed) == 15, timeout=5)
-    feeder.feed(["ok", 99], msg_id="ok")
-    wait_for(feeder, "ok", "acked")
+    feed_and_wait(feeder, ["ok", 99], "ok")
 
     for component in ("exploder", "other"):
         errors = errors_of(cluster, "ten", component)
@@ -535,21 +451,14 @@ def test_only_the_last_ten_errors_per_component_are_kept(cluster):
 
 
 def test_error_names_the_task_that_raised_in_a_multi_task_executor(cluster):
-    feeder = FeederSpout(["case", "n"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
-    # one executor running three tasks
-    b.set_bolt("exploder", Exploder(), 1).set_num_tasks(3).shuffle_grouping("feeder")
-    cluster.submit_topology("multi", Config(), b.create_topology())
-    info = cluster.get_topology_info("multi")
-    executors = [e for w in info["workers"] for e in w["executors"] if e["component"] == "exploder"]
+    feeder = submit_exploders(cluster, "multi", "exploder", num_tasks=3)  # one executor running three tasks
+    executors = executors_of(cluster, "multi", "exploder")
     assert len(executors) == 1 and len(executors[0]["tasks"]) == 3
 
     for i in range(6):
         feeder.feed(["boom", i], msg_id=i)
     wait_until(lambda: len(feeder.failed) == 6, timeout=5)
-    feeder.feed(["ok", 6], msg_id="ok")
-    wait_for(feeder, "ok", "acked")
+    feed_and_wait(feeder, ["ok", 6], "ok")
     raised_by = {r["n"]: r["task"] for r in received("boom")}
     assert len(set(raised_by.values())) == 3  # shuffle reached every task
     errors = errors_of(cluster, "multi", "exploder")
@@ -571,26 +480,20 @@ class PickyBasic(BasicBolt):
 
 
 def test_basic_bolt_failed_exception_fails_without_an_error(cluster):
-    feeder = FeederSpout(["case", "n"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
+    feeder, b = feeder_builder(["case", "n"], "feeder")
     b.set_bolt("picky", PickyBasic()).shuffle_grouping("feeder")
-    b.set_bolt("sink", Sink()).shuffle_grouping("picky")
+    b.set_bolt("sink", Recorder()).shuffle_grouping("picky")
     cluster.submit_topology("picky", Config(), b.create_topology())
 
-    feeder.feed(["fail", 1], msg_id="declined")
-    wait_for(feeder, "declined", "failed")
-    feeder.feed(["ok", 2], msg_id="ok")
-    wait_for(feeder, "ok", "acked")
+    feed_and_wait(feeder, ["fail", 1], "declined", "failed")
+    feed_and_wait(feeder, ["ok", 2], "ok")
     assert errors_of(cluster, "picky", "picky") == []
     assert [r["values"] for r in received("sink")] == [[2]]
 
     # any other exception: failed and recorded
     before = time.time()
-    feeder.feed(["boom", 3], msg_id="boom")
-    wait_for(feeder, "boom", "failed")
-    feeder.feed(["ok", 4], msg_id="ok2")
-    wait_for(feeder, "ok2", "acked")
+    feed_and_wait(feeder, ["boom", 3], "boom", "failed")
+    feed_and_wait(feeder, ["ok", 4], "ok2")
     check_error(cluster, "picky", "picky", before, "basic-boom-3")
     assert feeder.failed == ["declined", "boom"]
     assert feeder.acked == ["ok", "ok2"]
@@ -625,7 +528,7 @@ class FlakySpout(Spout):
 def test_spout_errors_are_recorded_and_the_spout_goes_on(cluster):
     b = TopologyBuilder()
     b.set_spout("flaky", FlakySpout())
-    b.set_bolt("sink", Sink()).shuffle_grouping("flaky")
+    b.set_bolt("sink", Recorder()).shuffle_grouping("flaky")
     before = time.time()
     cluster.submit_topology("flaky", Config(), b.create_topology())
     wait_until(lambda: len(received("sink")) == 10, timeout=5)

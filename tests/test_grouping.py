@@ -1,9 +1,10 @@
 """Stream groupings, observed end to end on running topologies.
 
 Every grouping is checked by what the subscribing bolt's tasks actually receive: bolts
-record each input (their task, worker, the tuple's source) in module-level lists. The
-components are cloudpickled at ``create_topology``; classes defined here are pickled by
-reference, so the copies running in the (in-process) workers share these lists.
+(``helpers.Recorder``) record each input (their task, worker, the tuple's source) in the
+module-level stores of ``helpers``. The components are cloudpickled at ``create_topology``;
+classes defined at module level are pickled by reference, so the copies running in the
+(in-process) workers share those stores.
 """
 
 from __future__ import annotations
@@ -14,44 +15,24 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import zlib
 
 import pytest
 
-from squall import (
-    BasicBolt, Bolt, Config, CustomStreamGrouping, Fields, GlobalStreamId, Spout, TopologyBuilder,
+from helpers import (
+    Recorder, Relay, errors_of, feeder_builder, logged, prepared, received, record, record_prepared,
+    tasks_of, where,
 )
+from squall import BasicBolt, Bolt, Config, CustomStreamGrouping, Fields, GlobalStreamId, Spout, TopologyBuilder
 from squall.grouping import FieldsGrouper, stable_key_bytes
-from squall.testing import FeederSpout, complete_topology, wait_until
+from squall.testing import complete_topology, wait_until
 
 # ---------------------------------------------------------------------------------------
-# Shared recording state (reset before every test)
+# What is recorded (in the stores of ``helpers``, reset before every test): ``received``
+# and ``prepared`` (Recorder tasks, and ListSpout tasks: where they run), "emits" (one entry
+# per ListSpout emit: the values and the task ids emit returned) and "grouping-calls"
+# (CustomStreamGrouping.prepare / choose_tasks calls)
 # ---------------------------------------------------------------------------------------
-
-LOCK = threading.Lock()
-RECEIVED: list[dict] = []  # one entry per tuple a Recorder task executed
-PREPARED: list[dict] = []  # one entry per Recorder / ListSpout task: where it runs
-EMITS: list[dict] = []  # one entry per ListSpout emit: the values and the task ids emit returned
-GROUPING_CALLS: list[dict] = []  # CustomStreamGrouping.prepare / choose_tasks calls
-
-
-@pytest.fixture(autouse=True)
-def _reset_records():
-    with LOCK:
-        for store in (RECEIVED, PREPARED, EMITS, GROUPING_CALLS):
-            store.clear()
-    yield
-
-
-def received(component: str) -> list[dict]:
-    with LOCK:
-        return [r for r in RECEIVED if r["component"] == component]
-
-
-def prepared(component: str) -> list[dict]:
-    with LOCK:
-        return [p for p in PREPARED if p["component"] == component]
 
 
 def tasks_by_value(records: list[dict], index: int = 0) -> dict:
@@ -66,16 +47,6 @@ def _hashable(v):
     if isinstance(v, list):
         return tuple(_hashable(x) for x in v)
     return v
-
-
-def _where(context) -> dict:
-    return {
-        "component": context.get_this_component_id(),
-        "task": context.get_this_task_id(),
-        "port": context.get_this_worker_port(),
-        "worker_tasks": list(context.get_this_worker_tasks()),
-        "component_tasks": {},
-    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -97,39 +68,6 @@ class Src3(Spout):
     outputs = ["user", "day", "n"]
 
 
-class Recorder(Bolt):
-    """Records every input with where it ran, then acks it."""
-
-    def __init__(self, outputs: dict[str, list[str]] | None = None) -> None:
-        self._outs = outputs or {}
-
-    def declare_output_fields(self, declarer) -> None:
-        for stream, fields in self._outs.items():
-            declarer.declare_stream(stream, fields)
-
-    def prepare(self, conf, context, collector) -> None:
-        self.collector = collector
-        self.where = _where(context)
-        with LOCK:
-            PREPARED.append(self.where)
-
-    def execute(self, tup) -> None:
-        w = self.where
-        with LOCK:
-            RECEIVED.append({
-                "component": w["component"],
-                "task": w["task"],
-                "port": w["port"],
-                "worker_tasks": w["worker_tasks"],
-                "source_component": tup.source_component,
-                "source_task": tup.source_task,
-                "stream": tup.source_stream_id,
-                "fields": list(tup.fields),
-                "values": list(tup.values),
-            })
-        self.collector.ack(tup)
-
-
 class ListSpout(Spout):
     """Emits its rows (split over its tasks as a mocked spout does), each with a message id,
     and records the task ids each emit returned."""
@@ -148,16 +86,14 @@ class ListSpout(Spout):
         index = mine.index(self.task)
         self.todo = collections.deque(self.rows[index::len(mine)])
         self.next_id = 0
-        with LOCK:
-            PREPARED.append(_where(context))
+        record_prepared(where(context))
 
     def next_tuple(self) -> None:
         if self.todo:
             values = self.todo.popleft()
             tasks = self.collector.emit(values, msg_id=self.next_id)
             self.next_id += 1
-            with LOCK:
-                EMITS.append({"task": self.task, "values": values, "targets": list(tasks)})
+            record("emits", {"task": self.task, "values": values, "targets": list(tasks)})
 
     def is_exhausted(self) -> bool:
         return not self.todo
@@ -166,6 +102,19 @@ class ListSpout(Spout):
 def run(builder: TopologyBuilder, mocked=None, workers: int = 1):
     conf = Config().set_num_workers(workers)
     return complete_topology(builder.create_topology(), mocked_sources=mocked, conf=conf, timeout_secs=20)
+
+
+def run_keyed(grouping: str, rows: list[list], spouts: int = 1, tasks: int = 4, workers: int = 1) -> list[dict]:
+    """Run "src" (Src2, mocked with ``rows``, ``spouts`` tasks) -> "bolt" (a Recorder, ``tasks``
+    tasks) by ``grouping`` ("fields" or "partial_key") on "key"; return what "bolt" received,
+    after checking that it received every row once."""
+    b = TopologyBuilder()
+    b.set_spout("src", Src2(), spouts)
+    getattr(b.set_bolt("bolt", Recorder(), tasks), f"{grouping}_grouping")("src", ["key"])
+    run(b, {"src": rows}, workers=workers)
+    recs = received("bolt")
+    assert len(recs) == len(rows)
+    return recs
 
 
 # ---------------------------------------------------------------------------------------
@@ -377,13 +326,7 @@ def test_equal_keys_of_different_types_land_on_the_same_task():
     rows = []
     for k in keys:
         rows += [[int(k), 0], [float(k), 1], [bool(k) if k in (0, 1) else int(k), 2]]
-    b = TopologyBuilder()
-    b.set_spout("src", Src2(), 3)
-    b.set_bolt("bolt", Recorder(), 5).fields_grouping("src", ["key"])
-    run(b, {"src": rows}, workers=2)
-
-    recs = received("bolt")
-    assert len(recs) == len(rows)
+    recs = run_keyed("fields", rows, spouts=3, tasks=5, workers=2)
     assert len({r["source_task"] for r in recs}) == 3
     by_number: dict = collections.defaultdict(set)
     types_seen = collections.defaultdict(set)
@@ -420,9 +363,7 @@ def test_equal_container_keys_land_on_the_same_task(a, b):
 def test_fields_grouping_on_big_numbers(cluster):
     # ints beyond 64 bits and integral floats beyond 64 bits are ordinary Python keys
     keys = [2**64, 2**70, -(2**63) - 1, 10**30, 1e20]
-    feeder = FeederSpout(["key", "n"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
+    feeder, b = feeder_builder(["key", "n"], "feeder")
     b.set_bolt("bolt", Recorder(), 4).fields_grouping("feeder", ["key"])
     cluster.submit_topology("big-keys", Config(), b.create_topology())
     ids = []
@@ -432,11 +373,10 @@ def test_fields_grouping_on_big_numbers(cluster):
             ids.append((rep, i))
 
     def settled():
-        errors = cluster.get_topology_info("big-keys")["components"]["feeder"]["errors"]
-        return errors or len(feeder.acked) + len(feeder.failed) == len(ids)
+        return errors_of(cluster, "big-keys", "feeder") or len(feeder.acked) + len(feeder.failed) == len(ids)
 
     wait_until(settled, timeout=5)
-    errors = cluster.get_topology_info("big-keys")["components"]["feeder"]["errors"]
+    errors = errors_of(cluster, "big-keys", "feeder")
     assert errors == [], errors[0]["error"].strip().splitlines()[-1]
     assert sorted(feeder.acked) == sorted(ids)
     by_key = tasks_by_value(received("bolt"), 0)
@@ -465,8 +405,7 @@ def test_all_grouping_every_task_gets_every_tuple():
     for task, values in per_task.items():
         assert sorted(values) == list(range(n)), f"task {task}"
     # emit returns every receiving task
-    with LOCK:
-        emits = list(EMITS)
+    emits = logged("emits")
     assert len(emits) == n
     assert all(sorted(e["targets"]) == bolt_tasks for e in emits)
 
@@ -496,8 +435,7 @@ def test_none_grouping_sends_each_tuple_to_one_task():
     assert sorted(r["values"][0] for r in recs) == list(range(n))  # each exactly once
     counts = collections.Counter(r["task"] for r in recs)
     assert set(counts) == {p["task"] for p in prepared("bolt")}, counts  # spread over all tasks
-    with LOCK:
-        assert all(len(e["targets"]) == 1 for e in EMITS)
+    assert all(len(e["targets"]) == 1 for e in logged("emits"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -614,11 +552,10 @@ def test_local_or_shuffle_prefers_tasks_in_the_same_worker():
     per_pair = collections.Counter((r["source_task"], r["task"]) for r in recs)
     assert len(per_pair) == 4
     assert set(per_pair.values()) == {20}, per_pair
-    with LOCK:
-        for e in EMITS:
-            spout_port = next(p["port"] for p in spouts if p["task"] == e["task"])
-            local_bolts = {p["task"] for p in bolts if p["port"] == spout_port}
-            assert len(e["targets"]) == 1 and e["targets"][0] in local_bolts
+    for e in logged("emits"):
+        spout_port = next(p["port"] for p in spouts if p["task"] == e["task"])
+        local_bolts = {p["task"] for p in bolts if p["port"] == spout_port}
+        assert len(e["targets"]) == 1 and e["targets"][0] in local_bolts
 
 
 def test_local_or_shuffle_without_a_local_task_uses_every_task():
@@ -650,13 +587,7 @@ def test_partial_key_grouping_splits_a_hot_key_over_two_tasks():
     keys = [f"hot{i}" for i in range(8)]
     per_key = 40
     rows = [[k, i] for i in range(per_key) for k in keys]  # spout task j gets key j only
-    b = TopologyBuilder()
-    b.set_spout("src", Src2(), 8)
-    b.set_bolt("bolt", Recorder(), 4).partial_key_grouping("src", ["key"])
-    run(b, {"src": rows}, workers=2)
-
-    recs = received("bolt")
-    assert len(recs) == len(rows)
+    recs = run_keyed("partial_key", rows, spouts=8, workers=2)
     per_key_tasks = collections.defaultdict(collections.Counter)
     emitters = collections.defaultdict(set)
     for r in recs:
@@ -678,12 +609,7 @@ def test_partial_key_grouping_mixed_stream_keeps_keys_on_two_tasks():
     rows = []
     for i in range(300):
         rows.append(["hot" if i % 10 < 7 else f"cold{i % 30}", i])
-    b = TopologyBuilder()
-    b.set_spout("src", Src2())
-    b.set_bolt("bolt", Recorder(), 4).partial_key_grouping("src", ["key"])
-    run(b, {"src": rows})
-
-    recs = received("bolt")
+    recs = run_keyed("partial_key", rows)
     assert len(recs) == 300
     per_key = collections.defaultdict(set)
     for r in recs:
@@ -707,13 +633,11 @@ class EvenToLastOddToAll(CustomStreamGrouping):
     def prepare(self, context, stream, target_tasks) -> None:
         self.targets = list(target_tasks)
         self.me = context.get_this_task_id()
-        with LOCK:
-            GROUPING_CALLS.append({"call": "prepare", "task": self.me, "stream": stream,
-                                   "targets": list(target_tasks)})
+        record("grouping-calls", {"call": "prepare", "task": self.me, "stream": stream,
+                                  "targets": list(target_tasks)})
 
     def choose_tasks(self, task_id, values):
-        with LOCK:
-            GROUPING_CALLS.append({"call": "choose", "task": task_id, "prepared_by": self.me})
+        record("grouping-calls", {"call": "choose", "task": task_id, "prepared_by": self.me})
         if values[0] % 2 == 0:
             return [self.targets[-1]]
         return list(self.targets)
@@ -727,8 +651,7 @@ def test_custom_grouping_prepare_and_choose_tasks():
     run(b, {"src": [[i] for i in range(n)]}, workers=2)
 
     bolt_tasks = sorted(p["task"] for p in prepared("bolt"))
-    with LOCK:
-        calls = list(GROUPING_CALLS)
+    calls = logged("grouping-calls")
     preps = [c for c in calls if c["call"] == "prepare"]
     spout_tasks = {r["source_task"] for r in received("bolt")}
     assert len(spout_tasks) == 2
@@ -761,21 +684,8 @@ class ValueOrBogus(CustomStreamGrouping):
         return [self.targets[0]]
 
 
-class Relay(Bolt):
-    outputs = ["v"]
-
-    def prepare(self, conf, context, collector) -> None:
-        self.collector = collector
-
-    def execute(self, tup) -> None:
-        self.collector.emit([tup[0]], anchors=tup)
-        self.collector.ack(tup)
-
-
 def test_custom_grouping_choosing_a_non_target_records_an_error_and_fails_the_input(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("feeder", feeder)
+    feeder, b = feeder_builder(spout_id="feeder")
     b.set_bolt("relay", Relay()).shuffle_grouping("feeder")
     b.set_bolt("sink", Recorder(), 2).custom_grouping("relay", ValueOrBogus())
     cluster.submit_topology("custom-bad", Config(), b.create_topology())
@@ -787,15 +697,12 @@ def test_custom_grouping_choosing_a_non_target_records_an_error_and_fails_the_in
     feeder.feed(["fine-3"], msg_id=3)
     wait_until(lambda: feeder.acked == [1, 3], timeout=5)
 
-    info = cluster.get_topology_info("custom-bad")
-    errors = info["components"]["relay"]["errors"]
+    errors = errors_of(cluster, "custom-bad", "relay")
     assert len(errors) == 1
     assert "9999" in errors[0]["error"]
-    relay_task = next(t for w in info["workers"] for e in w["executors"] if e["component"] == "relay"
-                      for t in e["tasks"])
-    assert errors[0]["task"] == relay_task
-    assert info["components"]["sink"]["errors"] == []
-    assert info["components"]["feeder"]["errors"] == []
+    assert errors[0]["task"] == tasks_of(cluster, "custom-bad", "relay")[0]
+    assert errors_of(cluster, "custom-bad", "sink") == []
+    assert errors_of(cluster, "custom-bad", "feeder") == []
     assert sorted(r["values"][0] for r in received("sink")) == ["fine-1", "fine-3"]
     assert feeder.failed == [2]
 
@@ -819,11 +726,10 @@ class StreamsSpout(Spout):
     def open(self, conf, context, collector) -> None:
         self.collector = collector
         self.i = 0
-        with LOCK:
-            PREPARED.append({"component": "fields-seen", "task": context.get_this_task_id(),
-                             "even": list(context.get_this_output_fields("even")),
-                             "odd": list(context.get_this_output_fields("odd")),
-                             "default": list(context.get_this_output_fields())})
+        record_prepared({"component": "fields-seen", "task": context.get_this_task_id(),
+                         "even": list(context.get_this_output_fields("even")),
+                         "odd": list(context.get_this_output_fields("odd")),
+                         "default": list(context.get_this_output_fields())})
 
     def next_tuple(self) -> None:
         if self.i >= self.n:

@@ -12,50 +12,19 @@ from collections import Counter, defaultdict
 import pytest
 
 import squall
+from helpers import (
+    COUNTERS, LOG, SLOW, STOP, WAIT, HoldBolt, RecordSink, Relay, SlowSink, barrier, component_info, errors_of,
+    executors_of, feeder_builder, held, logged, record, stays, tasks_of,
+)
 from squall import (
     AlreadyAliveError, BasicBolt, Bolt, Config, LocalCluster, NotAliveError, Spout, TopologyBuilder,
 )
-from squall.testing import FeederSpout, advance_time, simulated_time, wait_until
-
-WAIT = 5.0
-
-_lock = threading.Lock()
-LOG: dict[str, list] = defaultdict(list)
-HELD: dict[str, list] = defaultdict(list)
-EMITTED: dict[int, int] = {}  # spout task -> tuples emitted so far
-SLOW = threading.Event()
-STOP = threading.Event()
+from squall.testing import advance_time, wait_until
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    LOG.clear()
-    HELD.clear()
-    EMITTED.clear()
-    SLOW.clear()
-    STOP.clear()
-    yield
-    STOP.set()
-    SLOW.clear()
-
-
-def record(key, item):
-    with _lock:
-        LOG[key].append(item)
-
-
-def logged(key):
-    with _lock:
-        return list(LOG[key])
-
-
-def stays(condition, secs=0.3, what="condition"):
-    """Assert ``condition()`` holds during the whole of ``secs`` (for 'nothing more happens')."""
-    deadline = time.monotonic() + secs
-    while time.monotonic() < deadline:
-        assert condition(), f"{what} stopped holding"
-        time.sleep(0.01)
-    assert condition(), f"{what} stopped holding"
+def emitted_by_task() -> dict:
+    """FastSpout task -> tuples emitted so far."""
+    return COUNTERS["emitted"]
 
 
 # -- components ----------------------------------------------------------------------------
@@ -70,38 +39,14 @@ class FastSpout(Spout):
         self.collector = collector
         self.task = context.get_this_task_id()
         self.n = 0
-        EMITTED[self.task] = 0
+        emitted_by_task()[self.task] = 0
 
     def next_tuple(self):
         if STOP.is_set():
             return
         self.collector.emit([(self.task, self.n)])
         self.n += 1
-        EMITTED[self.task] = self.n
-
-
-class Relay(Bolt):
-    outputs = ["n"]
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        self.collector.emit([tup[0]], anchors=tup)
-        self.collector.ack(tup)
-
-
-class SlowSink(Bolt):
-    """Records every input; sleeps 2 ms per tuple while SLOW is set."""
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        if SLOW.is_set():
-            time.sleep(0.002)
-        record("sink", tuple(tup[0]))
-        self.collector.ack(tup)
+        emitted_by_task()[self.task] = self.n
 
 
 def _thread(key, task):
@@ -174,18 +119,6 @@ class LifecycleBasicBolt(BasicBolt):
         record("basic", ("cleanup", self.task))
 
 
-class HoldBolt(Bolt):
-    def __init__(self, key):
-        self.key = key
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        with _lock:
-            HELD[self.key].append((self.collector, tup))
-
-
 class ThreadedBolt(Bolt):
     """execute only queues the input; two threads of the bolt's own emit (anchored) and ack."""
 
@@ -218,18 +151,6 @@ class ThreadedBolt(Bolt):
         self.stop.set()
         for t in self.threads:
             t.join(1)
-
-
-class RecordSink(Bolt):
-    def __init__(self, key):
-        self.key = key
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        record(self.key, tup[0])
-        self.collector.ack(tup)
 
 
 class FlakySpout(Spout):
@@ -340,22 +261,32 @@ def _queues(cluster, name):
     return [(e.component, e.queue) for w in cluster._get(name).workers for e in w.executors]
 
 
+def _small_queues(capacity, batch, conf=None):
+    conf = Config() if conf is None else conf
+    conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE] = capacity
+    conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE] = batch
+    return conf
+
+
+def _submit_fast_to_slow(cluster, conf):
+    """Submit "bp": a FastSpout -> a Relay -> a SlowSink ("sink"), slowed down (SLOW set)."""
+    b = TopologyBuilder()
+    b.set_spout("spout", FastSpout())
+    b.set_bolt("relay", Relay()).shuffle_grouping("spout")
+    b.set_bolt("sink", SlowSink("sink")).shuffle_grouping("relay")
+    SLOW.set()
+    cluster.submit_topology("bp", conf, b.create_topology())
+
+
 # -- backpressure and bounded memory ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_slow_bolt_backpressures_a_fast_spout_and_nothing_is_dropped(cluster, workers):
     capacity, batch = 4, 10
-    conf = Config().set_num_workers(workers)
-    conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE] = capacity
+    conf = _small_queues(capacity, batch, Config().set_num_workers(workers))
     conf[Config.TOPOLOGY_TRANSFER_BUFFER_SIZE] = capacity
-    conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE] = batch
-    b = TopologyBuilder()
-    b.set_spout("spout", FastSpout())
-    b.set_bolt("relay", Relay()).shuffle_grouping("spout")
-    b.set_bolt("sink", SlowSink()).shuffle_grouping("relay")
-    SLOW.set()
-    cluster.submit_topology("bp", conf, b.create_topology())
+    _submit_fast_to_slow(cluster, conf)
     queues = _queues(cluster, "bp")
     for _, q in queues:
         assert q.capacity == capacity
@@ -376,7 +307,7 @@ def test_slow_bolt_backpressures_a_fast_spout_and_nothing_is_dropped(cluster, wo
         for component, q in queues:
             max_len[component] = max(max_len[component], len(q))
         processed = len(LOG["sink"])
-        emitted = sum(EMITTED.values())
+        emitted = sum(emitted_by_task().values())
         max_in_flight = max(max_in_flight, emitted - processed)
         samples.append((emitted, processed))
         time.sleep(0.002)
@@ -391,25 +322,21 @@ def test_slow_bolt_backpressures_a_fast_spout_and_nothing_is_dropped(cluster, wo
     # stop the spout, speed the bolt up: everything emitted is processed, once
     STOP.set()
     SLOW.clear()
-    wait_until(lambda: len(logged("sink")) >= sum(EMITTED.values()), WAIT, message="sink caught up")
-    stays(lambda: len(logged("sink")) == sum(EMITTED.values()), 0.2, "no extra tuples")
+    wait_until(lambda: len(logged("sink")) >= sum(emitted_by_task().values()), WAIT, message="sink caught up")
+    stays(lambda: len(logged("sink")) == sum(emitted_by_task().values()), 0.2, "no extra tuples")
     seen = logged("sink")
     assert len(seen) == len(set(seen)), "a tuple was processed twice"
-    (task, total), = EMITTED.items()
+    (task, total), = emitted_by_task().items()
     assert sorted(n for _, n in seen) == list(range(total))
 
 
 def test_backpressure_with_acking_and_parallel_slow_bolts(cluster):
     """With message ids and no max pending, memory is still bounded and every tree is acked."""
     capacity, batch = 4, 10
-    conf = Config()
-    conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE] = capacity
-    conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE] = batch
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    conf = _small_queues(capacity, batch)
+    feeder, b = feeder_builder()
     b.set_bolt("split", SplitTwo(), 2).shuffle_grouping("spout")
-    b.set_bolt("sink", SlowSinkStr(), 2).shuffle_grouping("split")
+    b.set_bolt("sink", SlowSink("sink-str"), 2).shuffle_grouping("split")
     SLOW.set()
     cluster.submit_topology("bp", conf, b.create_topology())
     n = 1500
@@ -441,17 +368,6 @@ def test_backpressure_with_acking_and_parallel_slow_bolts(cluster):
     assert Counter(logged("sink-str")) == Counter([f"v{i}.{k}" for i in range(n) for k in (1, 2)])
 
 
-class SlowSinkStr(Bolt):
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        if SLOW.is_set():
-            time.sleep(0.002)
-        record("sink-str", tup[0])
-        self.collector.ack(tup)
-
-
 # -- lifecycle ---------------------------------------------------------------------------------------
 
 
@@ -470,12 +386,9 @@ def _calls():
 @pytest.mark.parametrize("workers", [1, 2])
 def test_activate_deactivate_kill_call_the_spout_and_bolt_hooks(cluster, workers):
     cluster.submit_topology("life", Config().set_num_workers(workers), _lifecycle_topology())
-    info = cluster.get_topology_info("life")
-    assert info["status"] == "ACTIVE"
-    spout_tasks = sorted(t for w in info["workers"] for e in w["executors"] if e["component"] == "spout"
-                         for t in e["tasks"])
-    bolt_tasks = sorted(t for w in info["workers"] for e in w["executors"] if e["component"] == "bolt"
-                        for t in e["tasks"])
+    assert cluster.get_topology_info("life")["status"] == "ACTIVE"
+    spout_tasks = tasks_of(cluster, "life", "spout")
+    bolt_tasks = tasks_of(cluster, "life", "bolt")
     assert len(spout_tasks) == 2 and len(bolt_tasks) == 3
     wait_until(lambda: _calls() > 10, WAIT)
     events = logged("spout")
@@ -522,13 +435,11 @@ def test_activate_deactivate_kill_call_the_spout_and_bolt_hooks(cluster, workers
 
 
 def test_kill_deactivates_then_waits_for_pending_trees(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("hold", HoldBolt("hold")).shuffle_grouping("spout")
     cluster.submit_topology("k", Config().set_message_timeout_secs(30), b.create_topology())
     feeder.feed(["x"], msg_id="x")
-    wait_until(lambda: len(HELD["hold"]) == 1, WAIT)
+    wait_until(lambda: len(held("hold")) == 1, WAIT)
     done = threading.Event()
     start = time.monotonic()
     killer = threading.Thread(target=lambda: (cluster.kill_topology("k", wait_secs=0.8), done.set()))
@@ -536,7 +447,7 @@ def test_kill_deactivates_then_waits_for_pending_trees(cluster):
     wait_until(lambda: cluster.get_topology_info("k")["status"] == "KILLED", WAIT)
     assert not done.is_set()
     # the executors still run during the wait: the pending tree completes
-    collector, tup = HELD["hold"][0]
+    collector, tup = held("hold")[0]
     collector.ack(tup)
     wait_until(lambda: feeder.acked == ["x"], WAIT)
     # the spout is deactivated: what is fed now is not emitted
@@ -544,22 +455,14 @@ def test_kill_deactivates_then_waits_for_pending_trees(cluster):
     killer.join(WAIT)
     assert done.is_set()
     assert time.monotonic() - start >= 0.75
-    assert len(HELD["hold"]) == 1
+    assert len(held("hold")) == 1
     assert feeder.acked == ["x"]
     with pytest.raises(NotAliveError):
         cluster.kill_topology("k")
 
 
 def test_kill_of_a_backpressured_topology_is_prompt(cluster):
-    conf = Config()
-    conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE] = 4
-    conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE] = 10
-    b = TopologyBuilder()
-    b.set_spout("spout", FastSpout())
-    b.set_bolt("relay", Relay()).shuffle_grouping("spout")
-    b.set_bolt("sink", SlowSink()).shuffle_grouping("relay")
-    SLOW.set()
-    cluster.submit_topology("bp", conf, b.create_topology())
+    _submit_fast_to_slow(cluster, _small_queues(4, 10))
     wait_until(lambda: len(logged("sink")) > 20, WAIT)
     start = time.monotonic()
     cluster.kill_topology("bp", wait_secs=0)
@@ -568,8 +471,7 @@ def test_kill_of_a_backpressured_topology_is_prompt(cluster):
 
 
 def test_kill_waits_the_message_timeout_by_default(cluster):
-    b = TopologyBuilder()
-    b.set_spout("spout", FeederSpout(["v"]))
+    _, b = feeder_builder()
     cluster.submit_topology("k", Config().set_message_timeout_secs(0.5), b.create_topology())
     start = time.monotonic()
     cluster.kill_topology("k")
@@ -583,8 +485,7 @@ def test_unknown_and_duplicate_topology_names(cluster):
                  lambda n: cluster.kill_topology(n, wait_secs=0)):
         with pytest.raises(NotAliveError, match="nosuch"):
             call("nosuch")
-    b = TopologyBuilder()
-    b.set_spout("spout", FeederSpout(["v"]))
+    _, b = feeder_builder()
     cluster.submit_topology("dup", Config(), b.create_topology())
     with pytest.raises(AlreadyAliveError, match="dup"):
         cluster.submit_topology("dup", Config(), b.create_topology())
@@ -606,9 +507,7 @@ def test_shutdown_kills_every_topology():
 
 
 def test_bolt_emits_and_acks_from_its_own_threads(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("threaded", ThreadedBolt(), 2).shuffle_grouping("spout")
     b.set_bolt("sink", RecordSink("sink"), 2).shuffle_grouping("threaded")
     cluster.submit_topology("ts", Config().set_num_workers(2), b.create_topology())
@@ -622,7 +521,7 @@ def test_bolt_emits_and_acks_from_its_own_threads(cluster):
     executors = set(logged("threaded-execute"))
     workers = set(logged("threaded-worker"))
     assert workers and not (workers & executors), "the emits were expected from the bolt's own threads"
-    assert cluster.get_topology_info("ts")["components"]["threaded"]["errors"] == []
+    assert errors_of(cluster, "ts", "threaded") == []
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -635,16 +534,14 @@ def test_next_tuple_errors_are_recorded_and_the_spout_keeps_going(cluster):
     cluster.submit_topology("err", Config(), b.create_topology())
     expected = [i for i in range(1, 61) if i % 3]
     wait_until(lambda: sorted(logged("sink")) == expected, WAIT, message="every good tuple processed")
-    info = cluster.get_topology_info("err")
-    tasks = [t for w in info["workers"] for e in w["executors"] if e["component"] == "flaky" for t in e["tasks"]]
+    tasks = tasks_of(cluster, "err", "flaky")
 
-    def call_numbers():
-        errors = cluster.get_topology_info("err")["components"]["flaky"]["errors"]
+    def call_numbers(errors):
         return [int(e["error"].rsplit("flaky call ", 1)[1].split()[0]) for e in errors]
 
     # next_tuple keeps being called (and failing) after the last emit
-    wait_until(lambda: call_numbers() and call_numbers()[-1] > 90, WAIT)
-    errors = cluster.get_topology_info("err")["components"]["flaky"]["errors"]
+    wait_until(lambda: (call_numbers(errors_of(cluster, "err", "flaky")) or [0])[-1] > 90, WAIT)
+    errors = errors_of(cluster, "err", "flaky")
     assert len(errors) == 10, "the last 10 errors are kept"
     now = time.time()
     for error in errors:
@@ -653,10 +550,10 @@ def test_next_tuple_errors_are_recorded_and_the_spout_keeps_going(cluster):
         assert "Traceback" in error["error"] and "next_tuple" in error["error"]
         assert now - 60 < error["time"] <= now + 1
     # they are the latest ones, oldest first
-    numbers = [int(e["error"].rsplit("flaky call ", 1)[1].split()[0]) for e in errors]
+    numbers = call_numbers(errors)
     assert numbers == sorted(numbers) and numbers[0] > 30
     assert all(b - a == 3 for a, b in zip(numbers, numbers[1:]))
-    assert info["components"]["sink"]["errors"] == []
+    assert errors_of(cluster, "err", "sink") == []
 
 
 @pytest.mark.parametrize("bad, component", [
@@ -678,8 +575,7 @@ def test_open_or_prepare_raising_fails_submit_naming_the_component(cluster, bad,
     with pytest.raises(NotAliveError):
         cluster.get_topology_info("setup")
     # the name is free again
-    ok = TopologyBuilder()
-    ok.set_spout("spout", FeederSpout(["v"]))
+    _, ok = feeder_builder()
     cluster.submit_topology("setup", Config(), ok.create_topology())
     assert cluster.get_topology_info("setup")["status"] == "ACTIVE"
 
@@ -687,66 +583,57 @@ def test_open_or_prepare_raising_fails_submit_naming_the_component(cluster, bad,
 # -- tick tuples ------------------------------------------------------------------------------------------
 
 
-def test_tick_tuples_under_simulated_time():
+@pytest.mark.simulated_time
+def test_tick_tuples_under_simulated_time(cluster):
     F = 2
-    with simulated_time():
-        with LocalCluster() as cluster:
-            feeder = FeederSpout(["v"])
-            b = TopologyBuilder()
-            b.set_spout("spout", feeder)
-            b.set_bolt("ticked", TickBolt("ticked", freq=F)).shuffle_grouping("spout")
-            b.set_bolt("ticked3", TickBolt("ticked3")).shuffle_grouping("spout") \
-                .add_configuration(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS, 3)
-            b.set_bolt("plain", TickBolt("plain")).shuffle_grouping("spout")
-            # one executor running two tasks: each task gets its ticks
-            b.set_bolt("two-tasks", TickBolt("two-tasks", freq=F)).set_num_tasks(2).all_grouping("spout")
-            b.set_bolt("reporter", TickReporter()).shuffle_grouping("spout")
-            b.set_bolt("reports", RecordSink("reports")).shuffle_grouping("reporter")
-            cluster.submit_topology("tick", Config().set_message_timeout_secs(1000), b.create_topology())
+    feeder, b = feeder_builder()
+    b.set_bolt("ticked", TickBolt("ticked", freq=F)).shuffle_grouping("spout")
+    b.set_bolt("ticked3", TickBolt("ticked3")).shuffle_grouping("spout") \
+        .add_configuration(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS, 3)
+    b.set_bolt("plain", TickBolt("plain")).shuffle_grouping("spout")
+    # one executor running two tasks: each task gets its ticks
+    b.set_bolt("two-tasks", TickBolt("two-tasks", freq=F)).set_num_tasks(2).all_grouping("spout")
+    b.set_bolt("reporter", TickReporter()).shuffle_grouping("spout")
+    b.set_bolt("reports", RecordSink("reports")).shuffle_grouping("reporter")
+    cluster.submit_topology("tick", Config().set_message_timeout_secs(1000), b.create_topology())
 
-            def ticks(key):
-                return [e for e in logged(key) if e[0]]
+    def ticks(key):
+        return [e for e in logged(key) if e[0]]
 
-            def sync(marker):
-                # every tick due is queued before advance_time returns; a tuple fed afterwards
-                # reaches each bolt after them
-                feeder.feed([marker], msg_id=marker)
-                wait_until(lambda: marker in feeder.acked, WAIT)
-
-            sync("m0")
-            assert ticks("ticked") == [] and ticks("ticked3") == []
-            advance_time(F * 3)
-            wait_until(lambda: len(ticks("ticked")) == 3, WAIT)
-            sync("m1")
-            assert ticks("ticked") == [(True, "__system", "__tick")] * 3
-            assert len(ticks("ticked3")) == 2  # at 3 and 6
-            assert ticks("plain") == []
-            two = Counter(logged("two-tasks.tick-tasks"))
-            assert sorted(two.values()) == [3, 3] and len(two) == 2
-            for _ in range(3):
-                advance_time(F)
-            sync("m2")
-            assert len(ticks("ticked")) == 6
-            assert len(ticks("ticked3")) == 4  # at 3, 6, 9, 12
-            advance_time(F / 2)
-            sync("m3")
-            assert len(ticks("ticked")) == 6
-            # regular tuples are not ticks; acking the ticks did no harm
-            for key in ("ticked", "ticked3", "plain"):
-                assert [e for e in logged(key) if not e[0]] == [(False, "spout", "default")] * 4
-            assert feeder.acked == ["m0", "m1", "m2", "m3"] and feeder.failed == []
-            # ticks at 5 and 10 (after m0 and m1 were seen)
-            wait_until(lambda: len(logged("reports")) == 2, WAIT)
-            assert logged("reports") == ["seen 1", "seen 2"]
-            info = cluster.get_topology_info("tick")
-            for key in ("ticked", "ticked3", "plain"):
-                assert info["components"][key]["errors"] == []
-            assert info["components"]["spout"]["failed"] == 0
+    # every tick due is queued before advance_time returns; a tuple fed afterwards
+    # reaches each bolt after them
+    barrier(feeder, "m0")
+    assert ticks("ticked") == [] and ticks("ticked3") == []
+    advance_time(F * 3)
+    wait_until(lambda: len(ticks("ticked")) == 3, WAIT)
+    barrier(feeder, "m1")
+    assert ticks("ticked") == [(True, "__system", "__tick")] * 3
+    assert len(ticks("ticked3")) == 2  # at 3 and 6
+    assert ticks("plain") == []
+    two = Counter(logged("two-tasks.tick-tasks"))
+    assert sorted(two.values()) == [3, 3] and len(two) == 2
+    for _ in range(3):
+        advance_time(F)
+    barrier(feeder, "m2")
+    assert len(ticks("ticked")) == 6
+    assert len(ticks("ticked3")) == 4  # at 3, 6, 9, 12
+    advance_time(F / 2)
+    barrier(feeder, "m3")
+    assert len(ticks("ticked")) == 6
+    # regular tuples are not ticks; acking the ticks did no harm
+    for key in ("ticked", "ticked3", "plain"):
+        assert [e for e in logged(key) if not e[0]] == [(False, "spout", "default")] * 4
+    assert feeder.acked == ["m0", "m1", "m2", "m3"] and feeder.failed == []
+    # ticks at 5 and 10 (after m0 and m1 were seen)
+    wait_until(lambda: len(logged("reports")) == 2, WAIT)
+    assert logged("reports") == ["seen 1", "seen 2"]
+    for key in ("ticked", "ticked3", "plain"):
+        assert errors_of(cluster, "tick", key) == []
+    assert component_info(cluster, "tick", "spout")["failed"] == 0
 
 
 def test_tick_tuples_real_time(cluster):
-    b = TopologyBuilder()
-    b.set_spout("spout", FeederSpout(["v"]))
+    _, b = feeder_builder()
     b.set_bolt("ticked", TickBolt("ticked", freq=0.05)).shuffle_grouping("spout")
     cluster.submit_topology("tick", Config(), b.create_topology())
     wait_until(lambda: len(logged("ticked")) >= 3, WAIT)
@@ -758,9 +645,7 @@ def test_tick_tuples_real_time(cluster):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_topology_info_counters(cluster, workers):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("split", SplitTwo(), 2).shuffle_grouping("spout")
     b.set_bolt("sink", FailPrefixSink(), 2).all_grouping("split")
     cluster.submit_topology("info", Config().set_num_workers(workers), b.create_topology())
@@ -787,8 +672,7 @@ def test_topology_info_counters(cluster, workers):
     assert info["uptime_secs"] >= 0
     assert len(info["workers"]) == workers
     assert len({w["port"] for w in info["workers"]}) == workers
-    executors = [e for w in info["workers"] for e in w["executors"]]
-    assert sum(1 for e in executors if e["component"] == "__acker") == workers
+    assert len(executors_of(cluster, "info", "__acker")) == workers
     assert set(info["components"]) == {"spout", "split", "sink"}
     comps = info["components"]
     assert comps["spout"]["type"] == "spout" and comps["split"]["type"] == "bolt"
@@ -841,21 +725,19 @@ def test_topology_info_counters_with_direct_and_unsubscribed_streams(cluster):
     comps = cluster.get_topology_info("info")["components"]
     assert {k: comps["spout"][k] for k in ("emitted", "transferred", "acked", "failed")} == {
         "emitted": 6, "transferred": 3, "acked": 6, "failed": 0}
-    wait_until(lambda: cluster.get_topology_info("info")["components"]["sink"]["acked"] == 3, WAIT)
+    wait_until(lambda: component_info(cluster, "info", "sink")["acked"] == 3, WAIT)
     # an exception from the spout's ack is recorded; the spout goes on
     errors = comps["spout"]["errors"]
     assert len(errors) == 1 and "ack raised" in errors[0]["error"]
 
 
 def test_topology_info_counters_without_ackers(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("sink", FailPrefixSink()).shuffle_grouping("spout")
     cluster.submit_topology("info", Config().set_num_ackers(0), b.create_topology())
     for i in range(4):
         feeder.feed([f"ok{i}"], msg_id=i)
     wait_until(lambda: len(feeder.acked) == 4, WAIT)
-    wait_until(lambda: cluster.get_topology_info("info")["components"]["sink"]["acked"] == 4, WAIT)
+    wait_until(lambda: component_info(cluster, "info", "sink")["acked"] == 4, WAIT)
     comps = cluster.get_topology_info("info")["components"]
     assert (comps["spout"]["emitted"], comps["spout"]["acked"], comps["spout"]["failed"]) == (4, 4, 0)

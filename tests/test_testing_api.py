@@ -5,29 +5,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
 
 import pytest
 
+from helpers import WAIT, BasicSink, HoldBolt, ScriptBolt, feeder_builder, held
 from squall import (
-    BasicBolt, Bolt, Config, InvalidTopologyError, LocalCluster, Spout, TopologyBuilder,
+    BasicBolt, Bolt, Config, InvalidTopologyError, Spout, TopologyBuilder,
 )
 from squall.testing import (
     FeederSpout, advance_time, complete_topology, multiset_eq, read_tuples, simulated_time, wait_until,
 )
 from squall.utils import time as clock
-
-WAIT = 5.0
-
-_lock = threading.Lock()
-HELD: dict[str, list] = defaultdict(list)
-
-
-@pytest.fixture(autouse=True)
-def _reset():
-    HELD.clear()
-    yield
-
 
 # -- components ----------------------------------------------------------------------------
 
@@ -70,11 +58,6 @@ class Upper(BasicBolt):
 
     def execute(self, tup, collector):
         collector.emit([tup["w"].upper()])
-
-
-class Sink(BasicBolt):
-    def execute(self, tup, collector):
-        pass
 
 
 class WordSplit(BasicBolt):
@@ -154,33 +137,6 @@ class EndlessSpout(Spout):
         return False
 
 
-class HoldBolt(Bolt):
-    def __init__(self, key):
-        self.key = key
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        with _lock:
-            HELD[self.key].append((self.collector, tup))
-
-
-class PrefixBolt(Bolt):
-    """Acks everything except values starting with 'fail' (failed) or 'hold' (kept)."""
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-    def execute(self, tup):
-        value = str(tup[0])
-        if value.startswith("fail"):
-            self.collector.fail(tup)
-        elif value.startswith("hold"):
-            with _lock:
-                HELD["prefix"].append((self.collector, tup))
-        else:
-            self.collector.ack(tup)
 
 
 # -- complete_topology ---------------------------------------------------------------------------
@@ -191,7 +147,7 @@ def _numbers_topology(spout_parallelism=1, bolt_parallelism=1):
     b.set_spout("spout", NumberSpout(), spout_parallelism)
     b.set_bolt("double", Double(), bolt_parallelism).shuffle_grouping("spout")
     b.set_bolt("square", Square(), bolt_parallelism).shuffle_grouping("double")
-    b.set_bolt("sink", Sink()).shuffle_grouping("square")
+    b.set_bolt("sink", BasicSink()).shuffle_grouping("square")
     return b.create_topology()
 
 
@@ -239,9 +195,9 @@ def test_complete_topology_captures_every_stream_and_direct_emits():
     b = TopologyBuilder()
     b.set_spout("spout", NumberSpout())
     b.set_bolt("router", Router(), 2).shuffle_grouping("spout")
-    b.set_bolt("even-sink", Sink()).shuffle_grouping("router", "even")
-    b.set_bolt("odd-sink", Sink()).shuffle_grouping("router", "odd")
-    b.set_bolt("direct-sink", Sink(), 2).direct_grouping("router", "direct")
+    b.set_bolt("even-sink", BasicSink()).shuffle_grouping("router", "even")
+    b.set_bolt("odd-sink", BasicSink()).shuffle_grouping("router", "odd")
+    b.set_bolt("direct-sink", BasicSink(), 2).direct_grouping("router", "direct")
     results = complete_topology(b.create_topology(), mocked_sources={"spout": [[i] for i in range(10)]})
     assert multiset_eq(read_tuples(results, "router", "even"), [[i] for i in range(0, 10, 2)])
     assert multiset_eq(read_tuples(results, "router", "odd"), [[i] for i in range(1, 10, 2)])
@@ -320,7 +276,7 @@ def test_mocked_data_that_does_not_fit_the_declaration_is_rejected():
 def test_complete_topology_times_out_on_a_spout_that_is_never_exhausted():
     b = TopologyBuilder()
     b.set_spout("endless", EndlessSpout())
-    b.set_bolt("sink", Sink()).shuffle_grouping("endless")
+    b.set_bolt("sink", BasicSink()).shuffle_grouping("endless")
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="endless"):
         complete_topology(b.create_topology(), timeout_secs=0.5)
@@ -359,27 +315,23 @@ def test_multiset_eq():
 
 
 def test_feeder_spout_acked_lists_msg_ids_in_call_order(cluster):
-    feeder = FeederSpout(["v"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
+    feeder, b = feeder_builder()
     b.set_bolt("hold", HoldBolt("hold")).shuffle_grouping("spout")
     cluster.submit_topology("t", Config(), b.create_topology())
     for i in range(4):
         feeder.feed([f"v{i}"], msg_id=i)
-    wait_until(lambda: len(HELD["hold"]) == 4, WAIT)
+    wait_until(lambda: len(held("hold")) == 4, WAIT)
     assert feeder.acked == []
     # ack in the reverse order of feeding, one at a time
-    for expected, (collector, tup) in zip(([3], [3, 2], [3, 2, 1], [3, 2, 1, 0]), reversed(HELD["hold"])):
+    for expected, (collector, tup) in zip(([3], [3, 2], [3, 2, 1], [3, 2, 1, 0]), reversed(held("hold"))):
         collector.ack(tup)
         wait_until(lambda: feeder.acked == expected, WAIT)
     assert feeder.failed == []
 
 
 def test_feeder_spout_failed_list_and_untracked_feeds(cluster):
-    feeder = FeederSpout(["v", "w"])
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder)
-    b.set_bolt("prefix", PrefixBolt(), 2).shuffle_grouping("spout")
+    feeder, b = feeder_builder(["v", "w"])
+    b.set_bolt("prefix", ScriptBolt("prefix"), 2).shuffle_grouping("spout")
     cluster.submit_topology("t", Config(), b.create_topology())
     feeder.feed(["fail-1", 0], msg_id="f1")
     wait_until(lambda: feeder.failed == ["f1"], WAIT)
@@ -398,7 +350,7 @@ def test_two_feeder_spouts_have_separate_channels(cluster):
     b = TopologyBuilder()
     b.set_spout("one", f1)
     b.set_spout("two", f2)
-    b.set_bolt("prefix", PrefixBolt()).shuffle_grouping("one").shuffle_grouping("two")
+    b.set_bolt("prefix", ScriptBolt("prefix")).shuffle_grouping("one").shuffle_grouping("two")
     cluster.submit_topology("t", Config(), b.create_topology())
     f1.feed(["a"], msg_id="a")
     f2.feed(["fail-b"], msg_id="b")
@@ -433,17 +385,15 @@ def test_complete_topology_inside_simulated_time():
     assert multiset_eq(read_tuples(results, "square"), [[2, 4], [4, 16]])
 
 
-def test_simulated_time_drives_cluster_uptime():
-    with simulated_time():
-        with LocalCluster() as cluster:
-            b = TopologyBuilder()
-            b.set_spout("spout", FeederSpout(["v"]))
-            cluster.submit_topology("t", Config(), b.create_topology())
-            assert cluster.get_topology_info("t")["uptime_secs"] == 0
-            advance_time(100)
-            assert cluster.get_topology_info("t")["uptime_secs"] == pytest.approx(100)
-            advance_time(0.5)
-            assert cluster.get_topology_info("t")["uptime_secs"] == pytest.approx(100.5)
+@pytest.mark.simulated_time
+def test_simulated_time_drives_cluster_uptime(cluster):
+    _, b = feeder_builder()
+    cluster.submit_topology("t", Config(), b.create_topology())
+    assert cluster.get_topology_info("t")["uptime_secs"] == 0
+    advance_time(100)
+    assert cluster.get_topology_info("t")["uptime_secs"] == pytest.approx(100)
+    advance_time(0.5)
+    assert cluster.get_topology_info("t")["uptime_secs"] == pytest.approx(100.5)
 
 
 # -- wait_until --------------------------------------------------------------------------------------

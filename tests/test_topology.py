@@ -5,39 +5,14 @@ from __future__ import annotations
 
 import collections
 import threading
-import uuid
 
 import pytest
 
-from squall import (
-    BasicBolt, Bolt, Config, CustomStreamGrouping, Fields, InvalidTopologyError, Spout, TopologyBuilder,
-)
+from helpers import BasicSink, Sink, feeder_builder, logged, record
+from squall import Bolt, Config, CustomStreamGrouping, Fields, InvalidTopologyError, Spout, TopologyBuilder
 from squall.config import merged_config
 from squall.scheduler import assign
-from squall.testing import FeederSpout, wait_until
-
-# Components are cloudpickled at create_topology; classes defined here are pickled by
-# reference, so this module-level store is shared with the copies that run in the workers.
-RECORDS: dict[str, list] = collections.defaultdict(list)
-_RECORDS_LOCK = threading.Lock()
-
-
-def record(key: str, item) -> None:
-    with _RECORDS_LOCK:
-        RECORDS[key].append(item)
-
-
-def records(key: str) -> list:
-    with _RECORDS_LOCK:
-        return list(RECORDS[key])
-
-
-@pytest.fixture
-def key():
-    k = uuid.uuid4().hex
-    yield k
-    RECORDS.pop(k, None)
-
+from squall.testing import wait_until
 
 # -- components -------------------------------------------------------------------------
 
@@ -91,16 +66,6 @@ class OverridingBolt(Bolt):
         declarer.declare(["real"])
 
     def execute(self, tup):
-        pass
-
-
-class SinkBolt(Bolt):
-    def execute(self, tup):
-        pass
-
-
-class SinkBasicBolt(BasicBolt):
-    def execute(self, tup, collector):
         pass
 
 
@@ -214,7 +179,7 @@ def seed_topology():
     builder = TopologyBuilder()
     builder.set_spout("blue-spout", WordSpout(), 2)
     builder.set_bolt("green-bolt", ListOutputsBolt(), 2).set_num_tasks(4).shuffle_grouping("blue-spout")
-    builder.set_bolt("yellow-bolt", SinkBolt(), 6).shuffle_grouping("green-bolt")
+    builder.set_bolt("yellow-bolt", Sink(), 6).shuffle_grouping("green-bolt")
     return builder.create_topology()
 
 
@@ -229,68 +194,33 @@ def test_invalid_topology_error_is_a_value_error():
     assert issubclass(InvalidTopologyError, ValueError)
 
 
-def test_grouping_on_unknown_component_names_it():
-    builder = TopologyBuilder()
-    builder.set_spout("spout", WordSpout())
-    builder.set_bolt("bolt", SinkBolt()).shuffle_grouping("no-such-spout")
-    assert_invalid(["no-such-spout"], builder.create_topology)
-
-
-def test_grouping_on_undeclared_stream_names_it():
-    builder = TopologyBuilder()
-    builder.set_spout("spout", WordSpout())
-    builder.set_bolt("bolt", SinkBolt()).shuffle_grouping("spout", "missing-stream")
-    assert_invalid(["missing-stream"], builder.create_topology)
-
-
-def test_grouping_on_component_declaring_no_streams_names_the_stream():
-    builder = TopologyBuilder()
-    builder.set_spout("quiet", NothingSpout())
-    builder.set_bolt("bolt", SinkBolt()).all_grouping("quiet")
-    assert_invalid(["default", "quiet"], builder.create_topology)
-
-
-def test_fields_grouping_on_undeclared_field_names_it():
-    builder = TopologyBuilder()
-    builder.set_spout("spout", WordSpout())
-    builder.set_bolt("bolt", SinkBolt()).fields_grouping("spout", ["word", "colour"])
-    assert_invalid(["colour"], builder.create_topology)
-
-
-def test_fields_grouping_on_named_stream_checks_that_streams_fields():
-    builder = TopologyBuilder()
-    builder.set_spout("spout", MultiStreamSpout())
+@pytest.mark.parametrize("spout_id,spout,subscribe,named", [
+    ("spout", WordSpout, lambda d: d.shuffle_grouping("no-such-spout"), ["no-such-spout"]),
+    ("spout", WordSpout, lambda d: d.shuffle_grouping("spout", "missing-stream"), ["missing-stream"]),
+    ("quiet", NothingSpout, lambda d: d.all_grouping("quiet"), ["default", "quiet"]),
+    ("spout", WordSpout, lambda d: d.fields_grouping("spout", ["word", "colour"]), ["colour"]),
     # "a" is a field of the default stream, not of "evens"
-    builder.set_bolt("bolt", SinkBolt()).fields_grouping("spout", Fields("a"), stream="evens")
-    assert_invalid(["'a'"], builder.create_topology)
-
-
-def test_partial_key_grouping_on_undeclared_field_names_it():
+    ("spout", MultiStreamSpout, lambda d: d.fields_grouping("spout", Fields("a"), stream="evens"), ["'a'"]),
+    ("spout", WordSpout, lambda d: d.partial_key_grouping("spout", ["nope"]), ["nope"]),
+    ("spout", WordSpout, lambda d: d.direct_grouping("spout"), ["spout", "default"]),
+    ("spout", MultiStreamSpout, lambda d: d.direct_grouping("spout", "evens"), ["evens"]),
+], ids=[
+    "unknown-component", "undeclared-stream", "component-declaring-no-streams", "fields-undeclared-field",
+    "fields-on-named-stream-checks-its-fields", "partial-key-undeclared-field", "direct-on-non-direct-stream",
+    "direct-on-non-direct-named-stream",
+])
+def test_bad_subscription_is_rejected_naming_what_is_wrong(spout_id, spout, subscribe, named):
     builder = TopologyBuilder()
-    builder.set_spout("spout", WordSpout())
-    builder.set_bolt("bolt", SinkBolt()).partial_key_grouping("spout", ["nope"])
-    assert_invalid(["nope"], builder.create_topology)
-
-
-def test_direct_grouping_on_non_direct_stream_is_rejected():
-    builder = TopologyBuilder()
-    builder.set_spout("spout", WordSpout())
-    builder.set_bolt("bolt", SinkBolt()).direct_grouping("spout")
-    assert_invalid(["spout", "default"], builder.create_topology)
-
-
-def test_direct_grouping_on_non_direct_named_stream_is_rejected():
-    builder = TopologyBuilder()
-    builder.set_spout("spout", MultiStreamSpout())
-    builder.set_bolt("bolt", SinkBolt()).direct_grouping("spout", "evens")
-    assert_invalid(["evens"], builder.create_topology)
+    builder.set_spout(spout_id, spout())
+    subscribe(builder.set_bolt("bolt", Sink()))
+    assert_invalid(named, builder.create_topology)
 
 
 @pytest.mark.parametrize("grouping", ["shuffle", "all", "global", "none", "local_or_shuffle", "fields", "custom"])
 def test_non_direct_grouping_on_direct_stream_is_rejected(grouping):
     builder = TopologyBuilder()
     builder.set_spout("spout", MultiStreamSpout())
-    declarer = builder.set_bolt("bolt", SinkBolt())
+    declarer = builder.set_bolt("bolt", Sink())
     if grouping == "fields":
         declarer.fields_grouping("spout", ["x"], stream="direct-out")
     elif grouping == "custom":
@@ -304,7 +234,7 @@ def test_direct_grouping_on_direct_stream_is_accepted():
     builder = TopologyBuilder()
     builder.set_spout("spout", MultiStreamSpout())
     builder.set_spout("spout2", DirectDefaultSpout())
-    builder.set_bolt("bolt", SinkBolt()).direct_grouping("spout", "direct-out").direct_grouping("spout2")
+    builder.set_bolt("bolt", Sink()).direct_grouping("spout", "direct-out").direct_grouping("spout2")
     topology = builder.create_topology()
     assert set(topology.components) == {"spout", "spout2", "bolt"}
 
@@ -313,14 +243,14 @@ def test_direct_grouping_on_direct_stream_is_accepted():
 def test_parallelism_below_one_is_rejected_at_create_topology(parallelism):
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout(), parallelism)  # not raised here
-    builder.set_bolt("bolt", SinkBolt()).shuffle_grouping("spout")
+    builder.set_bolt("bolt", Sink()).shuffle_grouping("spout")
     assert_invalid(["spout"], builder.create_topology)
 
 
 def test_bolt_parallelism_below_one_is_rejected_at_create_topology():
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
-    builder.set_bolt("the-bolt", SinkBolt(), 0).shuffle_grouping("spout")
+    builder.set_bolt("the-bolt", Sink(), 0).shuffle_grouping("spout")
     assert_invalid(["the-bolt"], builder.create_topology)
 
 
@@ -328,7 +258,7 @@ def test_bolt_parallelism_below_one_is_rejected_at_create_topology():
 def test_num_tasks_below_one_is_rejected_at_create_topology(num_tasks):
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
-    builder.set_bolt("counted", SinkBolt(), 2).set_num_tasks(num_tasks).shuffle_grouping("spout")
+    builder.set_bolt("counted", Sink(), 2).set_num_tasks(num_tasks).shuffle_grouping("spout")
     assert_invalid(["counted"], builder.create_topology)
 
 
@@ -341,17 +271,17 @@ def test_spout_num_tasks_below_one_is_rejected_at_create_topology():
 def test_duplicate_component_id_is_rejected_at_set():
     builder = TopologyBuilder()
     builder.set_spout("same", WordSpout())
-    assert_invalid(["same"], builder.set_bolt, "same", SinkBolt())
+    assert_invalid(["same"], builder.set_bolt, "same", Sink())
     assert_invalid(["same"], builder.set_spout, "same", WordSpout())
-    builder.set_bolt("bolt", SinkBolt())
-    assert_invalid(["bolt"], builder.set_bolt, "bolt", SinkBasicBolt())
+    builder.set_bolt("bolt", Sink())
+    assert_invalid(["bolt"], builder.set_bolt, "bolt", BasicSink())
 
 
 @pytest.mark.parametrize("cid", ["__acker", "__system", "__mine"])
 def test_reserved_component_ids_are_rejected(cid):
     builder = TopologyBuilder()
     assert_invalid([cid], builder.set_spout, cid, WordSpout())
-    assert_invalid([cid], builder.set_bolt, cid, SinkBolt())
+    assert_invalid([cid], builder.set_bolt, cid, Sink())
 
 
 def test_unserializable_bolt_is_rejected_at_create_topology_naming_it():
@@ -382,13 +312,13 @@ def test_declaring_duplicate_field_names_is_rejected():
     assert_invalid(["dup-fields"], builder.create_topology)
 
 
-@pytest.mark.parametrize("obj", [SinkBolt(), SinkBasicBolt(), object(), "spout", None, WordSpout])
+@pytest.mark.parametrize("obj", [Sink(), BasicSink(), object(), "spout", None, WordSpout])
 def test_set_spout_rejects_non_spouts(obj):
     builder = TopologyBuilder()
     assert_invalid(["x"], builder.set_spout, "x", obj)
 
 
-@pytest.mark.parametrize("obj", [WordSpout(), object(), 42, SinkBolt])
+@pytest.mark.parametrize("obj", [WordSpout(), object(), 42, Sink])
 def test_set_bolt_rejects_non_bolts(obj):
     builder = TopologyBuilder()
     assert_invalid(["y"], builder.set_bolt, "y", obj)
@@ -397,8 +327,8 @@ def test_set_bolt_rejects_non_bolts(obj):
 def test_set_bolt_accepts_bolt_and_basic_bolt():
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
-    builder.set_bolt("rich", SinkBolt()).shuffle_grouping("spout")
-    builder.set_bolt("basic", SinkBasicBolt()).shuffle_grouping("spout")
+    builder.set_bolt("rich", Sink()).shuffle_grouping("spout")
+    builder.set_bolt("basic", BasicSink()).shuffle_grouping("spout")
     topology = builder.create_topology()
     assert list(topology.components) == ["spout", "rich", "basic"]
 
@@ -406,13 +336,13 @@ def test_set_bolt_accepts_bolt_and_basic_bolt():
 def test_valid_topology_with_every_grouping_is_accepted():
     builder = TopologyBuilder()
     builder.set_spout("spout", MultiStreamSpout(), 2)
-    (builder.set_bolt("bolt", SinkBolt(), 3)
+    (builder.set_bolt("bolt", Sink(), 3)
      .shuffle_grouping("spout")
      .fields_grouping("spout", ["n"], stream="evens")
      .direct_grouping("spout", "direct-out"))
-    builder.set_bolt("b2", SinkBolt()).all_grouping("spout").global_grouping("spout", "evens")
-    builder.set_bolt("b3", SinkBolt()).none_grouping("spout").partial_key_grouping("spout", Fields("n"), "evens")
-    builder.set_bolt("b4", SinkBolt()).local_or_shuffle_grouping("spout").custom_grouping(
+    builder.set_bolt("b2", Sink()).all_grouping("spout").global_grouping("spout", "evens")
+    builder.set_bolt("b3", Sink()).none_grouping("spout").partial_key_grouping("spout", Fields("n"), "evens")
+    builder.set_bolt("b4", Sink()).local_or_shuffle_grouping("spout").custom_grouping(
         "spout", FirstTaskGrouping(), "evens")
     topology = builder.create_topology()
     assert set(topology.components) == {"spout", "bolt", "b2", "b3", "b4"}
@@ -422,7 +352,7 @@ def test_created_topology_is_immutable_and_independent_of_builder():
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
     topology = builder.create_topology()
-    builder.set_bolt("later", SinkBolt()).shuffle_grouping("spout")
+    builder.set_bolt("later", Sink()).shuffle_grouping("spout")
     assert list(topology.components) == ["spout"]
     with pytest.raises(TypeError):
         topology.components["x"] = None  # read-only mapping
@@ -468,21 +398,21 @@ def test_declare_output_fields_overrides_outputs_shorthand():
 
 def test_no_outputs_declares_no_stream():
     assert _outputs_of(NothingSpout()) == {}
-    assert _outputs_of(SinkBolt()) == {}
+    assert _outputs_of(Sink()) == {}
 
 
 def test_outputs_shorthand_streams_are_usable_by_subscribers():
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
     builder.set_bolt("dict", DictOutputsBolt()).fields_grouping("spout", ["word"])
-    builder.set_bolt("sink", SinkBolt()).fields_grouping("dict", ["length"], stream="lengths").shuffle_grouping(
+    builder.set_bolt("sink", Sink()).fields_grouping("dict", ["length"], stream="lengths").shuffle_grouping(
         "dict", "errors").global_grouping("dict")
     builder.create_topology()
 
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
     builder.set_bolt("dict", DictOutputsBolt()).shuffle_grouping("spout")
-    builder.set_bolt("sink", SinkBolt()).fields_grouping("dict", ["length"])  # default has only "word"
+    builder.set_bolt("sink", Sink()).fields_grouping("dict", ["length"])  # default has only "word"
     assert_invalid(["length"], builder.create_topology)
 
 
@@ -490,7 +420,7 @@ def test_outputs_shorthand_fields_reach_the_running_component(cluster, key):
     builder = TopologyBuilder()
     builder.set_spout("spout", ContextSpout(key))
     cluster.submit_topology("shorthand", {}, builder.create_topology())
-    (seen,) = records(key)
+    (seen,) = logged(key)
     assert seen["fields"] == Fields("v")
 
 
@@ -566,7 +496,7 @@ def test_seed_example_with_acking_off_has_no_acker():
 def test_tasks_spread_evenly_over_executors(executors, tasks):
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
-    builder.set_bolt("bolt", SinkBolt(), executors).set_num_tasks(tasks).shuffle_grouping("spout")
+    builder.set_bolt("bolt", Sink(), executors).set_num_tasks(tasks).shuffle_grouping("spout")
     assignment = assign(builder.create_topology(), merged_config({}))
     sizes = [len(e.tasks) for w in assignment.workers for e in w.executors if e.component == "bolt"]
     assert len(sizes) == executors
@@ -579,7 +509,7 @@ def test_tasks_spread_evenly_over_executors(executors, tasks):
 def test_fewer_tasks_than_executors_gives_one_executor_per_task():
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
-    builder.set_bolt("bolt", SinkBolt(), 4).set_num_tasks(2).shuffle_grouping("spout")
+    builder.set_bolt("bolt", Sink(), 4).set_num_tasks(2).shuffle_grouping("spout")
     assignment = assign(builder.create_topology(), merged_config({}))
     bolt_executors = [e.tasks for w in assignment.workers for e in w.executors if e.component == "bolt"]
     assert sorted(len(t) for t in bolt_executors) == [1, 1]
@@ -590,7 +520,7 @@ def test_executors_of_each_component_spread_evenly_over_workers(workers):
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout(), 3)
     builder.set_bolt("a", ListOutputsBolt(), 5).shuffle_grouping("spout")
-    builder.set_bolt("b", SinkBolt(), 4).set_num_tasks(8).shuffle_grouping("a")
+    builder.set_bolt("b", Sink(), 4).set_num_tasks(8).shuffle_grouping("a")
     assignment = assign(builder.create_topology(), merged_config(Config().set_num_workers(workers)))
     assert len(assignment.workers) == workers
     totals = [sum(1 for e in w.executors if not e.component.startswith("__")) for w in assignment.workers]
@@ -603,13 +533,11 @@ def test_executors_of_each_component_spread_evenly_over_workers(workers):
 
 
 def test_each_task_gets_its_own_component_instance(cluster, key):
-    feeder = FeederSpout(["n"])
+    feeder, builder = feeder_builder(["n"], "feeder")
     original = RecordingBolt(key)
-    builder = TopologyBuilder()
-    builder.set_spout("feeder", feeder)
     builder.set_bolt("rec", original, 2).set_num_tasks(4).all_grouping("feeder")
     cluster.submit_topology("instances", Config().set_num_workers(2), builder.create_topology())
-    prepares = [r for r in records(key) if r[0] == "prepare"]
+    prepares = [r for r in logged(key) if r[0] == "prepare"]
     assert len(prepares) == 4
     assert len({task for _, task, _, _ in prepares}) == 4
     assert len({obj for _, _, obj, _ in prepares}) == 4, "tasks share a component instance"
@@ -619,8 +547,8 @@ def test_each_task_gets_its_own_component_instance(cluster, key):
 
     for n in range(3):
         feeder.feed([n])
-    wait_until(lambda: len([r for r in records(key) if r[0] == "execute"]) == 12, 5)
-    executes = [r for r in records(key) if r[0] == "execute"]
+    wait_until(lambda: len([r for r in logged(key) if r[0] == "execute"]) == 12, 5)
+    executes = [r for r in logged(key) if r[0] == "execute"]
     by_task = collections.defaultdict(list)
     for _, task, obj, count, values in executes:
         by_task[task].append((obj, count, values))
@@ -656,7 +584,7 @@ def test_topology_context_from_prepare_and_open(cluster, key):
     spout_tasks = sorted(component_tasks["spout"])
     assert len(ctx_tasks) == 3 and len(spout_tasks) == 2
 
-    seen = records(key)
+    seen = logged(key)
     bolt_seen = [r for r in seen if r["component"] == "ctx"]
     spout_seen = [r for r in seen if r["component"] == "spout"]
     assert sorted(r["task"] for r in bolt_seen) == ctx_tasks
@@ -692,10 +620,10 @@ def test_topology_context_get_component_tasks_is_sorted_and_unknown_is_empty(clu
 
     builder = TopologyBuilder()
     builder.set_spout("spout", WordSpout())
-    builder.set_bolt("wide", SinkBolt(), 3).set_num_tasks(6).shuffle_grouping("spout")
+    builder.set_bolt("wide", Sink(), 3).set_num_tasks(6).shuffle_grouping("spout")
     builder.set_bolt("probe", Probe(key)).shuffle_grouping("spout")
     cluster.submit_topology("sorted", Config().set_num_workers(3), builder.create_topology())
-    ((wide, unknown, worker_tasks),) = records(key)
+    ((wide, unknown, worker_tasks),) = logged(key)
     assert len(wide) == 6 and wide == sorted(wide)
     assert unknown == []
     assert worker_tasks == sorted(worker_tasks)

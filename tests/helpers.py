@@ -1,0 +1,292 @@
+"""What the test modules share: recording stores, waiting helpers, topology-info accessors
+and the small components many tests run.
+
+Components are cloudpickled at ``create_topology``. Classes defined at module level in an
+importable module (this one, or a test module) are pickled by reference, so the copies
+running in the (in-process) workers use this module's stores. The stores are reset before
+every test by the autouse fixture in ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+from squall import BasicBolt, Bolt, TopologyBuilder
+from squall.testing import FeederSpout, wait_until
+
+WAIT = 5.0
+
+# -- recording stores ------------------------------------------------------------------------
+
+_lock = threading.Lock()
+LOG: dict[object, list] = defaultdict(list)  # key -> what components recorded, in order
+HELD: dict[str, list] = defaultdict(list)  # key -> [(collector, tuple)] a bolt did not ack
+COUNTERS: dict[object, dict] = defaultdict(dict)  # key -> counters components keep up to date
+STOP = threading.Event()  # free-running spouts stop emitting once set
+SLOW = threading.Event()  # slow sinks sleep per tuple while set
+
+
+def reset() -> None:
+    with _lock:
+        LOG.clear()
+        HELD.clear()
+        COUNTERS.clear()
+    STOP.clear()
+    SLOW.clear()
+
+
+def record(key, item) -> None:
+    with _lock:
+        LOG[key].append(item)
+
+
+def logged(key) -> list:
+    with _lock:
+        return list(LOG[key])
+
+
+def hold(key, collector, tup) -> None:
+    """Keep (collector, tup) for the test to ack or fail later (see ``held``)."""
+    with _lock:
+        HELD[key].append((collector, tup))
+
+
+def held(key) -> list:
+    with _lock:
+        return list(HELD[key])
+
+
+def record_received(entry: dict) -> None:
+    record(("received", entry["component"]), entry)
+
+
+def received(component: str) -> list[dict]:
+    """What the tasks of ``component`` recorded executing (a Recorder: see its ``keep``), in order."""
+    return logged(("received", component))
+
+
+def record_prepared(entry: dict) -> None:
+    record(("prepared", entry["component"]), entry)
+
+
+def prepared(component: str) -> list[dict]:
+    """What the tasks of ``component`` recorded when prepared or opened (a Recorder: ``where``)."""
+    return logged(("prepared", component))
+
+
+def where(context) -> dict:
+    return {
+        "component": context.get_this_component_id(),
+        "task": context.get_this_task_id(),
+        "port": context.get_this_worker_port(),
+        "worker_tasks": list(context.get_this_worker_tasks()),
+    }
+
+
+# -- waiting -------------------------------------------------------------------------------------
+
+
+def stays(condition, secs=0.3, what="condition") -> None:
+    """Assert ``condition()`` holds during the whole of ``secs`` (for 'nothing more happens')."""
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        assert condition(), f"{what} stopped holding"
+        time.sleep(0.01)
+    assert condition(), f"{what} stopped holding"
+
+
+def wait_for(feeder: FeederSpout, msg_id, outcome: str = "acked", timeout: float = WAIT) -> None:
+    """Wait until ``msg_id`` is in the feeder's ``acked`` (or ``failed``) list."""
+    ids = feeder.acked if outcome == "acked" else feeder.failed
+    wait_until(lambda: msg_id in ids, timeout=timeout, message=f"message {msg_id!r} {outcome}")
+
+
+def feed_and_wait(feeder: FeederSpout, values, msg_id, outcome: str = "acked") -> None:
+    feeder.feed(values, msg_id=msg_id)
+    wait_for(feeder, msg_id, outcome)
+
+
+def barrier(feeder: FeederSpout, marker) -> None:
+    """Feed a marker the topology acks, and wait for its ack. With one acker, once the
+    marker's ack reached the spout, so did everything the tuples fed before it caused."""
+    feed_and_wait(feeder, [f"marker-{marker}"], marker)
+
+
+def feeder_builder(fields=("v",), spout_id="spout") -> tuple[FeederSpout, TopologyBuilder]:
+    """A FeederSpout and a builder with it set as ``spout_id``."""
+    feeder = FeederSpout(list(fields))
+    builder = TopologyBuilder()
+    builder.set_spout(spout_id, feeder)
+    return feeder, builder
+
+
+# -- topology info -------------------------------------------------------------------------------
+
+
+def component_info(cluster, name: str, component: str) -> dict:
+    return cluster.get_topology_info(name)["components"][component]
+
+
+def errors_of(cluster, name: str, component: str) -> list[dict]:
+    return component_info(cluster, name, component)["errors"]
+
+
+def executors_of(cluster, name: str, component: str | None = None) -> list[dict]:
+    info = cluster.get_topology_info(name)
+    return [e for w in info["workers"] for e in w["executors"] if component is None or e["component"] == component]
+
+
+def tasks_of(cluster, name: str, component: str) -> list[int]:
+    return sorted(t for e in executors_of(cluster, name, component) for t in e["tasks"])
+
+
+# -- components ----------------------------------------------------------------------------------
+
+
+class Sink(Bolt):
+    """Acks every input; subclasses keep something of it first."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.keep(tup)
+        self.collector.ack(tup)
+
+    def keep(self, tup):
+        pass
+
+
+class BasicSink(BasicBolt):
+    def execute(self, tup, collector):
+        pass
+
+
+class RecordSink(Sink):
+    """Records the first value of every input under ``key``."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def keep(self, tup):
+        record(self.key, self.item(tup))
+
+    def item(self, tup):
+        return tup.values[0]
+
+
+class TupleRecorder(RecordSink):
+    """Records every tuple it receives (the Tuple objects themselves) under ``key``."""
+
+    def item(self, tup):
+        return tup
+
+
+class SlowSink(RecordSink):
+    """A RecordSink that sleeps 2 ms per tuple while SLOW is set."""
+
+    def keep(self, tup):
+        if SLOW.is_set():
+            time.sleep(0.002)
+        super().keep(tup)
+
+
+class Recorder(Sink):
+    """Records where it runs (``prepared``) and every input with where it ran (``received``)."""
+
+    def prepare(self, conf, context, collector) -> None:
+        super().prepare(conf, context, collector)
+        self.where = where(context)
+        record_prepared(self.where)
+
+    def keep(self, tup) -> None:
+        w = self.where
+        record_received({
+            "component": w["component"],
+            "task": w["task"],
+            "port": w["port"],
+            "worker_tasks": w["worker_tasks"],
+            "source_component": tup.source_component,
+            "source_task": tup.source_task,
+            "stream": tup.source_stream_id,
+            "fields": list(tup.fields),
+            "values": list(tup.values),
+        })
+
+
+class HoldBolt(Bolt):
+    """Never acks: keeps (collector, tuple) for the test to ack or fail later (``held``),
+    and records each input's first value under ``key``, its task under ``key + ".tasks"``."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.task = context.get_this_task_id()
+
+    def execute(self, tup):
+        # recorded before it is held: a test that saw it held sees the records too
+        record(self.key, tup.values[0])
+        record(self.key + ".tasks", self.task)
+        hold(self.key, self.collector, tup)
+
+
+def _action(value):
+    """What a ScriptBolt does with its input, from the value's prefix."""
+    text = str(value)
+    for prefix in ("hold", "fail"):
+        if text.startswith(prefix):
+            return prefix
+    return "ack"
+
+
+class ScriptBolt(Bolt):
+    """Records every input; emits ``copies`` outputs (anchored or not); then acks, fails or
+    holds the input according to its first value's prefix ("hold..." / "fail..." / else ack).
+
+    With ``copies`` = 0 it is a sink.
+    """
+
+    def __init__(self, key, copies=0, anchored=True, decide=True):
+        self.key = key
+        self.copies = copies
+        self.anchored = anchored
+        self.decide = decide  # False: always ack (the prefix only matters downstream)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(["v"])
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        record(self.key, tup.values[0])
+        for i in range(self.copies):
+            self.collector.emit([f"{tup.values[0]}.{i}"], anchors=tup if self.anchored else None)
+        action = _action(tup.values[0]) if self.decide else "ack"
+        if action == "ack":
+            self.collector.ack(tup)
+        elif action == "fail":
+            self.collector.fail(tup)
+        else:
+            hold(self.key, self.collector, tup)
+
+
+class Relay(Bolt):
+    """Re-emits its input's values anchored to it (as a list of anchors), then acks it."""
+
+    def __init__(self, fields=("v",)):
+        self.fields = list(fields)
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(self.fields)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.emit(list(tup.values), anchors=[tup])
+        self.collector.ack(tup)
