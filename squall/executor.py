@@ -117,7 +117,8 @@ class _Outbox:
     """Tuples gathered for one destination: a local executor's queue or a remote worker.
 
     Batches for a local executor hold ``(task id, Tuple)`` pairs, or bare tuples when that
-    executor runs a single task; batches for a remote worker hold serialized records.
+    executor runs a single task; batches for a remote worker hold ``(task id, record)``
+    pairs, the record serialized.
     """
 
     __slots__ = ("items", "queue", "worker_index", "single_task")
@@ -267,7 +268,8 @@ class Executor:
         :class:`SerializationError` before any task gets the tuple.
         """
         outboxes = self._outboxes
-        packed = self._pack_for_other_workers(tasks, tup) if self._has_remote else None
+        # with several targets, serialize first, so that a bad value reaches none of them
+        records = self._records(tasks, tup) if self._has_remote and len(tasks) > 1 else None
         for task in tasks:
             ob = outboxes[task]
             items = ob.items
@@ -276,19 +278,23 @@ class Executor:
             elif ob.queue is not None:
                 items.append((task, tup))
             else:
-                items.append((task, tup.source_task, tup._source.stream, packed, tup._anchors_to_ids))
+                items.append((task, records[task] if records else self._records((task,), tup)[task]))
             if len(items) >= self._batch_size:
                 self._flush(ob)
 
-    def _pack_for_other_workers(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> bytes | None:
-        remote = [t for t in tasks if self._outboxes[t].queue is None]
-        if not remote:
-            return None
+    def _records(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> dict[int, bytes]:
+        """The wire records of ``tup`` for those of ``tasks`` in other workers, serialized at
+        emit so that a bad value fails the emit (see :mod:`squall.daemon.worker` for the format)."""
+        source = tup._source
         try:
-            return self._serializer.dumps(tup.values)
+            return {
+                task: self._serializer.dumps([task, tup.source_task, source.stream, tup.values, tup._anchors_to_ids])
+                for task in tasks if self._outboxes[task].queue is None
+            }
         except SerializationError as e:
+            remote = [t for t in tasks if self._outboxes[t].queue is None]
             raise SerializationError(
-                f"component {self.component!r}, stream {tup._source.stream!r}: the tuple for task(s) {remote} "
+                f"component {self.component!r}, stream {source.stream!r}: the tuple for task(s) {remote} "
                 f"in another worker cannot be serialized: {e}"
             ) from e
 

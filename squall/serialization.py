@@ -9,6 +9,7 @@ component. A :class:`Serializer` is not thread-safe: make one per thread.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
@@ -50,6 +51,14 @@ class Serializer:
     @staticmethod
     def loads(data: bytes) -> Any:
         return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False, raw=False)
+
+    @staticmethod
+    def load_records(data: bytes) -> Iterator[Any]:
+        """The values packed back to back in ``data`` (a payload of concatenated records)."""
+        unpacker = msgpack.Unpacker(ext_hook=_ext_hook, strict_map_key=False, raw=False,
+                                    max_buffer_size=max(len(data), 1))
+        unpacker.feed(data)
+        return unpacker
 
 
 def _ext_hook(code: int, data: bytes) -> Any:

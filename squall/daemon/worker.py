@@ -2,9 +2,11 @@
 
 * **Executors** (one thread each) consume their incoming queues; see
   :mod:`squall.executor`.
-* **Transfer path**: executors hand batches bound for other workers to the worker's
-  bounded transfer queue (``topology.transfer.buffer.size``); the transfer thread packs
-  each destination's records into one payload and gives it to the transport.
+* **Transfer path**: executors serialize each tuple bound for another worker at emit, as
+  a msgpack record ``[task, source task, stream, values, anchors-to-ids]``, and hand
+  batches of records to the worker's bounded transfer queue (``topology.transfer.buffer.size``);
+  the transfer thread concatenates each destination's records into one payload and gives
+  it to the transport.
 * **Receive path**: the receive thread takes payloads from the transport, rebuilds the
   tuples and puts them on the destination executors' incoming queues by task id. It never
   blocks on a full executor queue (senders wait for room before sending instead), so two
@@ -18,8 +20,6 @@ import logging
 import threading
 import time
 from typing import Any
-
-import msgpack
 
 from squall.acker import ACKER_COMPONENT, system_sources
 from squall.cluster_state import TopologyState
@@ -147,9 +147,10 @@ class Worker:
 
     # -- transfer path --------------------------------------------------------------
 
-    def transfer(self, dest_worker: int, records: list[Any], block: bool, executor: Executor) -> bool:
-        """Queue ``records`` for another worker; with ``block``, wait for room (backpressure)."""
-        tasks = {r[0] for r in records}
+    def transfer(self, dest_worker: int, records: list[tuple[int, bytes]], block: bool, executor: Executor) -> bool:
+        """Queue ``(task, record)`` pairs for another worker; with ``block``, wait for room
+        (backpressure)."""
+        tasks = {task for task, _ in records}
         if not block:
             if not (self.transfer_queue.has_room() and self.transport.has_room(dest_worker, tasks)):
                 return False
@@ -165,29 +166,31 @@ class Worker:
         return True
 
     def _transfer_loop(self) -> None:
-        packer = msgpack.Packer(use_bin_type=True)
         while not self.stopping:
             items = self.transfer_queue.take_all(_POLL_SECS)
-            by_dest: dict[int, list[Any]] = {}
-            for dest, records in items:
-                by_dest.setdefault(dest, []).extend(records)
+            by_dest: dict[int, list[bytes]] = {}
+            for dest, pairs in items:
+                by_dest.setdefault(dest, []).extend(record for _, record in pairs)
             for dest, records in by_dest.items():
                 try:
-                    self.transport.send(dest, packer.pack(records))
+                    self.transport.send(dest, b"".join(records))
                 except Exception:  # a transport fault must not kill the worker's sender
                     log.exception("worker %s could not send %d tuples to worker %s", self.index, len(records), dest)
 
     # -- receive path ---------------------------------------------------------------
 
     def _receive_loop(self) -> None:
-        loads = Serializer.loads
-        task_component = self.assignment.task_component
-        sources, queues, single = self.sources, self.task_queues, self._single_task_queues
+        # stream sources by emitting task, then stream id
+        task_sources = {
+            task: {stream: source for (cid, stream), source in self.sources.items() if cid == component}
+            for task, component in self.assignment.task_component.items()
+        }
+        queues, single = self.task_queues, self._single_task_queues
         while not self.stopping:
             for payload in self.transport.receive(self.index, _POLL_SECS):
                 by_queue: dict[int, tuple[BatchQueue, list[Any]]] = {}
-                for task, src, stream, packed, ids in msgpack.unpackb(payload, strict_map_key=False):
-                    tup = Tuple(loads(packed), sources[(task_component[src], stream)], src, ids)
+                for task, src, stream, values, ids in Serializer.load_records(payload):
+                    tup = Tuple(values, task_sources[src][stream], src, ids)
                     q = queues[task]
                     entry = by_queue.get(id(q))
                     if entry is None:
