@@ -16,6 +16,7 @@ import threading
 import time
 import types
 import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -175,7 +176,8 @@ class _Channel:
         self.failed: list[Any] = []
 
 
-_CHANNELS: dict[str, _Channel] = {}
+# Channels live as long as some copy of their FeederSpout does (the test's, or a worker's).
+_CHANNELS: weakref.WeakValueDictionary[str, _Channel] = weakref.WeakValueDictionary()
 
 
 class FeederSpout(Spout):
@@ -189,11 +191,21 @@ class FeederSpout(Spout):
     def __init__(self, fields: Fields | Iterable[str]) -> None:
         self._fields = Fields.of(fields)
         self._channel_id = uuid.uuid4().hex
-        _CHANNELS[self._channel_id] = _Channel()
+        self._channel = _CHANNELS[self._channel_id] = _Channel()
 
-    @property
-    def _channel(self) -> _Channel:
-        return _CHANNELS[self._channel_id]
+    def __getstate__(self) -> dict[str, Any]:
+        # the copies made at submission find the channel by its id, in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_channel"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        try:
+            self._channel = _CHANNELS[self._channel_id]
+        except KeyError:
+            raise RuntimeError(
+                "a FeederSpout's channel exists only in the process that created it; run the topology "
+                "with LocalCluster (in-process workers)"
+            ) from None
 
     def declare_output_fields(self, declarer: Any) -> None:
         declarer.declare(self._fields)
