@@ -26,6 +26,7 @@ class Config(dict):
     TOPOLOGY_SPOUT_MAX_BATCH_SIZE = "topology.spout.max.batch.size"
     TOPOLOGY_STATS_SAMPLE_RATE = "topology.stats.sample.rate"
     TOPOLOGY_DEBUG = "topology.debug"
+    TOPOLOGY_KRYO_REGISTER = "topology.kryo.register"
     SUPERVISOR_SLOTS_PORTS = "supervisor.slots.ports"
 
     def set_num_workers(self, n: int) -> Config:
@@ -46,6 +47,21 @@ class Config(dict):
 
     def set_debug(self, debug: bool) -> Config:
         self[self.TOPOLOGY_DEBUG] = debug
+        return self
+
+    def register_serialization(self, cls: type, serializer: Any) -> Config:
+        """Serialize instances of ``cls`` that cross workers with ``serializer`` (an object,
+        or a class to instantiate, with ``serialize(obj) -> bytes`` and
+        ``deserialize(data) -> obj``) instead of cloudpickle: Storm's Kryo registration."""
+        if not isinstance(cls, type):
+            raise ValueError(f"register_serialization: {cls!r} is not a class")
+        if isinstance(serializer, type):
+            serializer = serializer()
+        for method in ("serialize", "deserialize"):
+            if not callable(getattr(serializer, method, None)):
+                raise ValueError(f"register_serialization({cls.__name__}): {serializer!r} has no {method}()")
+        registrations = [r for r in self.get(self.TOPOLOGY_KRYO_REGISTER, []) if r[0] is not cls]
+        self[self.TOPOLOGY_KRYO_REGISTER] = [*registrations, (cls, serializer)]
         return self
 
 

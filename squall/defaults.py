@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "topology.stats.sample.rate": 0.05,
     # Log every emit and ack at DEBUG level.
     "topology.debug": False,
+    # (class, serializer) pairs for values crossing workers; see Config.register_serialization.
+    "topology.kryo.register": [],
     # Ports the local supervisor hands to workers, one per worker.
     "supervisor.slots.ports": [6700, 6701, 6702, 6703],
     "storm.zookeeper.servers": None,

@@ -95,6 +95,17 @@ class StreamRoute:
             choose = lambda values: (capture(component, stream, values), inner(values))[1]  # noqa: E731
         self.choose = choose
 
+    def log_emits(self, task_id: int) -> None:
+        """Log every emit on this stream (``topology.debug``)."""
+        inner, source = self.choose, self.source
+
+        def choose(values: list[Any]) -> list[int]:
+            tasks = inner(values)
+            log.info("%s:%s emitted on %r to tasks %s: %r", source.component, task_id, source.stream, tasks, values)
+            return tasks
+
+        self.choose = choose
+
     def _chooser(self, groupers: list[Any]):
         def choose(values: list[Any]) -> list[int]:
             tasks = [t for g in groupers for t in g.choose(values)]
@@ -159,7 +170,7 @@ class Executor:
         self.setup_error: BaseException | None = None
         # the outgoing side: a destination's batch is handed on at this many tuples
         self._batch_size = min(self.conf["topology.producer.batch.size"], self.conf["topology.executor.send.buffer.size"])
-        self._serializer = Serializer()
+        self._serializer = Serializer(self.conf["topology.kryo.register"])
         self._outboxes: dict[int, _Outbox] = {}
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._sample_tup: Tuple | None = None
@@ -256,8 +267,10 @@ class Executor:
                     grouping, context=context, stream=GlobalStreamId(self.component, stream), targets=targets,
                     output_fields=stream_spec.fields, local_tasks=local, rng=rng,
                 ))
-            routes[stream] = StreamRoute(w.sources[(self.component, stream)], stream_spec.direct, groupers,
-                                         direct_targets, self.capture, self.component)
+            route = routes[stream] = StreamRoute(w.sources[(self.component, stream)], stream_spec.direct, groupers,
+                                                 direct_targets, self.capture, self.component)
+            if self.conf["topology.debug"]:
+                route.log_emits(task_id)
         self._routes[task_id] = routes
         return routes
 

@@ -1,16 +1,18 @@
-"""Serialization of tuple values crossing workers: msgpack, with cloudpickle as fallback.
+"""Serialization of tuple values crossing workers: msgpack, a registry, cloudpickle as fallback.
 
 Common types (None, bool, int within 64 bits, float, str, bytes, list, dict) are msgpack's
-own; tuples keep their type; anything else travels as cloudpickle, except ``bytearray`` and
-``memoryview``, which msgpack packs natively and which therefore arrive as ``bytes``. A value that neither
-can encode raises :class:`~squall.errors.SerializationError` at emit, in the emitting
-component. A :class:`Serializer` is not thread-safe: make one per thread.
+own; tuples keep their type; types registered with ``Config.register_serialization``
+(Storm's Kryo registrations) use their serializer; anything else travels as cloudpickle,
+except ``bytearray`` and ``memoryview``, which msgpack packs natively and which therefore
+arrive as ``bytes``. A value that cannot be encoded raises
+:class:`~squall.errors.SerializationError` at emit, in the emitting component.
+A :class:`Serializer` is not thread-safe: make one per thread.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 import msgpack
@@ -19,12 +21,31 @@ from squall.errors import SerializationError
 
 _EXT_PICKLE = 0
 _EXT_TUPLE = 1
+_EXT_FIRST_REGISTERED = 16
+
+# The config key holding the registrations: a list of (class, serializer) pairs.
+REGISTRATIONS_KEY = "topology.kryo.register"
+
+
+class TypeSerializer(Protocol):
+    """Turns instances of one registered class into bytes and back (Storm's Kryo ``Serializer``)."""
+
+    def serialize(self, obj: Any) -> bytes: ...
+
+    def deserialize(self, data: bytes) -> Any: ...
 
 
 class Serializer:
-    """Packs and unpacks values; one instance per thread."""
+    """Packs and unpacks values; one instance per thread.
 
-    def __init__(self) -> None:
+    ``registrations`` are ``(class, serializer)`` pairs, in the same order in every worker
+    (they come from the topology's config).
+    """
+
+    def __init__(self, registrations: list[tuple[type, TypeSerializer]] | None = None) -> None:
+        registrations = list(registrations or [])
+        self._by_type = {cls: (_EXT_FIRST_REGISTERED + i, s) for i, (cls, s) in enumerate(registrations)}
+        self._by_code = {code: s for code, s in self._by_type.values()}
         self._packer = msgpack.Packer(default=self._default, strict_types=True, use_bin_type=True)
 
     def _default(self, obj: Any) -> msgpack.ExtType:
@@ -33,7 +54,10 @@ class Serializer:
             return msgpack.ExtType(
                 _EXT_TUPLE, msgpack.packb(list(obj), default=self._default, strict_types=True, use_bin_type=True)
             )
+        registered = self._by_type.get(type(obj))
         try:
+            if registered is not None:
+                return msgpack.ExtType(registered[0], registered[1].serialize(obj))
             return msgpack.ExtType(_EXT_PICKLE, cloudpickle.dumps(obj))
         except Exception as e:
             raise SerializationError(f"value of type {type(obj).__name__} cannot be serialized: {e}") from e
@@ -48,22 +72,22 @@ class Serializer:
             self._packer.reset()
             raise SerializationError(f"value cannot be serialized: {e}") from e
 
-    @staticmethod
-    def loads(data: bytes) -> Any:
-        return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False, raw=False)
+    def loads(self, data: bytes) -> Any:
+        return msgpack.unpackb(data, ext_hook=self._ext_hook, strict_map_key=False, raw=False)
 
-    @staticmethod
-    def load_records(data: bytes) -> Iterator[Any]:
+    def load_records(self, data: bytes) -> Iterator[Any]:
         """The values packed back to back in ``data`` (a payload of concatenated records)."""
-        unpacker = msgpack.Unpacker(ext_hook=_ext_hook, strict_map_key=False, raw=False,
+        unpacker = msgpack.Unpacker(ext_hook=self._ext_hook, strict_map_key=False, raw=False,
                                     max_buffer_size=max(len(data), 1))
         unpacker.feed(data)
         return unpacker
 
-
-def _ext_hook(code: int, data: bytes) -> Any:
-    if code == _EXT_TUPLE:
-        return tuple(Serializer.loads(data))
-    if code == _EXT_PICKLE:
-        return cloudpickle.loads(data)
-    return msgpack.ExtType(code, data)
+    def _ext_hook(self, code: int, data: bytes) -> Any:
+        if code == _EXT_TUPLE:
+            return tuple(self.loads(data))
+        if code == _EXT_PICKLE:
+            return cloudpickle.loads(data)
+        serializer = self._by_code.get(code)
+        if serializer is not None:
+            return serializer.deserialize(data)
+        return msgpack.ExtType(code, data)

@@ -804,3 +804,18 @@ def test_cli_file_without_topology_is_an_error(tmp_path):
     proc = squall_cli("plan", str(path), cwd=tmp_path)
     assert proc.returncode != 0
     assert "topology" in proc.stderr
+
+
+def test_topology_debug_logs_every_emit(cluster, caplog):
+    import logging
+
+    from helpers import feeder_builder
+
+    feeder, b = feeder_builder(["word"], spout_id="words")
+    conf = Config().set_debug(True)
+    with caplog.at_level(logging.INFO, logger="squall.executor"):
+        cluster.submit_topology("debug", conf, b.create_topology())
+        feeder.feed(["hello"], msg_id=1)
+        wait_until(lambda: any("'hello'" in r.getMessage() for r in caplog.records), timeout=5)
+    line = next(r.getMessage() for r in caplog.records if "'hello'" in r.getMessage())
+    assert "words" in line and "'default'" in line

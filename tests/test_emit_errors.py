@@ -539,3 +539,36 @@ def test_spout_errors_are_recorded_and_the_spout_goes_on(cluster):
     assert has_word(message_of(errors[1]), "nowhere_stream")
     task = tasks_of(cluster, "flaky", "flaky")[0]
     assert all(e["task"] == task and before <= e["time"] <= time.time() for e in errors)
+
+
+class Celsius:
+    def __init__(self, degrees):
+        self.degrees = degrees
+
+
+class CelsiusSerializer:
+    def serialize(self, obj):
+        return str(obj.degrees).encode()
+
+    def deserialize(self, data):
+        return Celsius(float(data) + 0.5)  # the +0.5 shows this path ran, not cloudpickle
+
+
+def test_registered_serializer_is_used_across_workers(cluster):
+    feeder, b = feeder_builder(["name", "value"], spout_id="feeder")
+    b.set_bolt("sink", Recorder(), 2).all_grouping("feeder")
+    conf = Config().set_num_workers(2).register_serialization(Celsius, CelsiusSerializer)
+    cluster.submit_topology("registered", conf, b.create_topology())
+    feeder_task = tasks_of(cluster, "registered", "feeder")[0]
+    remote = next(p["task"] for p in prepared("sink") if feeder_task not in p["worker_tasks"])
+    local = next(p["task"] for p in prepared("sink") if feeder_task in p["worker_tasks"])
+    feeder.feed(["t", Celsius(20.0)], msg_id=1)
+    wait_for(feeder, 1, "acked")
+    by_task = {r["task"]: r["values"][1] for r in received("sink")}
+    assert by_task[remote].degrees == 20.5  # serialized by the registered serializer
+    assert by_task[local].degrees == 20.0  # same worker: not serialized at all
+
+
+def test_register_serialization_rejects_a_serializer_without_the_methods():
+    with pytest.raises(ValueError, match="deserialize"):
+        Config().register_serialization(Celsius, type("Half", (), {"serialize": lambda self, o: b""}))

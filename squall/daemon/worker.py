@@ -186,10 +186,11 @@ class Worker:
             for task, component in self.assignment.task_component.items()
         }
         queues, single = self.task_queues, self._single_task_queues
+        serializer = Serializer(self.conf["topology.kryo.register"])
         while not self.stopping:
             for payload in self.transport.receive(self.index, _POLL_SECS):
                 by_queue: dict[int, tuple[BatchQueue, list[Any]]] = {}
-                for task, src, stream, values, ids in Serializer.load_records(payload):
+                for task, src, stream, values, ids in serializer.load_records(payload):
                     tup = Tuple(values, task_sources[src][stream], src, ids)
                     q = queues[task]
                     entry = by_queue.get(id(q))
