@@ -11,9 +11,10 @@ from squall.config import Config
 from squall.context import TopologyContext
 from squall.errors import (
     AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SerializationError,
+    TopologySetupError,
 )
 from squall.grouping import CustomStreamGrouping, GlobalStreamId
-from squall.local_cluster import LocalCluster, TopologySetupError
+from squall.local_cluster import LocalCluster
 from squall.spout import Spout
 from squall.topology import Topology, TopologyBuilder
 from squall.tuple import Fields, Tuple, Values

@@ -53,10 +53,10 @@ class TopologyState:
         self._lock = threading.Lock()
         self._errors: dict[str, deque[dict[str, Any]]] = {}
 
-    def report_error(self, component: str, task: int, text: str) -> None:
+    def report_error(self, component: str, task: int, text: str, when: float | None = None) -> None:
         with self._lock:
             errors = self._errors.setdefault(component, deque(maxlen=MAX_ERRORS_PER_COMPONENT))
-            errors.append({"error": text, "task": task, "time": time.time()})
+            errors.append({"error": text, "task": task, "time": time.time() if when is None else when})
 
     def errors(self, component: str) -> list[dict[str, Any]]:
         with self._lock:

@@ -49,6 +49,11 @@ DEFAULTS: dict[str, Any] = {
     "storm.zookeeper.servers": None,
     "storm.zookeeper.root": "/storm",
     "nimbus.task.timeout.secs": 30,
+    # A worker process silent (no heartbeat) this long is killed and restarted.
     "supervisor.worker.timeout.secs": 30,
+    # A worker process not ready (open/prepare done) this long after its start is killed;
+    # when that happens at submission, or 3 times in a row later, it is not restarted.
+    "supervisor.worker.start.timeout.secs": 120,
+    # How often a worker process reports its figures and errors to the master.
     "worker.heartbeat.frequency.secs": 1,
 }

@@ -33,3 +33,8 @@ class EmitError(ValueError):
 
 class SerializationError(EmitError):
     """A value could not be serialized for a tuple that crosses workers."""
+
+
+class TopologySetupError(RuntimeError):
+    """The topology could not start (a component's ``open``/``prepare`` raised, or a worker
+    process could not start); it was stopped. The message says which and why."""

@@ -353,16 +353,11 @@ class Executor:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         self.worker.state.report_error(self.component, task_id, text)
 
-    def collect_stats(self) -> ExecutorStats:
-        """The stats, with emitted/transferred folded in from the routes."""
-        emitted: dict[str, int] = {}
-        transferred: dict[str, int] = {}
-        for routes in self._routes.values():
-            for stream, route in routes.items():
-                emitted[stream] = emitted.get(stream, 0) + route.emitted
-                transferred[stream] = transferred.get(stream, 0) + route.transferred
-        self.stats.emitted, self.stats.transferred = emitted, transferred
-        return self.stats
+    def stats_snapshot(self) -> dict[str, Any]:
+        """The executor's figures (see :mod:`squall.metrics`); emitted and transferred count
+        the user's streams, from the routes."""
+        routes = [r for task_routes in self._routes.values() for r in task_routes.values()]
+        return self.stats.snapshot(sum(r.emitted for r in routes), sum(r.transferred for r in routes))
 
     def _sample(self, tup: Tuple) -> None:
         self._sample_tup = tup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -10,7 +11,8 @@ from typing import Any
 from squall.cluster_state import TopologyState
 from squall.config import merged_config
 from squall.daemon.worker import Worker
-from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
+from squall.daemon.supervisor import ProcessSupervisor
+from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError, TopologySetupError
 from squall.messaging.local import LocalTransport
 from squall.metrics import component_summary
 from squall.scheduler import Assignment, assign
@@ -19,12 +21,49 @@ from squall.utils import time as clock
 
 ACTIVE, INACTIVE, KILLED = "ACTIVE", "INACTIVE", "KILLED"
 
-# How long submit_topology waits for every open/prepare to return.
+# How long submit_topology waits for every open/prepare to return (in-process workers).
 _SETUP_TIMEOUT_SECS = 60.0
 
 
-class TopologySetupError(RuntimeError):
-    """A component's ``open``/``prepare`` raised while the topology started; it was killed."""
+class _InProcessRunner:
+    """Every worker as objects in this process, joined by the in-process transport."""
+
+    def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+                 state: TopologyState) -> None:
+        transport = LocalTransport()
+        self.workers = [Worker(name, topology, conf, assignment, w.index, transport, state)
+                        for w in assignment.workers]
+        for worker in self.workers:
+            transport.register(worker)
+        self._name = name
+
+    def start(self) -> None:
+        for worker in self.workers:
+            worker.start()
+        failures = [f for worker in self.workers for f in worker.wait_ready(_SETUP_TIMEOUT_SECS)]
+        if failures:
+            self.stop()
+            executor, error = failures[0]
+            raise TopologySetupError(
+                f"topology {self._name!r}: component {executor.component!r} (task {executor.task_ids[0]}) "
+                f"failed to start: {type(error).__name__}: {error}"
+            ) from error
+
+    def set_active(self, active: bool) -> None:
+        for worker in self.workers:
+            worker.set_active(active)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+    def workers_info(self) -> list[dict[str, Any]]:
+        return [{"port": w.port, "pid": os.getpid(),
+                 "executors": [{"component": e.component, "tasks": list(e.task_ids)} for e in w.executors]}
+                for w in self.workers]
+
+    def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(e.component, e.stats_snapshot()) for w in self.workers for e in w.executors]
 
 
 @dataclass
@@ -32,21 +71,32 @@ class _Running:
     name: str
     topology: Topology
     conf: dict[str, Any]
-    assignment: Assignment
     state: TopologyState
-    workers: list[Worker]
+    runner: _InProcessRunner | ProcessSupervisor
     started: float
     status: str = ACTIVE
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def workers(self) -> list[Worker]:
+        """The in-process workers (for the testing API)."""
+        return self.runner.workers
+
 
 class LocalCluster:
-    """Runs topologies in this process, each worker slot with its own executors and queues.
+    """Runs topologies on this machine (Storm's Nimbus and supervisor roles included).
+
+    With ``processes=False`` (the default) every worker runs in this process: executors
+    are threads, and tuples between workers are still serialized. With ``processes=True``
+    each worker is an OS process of its own, talking to the others over ZeroMQ on
+    127.0.0.1, started, watched and restarted by a supervisor in this process (see
+    :mod:`squall.daemon.supervisor`).
 
     Use it as a context manager: leaving the block kills every topology.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, processes: bool = False) -> None:
+        self.processes = processes
         self._topologies: dict[str, _Running] = {}
         self._lock = threading.Lock()
 
@@ -84,25 +134,18 @@ class LocalCluster:
             if name in self._topologies:
                 raise AlreadyAliveError(f"topology {name!r} is already alive")
             assignment = assign(topology, merged)
-            transport = LocalTransport()
-            workers = [
-                Worker(name, topology, merged, assignment, w.index, transport, state)
-                for w in assignment.workers
-            ]
-            running = _Running(name, topology, merged, assignment, state, workers, clock.now())
+            if self.processes:
+                runner = ProcessSupervisor(name, topology, merged, assignment, state)
+            else:
+                runner = _InProcessRunner(name, topology, merged, assignment, state)
+            running = _Running(name, topology, merged, state, runner, clock.now())
             self._topologies[name] = running
-        for worker in workers:
-            transport.register(worker)
-        for worker in workers:
-            worker.start()
-        failures = [f for worker in workers for f in worker.wait_ready(_SETUP_TIMEOUT_SECS)]
-        if failures:
-            self._stop(running)
-            executor, error = failures[0]
-            raise TopologySetupError(
-                f"topology {name!r}: component {executor.component!r} (task {executor.task_ids[0]}) "
-                f"failed to start: {type(error).__name__}: {error}"
-            ) from error
+        try:
+            runner.start()
+        except BaseException:
+            with self._lock:
+                self._topologies.pop(name, None)
+            raise
 
     def _get(self, name: str) -> _Running:
         try:
@@ -117,16 +160,14 @@ class LocalCluster:
         with running.lock:
             if running.status == INACTIVE:
                 running.status = ACTIVE
-                for worker in running.workers:
-                    worker.set_active(True)
+                running.runner.set_active(True)
 
     def deactivate(self, name: str) -> None:
         running = self._get(name)
         with running.lock:
             if running.status == ACTIVE:
                 running.status = INACTIVE
-                for worker in running.workers:
-                    worker.set_active(False)
+                running.runner.set_active(False)
 
     def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
         """Deactivate the spouts, wait ``wait_secs`` (default: the message timeout) for
@@ -143,16 +184,14 @@ class LocalCluster:
         if wait_secs is None:
             wait_secs = running.conf["topology.message.timeout.secs"]
         if previous == ACTIVE:
-            for worker in running.workers:
-                worker.set_active(False)
+            running.runner.set_active(False)
         if wait_secs > 0 and not clock.is_simulating():
             time.sleep(wait_secs)
         self._stop(running)
 
     def _stop(self, running: _Running) -> None:
         running.status = KILLED
-        for worker in running.workers:
-            worker.stop()
+        running.runner.stop()
         with self._lock:
             self._topologies.pop(running.name, None)
 
@@ -172,26 +211,21 @@ class LocalCluster:
     def get_topology_info(self, name: str) -> dict[str, Any]:
         """Status, workers/executors/tasks and per-component statistics and errors."""
         running = self._get(name)
-        stats_by_component: dict[str, list] = {}
-        workers = []
-        for worker in running.workers:
-            executors = []
-            for executor in worker.executors:
-                executors.append({"component": executor.component, "tasks": list(executor.task_ids)})
-                stats_by_component.setdefault(executor.component, []).append(executor.collect_stats())
-            workers.append({"port": worker.port, "executors": executors})
+        snapshots: dict[str, list[dict[str, Any]]] = {}
+        for component, snapshot in running.runner.executor_snapshots():
+            snapshots.setdefault(component, []).append(snapshot)
         components = {}
         for cid, spec in running.topology.components.items():
             kind = "spout" if spec.is_spout else "bolt"
             summary = {"type": kind, "parallelism": spec.parallelism, "num_tasks": spec.num_tasks}
-            summary.update(component_summary(kind, stats_by_component.get(cid, [])))
+            summary.update(component_summary(kind, snapshots.get(cid, [])))
             summary["errors"] = running.state.errors(cid)
             components[cid] = summary
         return {
             "name": name,
             "status": running.status,
             "uptime_secs": max(0.0, clock.now() - running.started),
-            "workers": workers,
+            "workers": running.runner.workers_info(),
             "components": components,
         }
 

@@ -19,13 +19,10 @@ CAPACITY_WINDOW_SECS = 600.0
 class ExecutorStats:
     """Written by one executor thread; read (racily, which is fine for metrics) by others."""
 
-    __slots__ = ("emitted", "transferred", "acked", "failed", "executed", "execute_secs",
-                 "process_secs", "process_count", "complete_secs", "complete_count", "process_is_execute",
-                 "_busy_marks", "_started")
+    __slots__ = ("acked", "failed", "executed", "execute_secs", "process_secs", "process_count", "complete_secs",
+                 "complete_count", "process_is_execute", "_busy_marks")
 
     def __init__(self) -> None:
-        self.emitted: dict[str, int] = {}
-        self.transferred: dict[str, int] = {}
         self.acked = 0
         self.failed = 0
         self.executed = 0
@@ -35,8 +32,7 @@ class ExecutorStats:
         self.complete_secs = 0.0
         self.complete_count = 0
         self.process_is_execute = False
-        self._started = time.monotonic()
-        self._busy_marks: deque[tuple[float, float]] = deque([(self._started, 0.0)])
+        self._busy_marks: deque[tuple[float, float]] = deque([(time.monotonic(), 0.0)])
 
     def record_execute(self, count: int, secs: float) -> None:
         self.executed += count
@@ -53,29 +49,37 @@ class ExecutorStats:
         window = now - since
         return min(1.0, (self.execute_secs - busy_then) / window) if window > 0 else 0.0
 
+    def snapshot(self, emitted: int, transferred: int) -> dict[str, Any]:
+        """The figures as a plain dict (what workers send in their heartbeats)."""
+        process_secs, process_count = (
+            (self.execute_secs, self.executed) if self.process_is_execute else (self.process_secs, self.process_count)
+        )
+        return {
+            "emitted": emitted, "transferred": transferred, "acked": self.acked, "failed": self.failed,
+            "executed": self.executed, "execute_secs": self.execute_secs, "process_secs": process_secs,
+            "process_count": process_count, "complete_secs": self.complete_secs,
+            "complete_count": self.complete_count, "capacity": self.capacity(),
+        }
+
 
 def _ms(total_secs: float, count: int) -> float:
     return round(1000.0 * total_secs / count, 4) if count else 0.0
 
 
-def component_summary(kind: str, stats: list[ExecutorStats]) -> dict[str, Any]:
-    """Roll the executors' stats of one component up into get_topology_info's shape."""
-    user = lambda d: sum(v for k, v in d.items() if not k.startswith("__"))  # noqa: E731
+def component_summary(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """Roll the executors' snapshots of one component up into get_topology_info's shape."""
+    total = lambda key: sum(s[key] for s in snapshots)  # noqa: E731
     out: dict[str, Any] = {
-        "emitted": sum(user(s.emitted) for s in stats),
-        "transferred": sum(user(s.transferred) for s in stats),
-        "acked": sum(s.acked for s in stats),
-        "failed": sum(s.failed for s in stats),
-        "execute_latency_ms": _ms(sum(s.execute_secs for s in stats), sum(s.executed for s in stats)),
-        "process_latency_ms": _ms(
-            sum(s.execute_secs if s.process_is_execute else s.process_secs for s in stats),
-            sum(s.executed if s.process_is_execute else s.process_count for s in stats),
-        ),
+        "emitted": total("emitted"),
+        "transferred": total("transferred"),
+        "acked": total("acked"),
+        "failed": total("failed"),
+        "execute_latency_ms": _ms(total("execute_secs"), total("executed")),
+        "process_latency_ms": _ms(total("process_secs"), total("process_count")),
     }
     if kind == "spout":
-        out["complete_latency_ms"] = _ms(sum(s.complete_secs for s in stats),
-                                         sum(s.complete_count for s in stats))
+        out["complete_latency_ms"] = _ms(total("complete_secs"), total("complete_count"))
     else:
-        out["executed"] = sum(s.executed for s in stats)
-        out["capacity"] = round(max((s.capacity() for s in stats), default=0.0), 4)
+        out["executed"] = total("executed")
+        out["capacity"] = round(max((s["capacity"] for s in snapshots), default=0.0), 4)
     return out

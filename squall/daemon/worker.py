@@ -124,6 +124,15 @@ class Worker:
             executor.ready.wait(timeout)
         return [(e, e.setup_error) for e in self.executors if e.setup_error is not None]
 
+    def backpressured_tasks(self) -> frozenset[int]:
+        """This worker's tasks whose incoming queues are full."""
+        return frozenset(t for t, q in self.task_queues.items() if not q.has_room())
+
+    def executor_snapshots(self) -> list[dict[str, Any]]:
+        """Every executor's figures (see :mod:`squall.metrics`), with its component and tasks."""
+        return [{"component": e.component, "tasks": list(e.task_ids), "stats": e.stats_snapshot()}
+                for e in self.executors]
+
     def set_active(self, active: bool) -> None:
         self.active = active
         kind = Control.ACTIVATE if active else Control.DEACTIVATE

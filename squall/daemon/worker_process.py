@@ -1,0 +1,163 @@
+"""A worker process: one worker of a topology in an OS process of its own.
+
+Started by the supervisor as ``python -m squall.daemon.worker_process --master ADDR
+--worker N``. It talks to the topology master over one ZeroMQ DEALER socket:
+
+1. ``hello`` (pid) → the master answers ``bootstrap`` (the pickled topology, config and
+   assignment);
+2. it binds its worker and backpressure ports and says ``bound``; the master answers
+   ``peers`` (every worker's ports) now and whenever a worker restarts elsewhere;
+3. it starts its executors (open/prepare) and says ``ready``, or ``setup_error`` with the
+   traceback and exits;
+4. then, every ``worker.heartbeat.frequency.secs``, a ``heartbeat`` with every executor's
+   figures and the errors recorded since the last one; it obeys ``activate``,
+   ``deactivate`` and ``kill`` (stop the executors, calling close/cleanup, and exit).
+
+Its control thread (the main thread) also publishes which of its tasks are backpressured
+and reads the other workers' states. It exits when its parent (the supervisor) is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+import cloudpickle
+import msgpack
+import zmq
+
+from squall.cluster_state import TopologyState
+from squall.daemon.worker import Worker
+from squall.messaging.zmq_transport import ZmqTransport
+
+# How often the control thread looks at its queues' backpressure and its peers' messages.
+_CONTROL_TICK_SECS = 0.005
+
+
+class _ForwardingState(TopologyState):
+    """Keeps errors until the next heartbeat carries them to the master."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unsent: list[dict[str, Any]] = []
+
+    def report_error(self, component: str, task: int, text: str, when: float | None = None) -> None:
+        when = time.time() if when is None else when
+        super().report_error(component, task, text, when)
+        with self._lock:
+            self.unsent.append({"component": component, "task": task, "error": text, "time": when})
+
+    def take_unsent(self) -> list[dict[str, Any]]:
+        with self._lock:
+            unsent, self.unsent = self.unsent, []
+        return unsent
+
+
+class _Control:
+    def __init__(self, master: str, index: int) -> None:
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.IDENTITY, str(index).encode())
+        self.socket.setsockopt(zmq.LINGER, 2000)
+        self.socket.connect(master)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.socket.send(msgpack.packb(message, use_bin_type=True))
+
+    def receive(self, timeout: float) -> dict[str, Any] | None:
+        if self.socket.poll(timeout * 1000):
+            return msgpack.unpackb(self.socket.recv(), raw=False, strict_map_key=False)
+        return None
+
+    def expect(self, kind: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            message = self.receive(0.1)
+            if message is not None and message["type"] == kind:
+                return message
+            if os.getppid() == 1:
+                raise SystemExit("the supervisor is gone")
+        raise TimeoutError(f"no {kind!r} from the master within {timeout}s")
+
+
+def run(master: str, index: int) -> int:
+    parent = os.getppid()
+    control = _Control(master, index)
+    control.send({"type": "hello", "pid": os.getpid()})
+    try:
+        boot = control.expect("bootstrap", 60)
+        name, topology, conf, assignment, active = cloudpickle.loads(boot["payload"])
+        state = _ForwardingState()
+        transport = ZmqTransport(control.context, index)
+        worker = Worker(name, topology, conf, assignment, index, transport, state, active)
+        port, bp_port = transport.bind(assignment.workers[index].port)
+        control.send({"type": "bound", "port": port, "bp_port": bp_port})
+        transport.set_peers({int(i): tuple(a) for i, a in control.expect("peers", 60)["peers"].items()})
+        transport.register(worker)
+        worker.start()
+        failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])
+        if failures:
+            executor, error = failures[0]
+            raise RuntimeError(
+                f"component {executor.component!r} (task {executor.task_ids[0]}) failed to start: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+    except BaseException as e:  # noqa: BLE001 - whatever it is, the master must hear the cause
+        control.send({"type": "setup_error", "error": "".join(traceback.format_exception(e))})
+        control.socket.close(linger=2000)
+        return 1
+    control.send({"type": "ready"})
+    code = _serve(control, worker, transport, state, conf, parent)
+    worker.stop()
+    transport.close()
+    control.send({"type": "stopped"})
+    control.socket.close(linger=2000)
+    return code
+
+
+def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _ForwardingState,
+           conf: dict[str, Any], parent: int) -> int:
+    poller = zmq.Poller()
+    poller.register(control.socket, zmq.POLLIN)
+    poller.register(transport.sub_socket, zmq.POLLIN)
+    heartbeat_every = conf["worker.heartbeat.frequency.secs"]
+    next_heartbeat = 0.0
+    while True:
+        events = dict(poller.poll(_CONTROL_TICK_SECS * 1000))
+        if transport.sub_socket in events:
+            transport.read_backpressure()
+        if control.socket in events:
+            while (message := control.receive(0)) is not None:
+                kind = message["type"]
+                if kind == "kill":
+                    return 0
+                if kind in ("activate", "deactivate"):
+                    worker.set_active(kind == "activate")
+                elif kind == "peers":
+                    transport.set_peers({int(i): tuple(a) for i, a in message["peers"].items()})
+        transport.publish_backpressure(worker.backpressured_tasks())
+        now = time.monotonic()
+        if now >= next_heartbeat:
+            next_heartbeat = now + heartbeat_every
+            control.send({"type": "heartbeat", "executors": worker.executor_snapshots(),
+                          "errors": state.take_unsent()})
+        if os.getppid() != parent:
+            return 1  # the supervisor died: nobody would stop this worker
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="squall-worker")
+    parser.add_argument("--master", required=True)
+    parser.add_argument("--worker", type=int, required=True)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+    return run(args.master, args.worker)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

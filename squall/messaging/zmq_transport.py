@@ -1,0 +1,179 @@
+"""The transport between worker processes: ZeroMQ over TCP on 127.0.0.1.
+
+Each worker binds
+
+* a PULL socket on its worker port (from ``supervisor.slots.ports``, or an ephemeral port
+  when that one is taken or the list is empty) on which its receive thread takes payloads;
+* a PUB socket on an ephemeral port on which it publishes which of its tasks are
+  backpressured (their incoming queues are full).
+
+and connects a PUSH socket to every other worker's port (used by its transfer thread only)
+and a SUB socket to every other worker's PUB (read by its control thread only). ZeroMQ
+reconnects by itself when a peer restarts on the same port and queues what is sent
+meanwhile (up to its high-water mark); a peer that comes back on another port is
+reconnected when the master announces the new address.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import zmq
+
+from squall.messaging.transport import Transport
+
+if TYPE_CHECKING:
+    from squall.daemon.worker import Worker
+
+HOST = "127.0.0.1"
+# How often a worker republishes its backpressure state even when it did not change (a
+# subscriber that just connected misses earlier messages).
+_REPUBLISH_SECS = 0.1
+
+
+def endpoint(port: int) -> str:
+    return f"tcp://{HOST}:{port}"
+
+
+class ZmqTransport(Transport):
+    def __init__(self, context: zmq.Context, index: int) -> None:
+        self._context = context
+        self._index = index
+        self._pull = context.socket(zmq.PULL)
+        self._pub = context.socket(zmq.PUB)
+        self._sub = context.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self._pull_poller = zmq.Poller()
+        self._pull_poller.register(self._pull, zmq.POLLIN)
+        self.port = 0
+        self.bp_port = 0
+        # peers: worker index -> (port, backpressure port); written by the control thread
+        self._peers: dict[int, tuple[int, int]] = {}
+        self._peers_version = 0
+        self._peers_lock = threading.Lock()
+        self._push: dict[int, tuple[zmq.Socket, int]] = {}  # transfer thread only
+        self._push_version = -1
+        self._sub_endpoints: dict[int, str] = {}  # control thread only
+        self._peer_backpressure: dict[int, frozenset[int]] = {}
+        self._published: frozenset[int] | None = None
+        self._published_at = 0.0
+        self._worker: Worker | None = None
+
+    # -- set-up (worker process main thread / control thread) -------------------------
+
+    def bind(self, preferred_port: int | None) -> tuple[int, int]:
+        """Bind the worker port (``preferred_port``, or an ephemeral one if it is taken or
+        None) and the backpressure port; return both."""
+        self.port = 0
+        if preferred_port:
+            try:
+                self._pull.bind(endpoint(preferred_port))
+                self.port = preferred_port
+            except zmq.ZMQError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+        if not self.port:
+            self.port = self._pull.bind_to_random_port(f"tcp://{HOST}")
+        self.bp_port = self._pub.bind_to_random_port(f"tcp://{HOST}")
+        return self.port, self.bp_port
+
+    def register(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def set_peers(self, peers: dict[int, tuple[int, int]]) -> None:
+        """The other workers' addresses (control thread). A peer whose address changed is
+        reconnected, and its backpressure state forgotten (it restarted)."""
+        with self._peers_lock:
+            changed = {i for i, addr in peers.items() if self._peers.get(i) != addr}
+            self._peers = {i: tuple(addr) for i, addr in peers.items() if i != self._index}
+            self._peers_version += 1
+        for i in changed:
+            self._peer_backpressure.pop(i, None)
+            old = self._sub_endpoints.pop(i, None)
+            if old is not None:
+                self._sub.disconnect(old)
+        for i, (_, bp_port) in self._peers.items():
+            if i not in self._sub_endpoints:
+                self._sub_endpoints[i] = endpoint(bp_port)
+                self._sub.connect(self._sub_endpoints[i])
+
+    # -- data path ----------------------------------------------------------------------
+
+    def _sync_push_sockets(self) -> None:
+        with self._peers_lock:
+            if self._push_version == self._peers_version:
+                return
+            peers, self._push_version = dict(self._peers), self._peers_version
+        for i, (port, _) in peers.items():
+            current = self._push.get(i)
+            if current is not None and current[1] == port:
+                continue
+            if current is not None:
+                current[0].close(linger=0)
+            sock = self._context.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint(port))
+            self._push[i] = (sock, port)
+
+    def send(self, dest_worker: int, payload: bytes) -> None:
+        """Send from the transfer thread; waits while ZeroMQ's queue for that peer is full
+        (the peer is dead or far behind), until the worker stops."""
+        self._sync_push_sockets()
+        while True:
+            target = self._push.get(dest_worker)
+            if target is not None:
+                try:
+                    target[0].send(payload, zmq.NOBLOCK, copy=False)
+                    return
+                except zmq.Again:
+                    pass
+            if self._worker is None or self._worker.stopping:
+                return
+            time.sleep(0.001)
+            self._sync_push_sockets()
+
+    def receive(self, worker: int, timeout: float) -> list[bytes]:
+        if not self._pull_poller.poll(timeout * 1000):
+            return []
+        payloads = []
+        while True:
+            try:
+                payloads.append(self._pull.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return payloads
+
+    def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool:
+        full = self._peer_backpressure.get(dest_worker)
+        return not full or full.isdisjoint(tasks)
+
+    # -- backpressure (control thread) ------------------------------------------------------
+
+    def publish_backpressure(self, full_tasks: frozenset[int]) -> None:
+        now = time.monotonic()
+        if full_tasks != self._published or now - self._published_at >= _REPUBLISH_SECS:
+            self._pub.send(msgpack.packb([self._index, sorted(full_tasks)]))
+            self._published, self._published_at = full_tasks, now
+
+    def read_backpressure(self) -> None:
+        while True:
+            try:
+                index, full = msgpack.unpackb(self._sub.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            self._peer_backpressure[index] = frozenset(full)
+
+    @property
+    def sub_socket(self) -> Any:
+        return self._sub
+
+    def close(self) -> None:
+        """Close every socket; the worker's threads must have stopped."""
+        for sock, _ in self._push.values():
+            sock.close(linger=0)
+        for sock in (self._pull, self._pub, self._sub):
+            sock.close(linger=0)
