@@ -106,9 +106,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         stop["signal"] = True
 
     previous = signal.signal(signal.SIGTERM, on_signal)
-    with LocalCluster() as cluster:
+    with LocalCluster(processes=not args.in_process) as cluster:
         cluster.submit_topology(name, config, topology)
-        print(f"squall: topology {name!r} running; Ctrl-C stops it", file=sys.stderr)
+        workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
+        mode = "in this process" if args.in_process else "as processes"
+        print(f"squall: topology {name!r} running, workers {mode} on ports {workers}; Ctrl-C stops it",
+              file=sys.stderr)
         started = last_status = time.monotonic()
         try:
             while not stop["signal"]:
@@ -152,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file", help="a Python file defining a module-level 'topology' (and optional 'config')")
     run.add_argument("--name", help="topology name (default: the file's name)")
     run.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    run.add_argument("--in-process", action="store_true",
+                     help="run every worker in this process (threads only; for debugging) instead of one "
+                          "process per worker")
     run.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (value read as JSON if it parses)")
     run.set_defaults(func=cmd_run)

@@ -11,7 +11,8 @@ For one topology, :class:`ProcessSupervisor` runs in the submitting process and
 * gives up on a worker that cannot start (at submission: at once, raising the cause;
   later: after 3 failed starts in a row, recording the cause as an error);
 * relays activate/deactivate/kill, and on kill waits for every worker process to exit
-  (killing it after a grace period), so that none is left behind.
+  (killing it after a grace period), so that none is left behind;
+* copies each worker's output to ``<log dir>/worker-N.log`` and to its own stdout.
 
 All ZeroMQ traffic with the workers goes through one ROUTER socket owned by the master
 thread; API calls reach that thread through a command queue.
@@ -44,6 +45,20 @@ log = logging.getLogger("squall.supervisor")
 MAX_FAILED_STARTS = 3
 _POLL_SECS = 0.02
 _KILL_GRACE_SECS = 10.0
+
+
+def _relay_output(stream: Any, log_path: str) -> None:
+    """Copy a worker's output to its log file and to this process's stdout, line by line
+    (what components print shows where the user ran the topology, as with threads)."""
+    with stream, open(log_path, "ab") as log_file:
+        for line in iter(stream.readline, b""):
+            log_file.write(line)
+            log_file.flush()
+            try:
+                sys.stdout.write(line.decode(errors="replace"))
+                sys.stdout.flush()
+            except Exception:  # noqa: BLE001 - stdout closed: keep draining, or the worker would block
+                pass
 
 
 class WorkerStartError(TopologySetupError):
@@ -164,12 +179,13 @@ class ProcessSupervisor:
         # the worker must import what this process imported (squall, the user's modules)
         paths = [os.path.abspath(p or os.curdir) for p in sys.path]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        with open(slot.log_path, "ab") as out:
-            slot.proc = subprocess.Popen(
-                [sys.executable, "-m", "squall.daemon.worker_process", "--master", self.address,
-                 "--worker", str(slot.index)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-            )
+        slot.proc = subprocess.Popen(
+            [sys.executable, "-m", "squall.daemon.worker_process", "--master", self.address,
+             "--worker", str(slot.index)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+        )
+        threading.Thread(target=_relay_output, args=(slot.proc.stdout, slot.log_path),
+                         name=f"worker-{slot.index}-output", daemon=True).start()
         slot.ready, slot.port, slot.bp_port = False, 0, 0
         slot.started_at = time.monotonic()
         slot.setup_error = None
