@@ -1,11 +1,14 @@
 """Word count throughput: Squall with acking off and on, against a plain Python loop.
 
 The topology is examples/wordcount.py's (sentence spout -> split -> count on fields
-grouping); the spout emits a fixed list of generated sentences. Throughput is words per
-second from submit until the count bolts have executed every word. The baseline is the
-same logic (split each sentence, count each word) as a plain loop, in the same run.
+grouping, each with one task per worker); the spout emits a fixed list of generated
+sentences. Throughput is words per second from submit until the count bolts have executed
+every word (and, with acking, every sentence is acked). The baseline is the bolts' per-word
+work as a plain loop, in the same run.
 
-Reproduce:  python benchmarks/wordcount.py [--sentences 200000] [--workers 1]
+Reproduce:
+    python benchmarks/wordcount.py [--sentences 200000] [--workers 1]      # in-process workers
+    python benchmarks/wordcount.py --processes [--workers 2]                # worker processes
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import sys
 import time
 from collections import Counter
 
+import cloudpickle
+
 from squall import Config, LocalCluster, Spout, TopologyBuilder
 from squall.cli import parse_overrides
 from squall.testing import wait_until
@@ -28,6 +33,7 @@ _spec = importlib.util.spec_from_file_location(
 )
 example = importlib.util.module_from_spec(_spec)
 sys.modules["examples_wordcount"] = example
+cloudpickle.register_pickle_by_value(example)  # worker processes cannot import it by that name
 _spec.loader.exec_module(example)
 SENTENCES, SplitSentence, WordCount = example.SENTENCES, example.SplitSentence, example.WordCount
 
@@ -73,17 +79,18 @@ def plain_loop(sentences: list[str]) -> tuple[int, float]:
     return sum(counts.values()), time.perf_counter() - start
 
 
-def run_topology(sentences: list[str], total_words: int, acking: bool, workers: int,
+def run_topology(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
                  overrides: dict | None = None) -> float:
     builder = TopologyBuilder()
-    builder.set_spout("sentences", ListSpout(sentences, reliable=acking))
-    builder.set_bolt("split", SplitSentence()).shuffle_grouping("sentences")
-    builder.set_bolt("count", WordCount(report_every_secs=3600)).fields_grouping("split", ["word"])
+    builder.set_spout("sentences", ListSpout(sentences, reliable=acking), workers)
+    builder.set_bolt("split", SplitSentence(), workers).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(report_every_secs=3600), workers).fields_grouping("split", ["word"])
     conf = Config().set_num_workers(workers).set_num_ackers(workers if acking else 0)
+    conf["worker.heartbeat.frequency.secs"] = 0.05  # how soon the figures reach this process
     if acking:
         conf.set_max_spout_pending(5000)
     conf.update(overrides or {})
-    with LocalCluster() as cluster:
+    with LocalCluster(processes=processes) as cluster:
         start = time.perf_counter()
         cluster.submit_topology("bench", conf, builder.create_topology())
 
@@ -106,24 +113,37 @@ def best_rate(words: int, runs: int, measure) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=200_000)
-    parser.add_argument("--workers", type=int, default=1, help="in-process workers (default 1)")
+    parser.add_argument("--sentences", type=int, default=None, help="default 200,000 (400,000 with --processes)")
+    parser.add_argument("--workers", type=int, default=None, help="workers (default 1; 2 with --processes)")
+    parser.add_argument("--processes", action="store_true",
+                        help="one process per worker; also measures 1 worker process, for the speed-up")
     parser.add_argument("--runs", type=int, default=3, help="runs of each variant; the best counts (default 3)")
     parser.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                         help="override a topology config key (as squall run -c)")
     args = parser.parse_args()
+    workers = args.workers or (2 if args.processes else 1)
     overrides = parse_overrides(args.conf)
-    sentences = make_sentences(args.sentences)
+    sentences = make_sentences(args.sentences or (400_000 if args.processes else 200_000))
     words = plain_loop(sentences)[0]
+
+    def rate(acking: bool, n: int) -> float:
+        return best_rate(words, args.runs,
+                         lambda: run_topology(sentences, words, acking, n, args.processes, overrides))
+
     loop_rate = best_rate(words, args.runs, lambda: plain_loop(sentences)[1])
-    off_rate = best_rate(words, args.runs, lambda: run_topology(sentences, words, False, args.workers, overrides))
-    on_rate = best_rate(words, args.runs, lambda: run_topology(sentences, words, True, args.workers, overrides))
-    print(f"word count, {args.sentences:,} sentences ({words:,} words), {args.workers} in-process worker(s), "
-          f"best of {args.runs} runs")
-    print(f"  plain Python loop      {loop_rate:>12,.0f} words/s")
-    print(f"  squall, acking off     {off_rate:>12,.0f} words/s   {off_rate / loop_rate:6.1%} of the loop "
+    kind = "worker process(es)" if args.processes else "in-process worker(s)"
+    print(f"word count, {len(sentences):,} sentences ({words:,} words), best of {args.runs} runs")
+    print(f"  plain Python loop                    {loop_rate:>10,.0f} words/s")
+    if args.processes and workers > 1:
+        one = rate(False, 1)
+        print(f"  squall, acking off, 1 {kind:<19}{one:>10,.0f} words/s  {one / loop_rate:6.1%} of the loop")
+    off = rate(False, workers)
+    print(f"  squall, acking off, {workers} {kind:<19}{off:>10,.0f} words/s  {off / loop_rate:6.1%} of the loop "
           f"(target >= 8%)")
-    print(f"  squall, acking on      {on_rate:>12,.0f} words/s   {on_rate / off_rate:6.1%} of acking off "
+    if args.processes and workers > 1:
+        print(f"      {workers} worker processes / 1 worker process: {off / one:.2f}x (target >= 1.3x)")
+    on = rate(True, workers)
+    print(f"  squall, acking on,  {workers} {kind:<19}{on:>10,.0f} words/s  {on / off:6.1%} of acking off "
           f"(target >= 40%)")
     print("reproduce: python benchmarks/wordcount.py " + " ".join(sys.argv[1:]))
 
