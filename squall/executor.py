@@ -170,7 +170,7 @@ class Executor:
         self.setup_error: BaseException | None = None
         # the outgoing side: a destination's batch is handed on at this many tuples
         self._batch_size = min(self.conf["topology.producer.batch.size"], self.conf["topology.executor.send.buffer.size"])
-        self._serializer = Serializer(self.conf["topology.kryo.register"])
+        self._dumps = Serializer(self.conf["topology.kryo.register"]).dumps
         self._outboxes: dict[int, _Outbox] = {}
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._sample_tup: Tuple | None = None
@@ -291,24 +291,23 @@ class Executor:
             elif ob.queue is not None:
                 items.append((task, tup))
             else:
-                items.append((task, records[task] if records else self._records((task,), tup)[task]))
+                items.append((task, records[task] if records else self._record(task, tup)))
             if len(items) >= self._batch_size:
                 self._flush(ob)
 
     def _records(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> dict[int, bytes]:
-        """The wire records of ``tup`` for those of ``tasks`` in other workers, serialized at
-        emit so that a bad value fails the emit (see :mod:`squall.daemon.worker` for the format)."""
-        source = tup._source
+        return {task: self._record(task, tup) for task in tasks if self._outboxes[task].queue is None}
+
+    def _record(self, task: int, tup: Tuple) -> bytes:
+        """The wire record of ``tup`` for ``task`` in another worker, serialized at emit so that a
+        bad value fails the emit (see :mod:`squall.daemon.worker` for the format)."""
+        stream = tup._source.stream
         try:
-            return {
-                task: self._serializer.dumps([task, tup.source_task, source.stream, tup.values, tup._anchors_to_ids])
-                for task in tasks if self._outboxes[task].queue is None
-            }
+            return self._dumps([task, tup.source_task, stream, tup.values, tup._anchors_to_ids])
         except SerializationError as e:
-            remote = [t for t in tasks if self._outboxes[t].queue is None]
             raise SerializationError(
-                f"component {self.component!r}, stream {source.stream!r}: the tuple for task(s) {remote} "
-                f"in another worker cannot be serialized: {e}"
+                f"component {self.component!r}, stream {stream!r}: the tuple for task {task} in another worker "
+                f"cannot be serialized: {e}"
             ) from e
 
     def _hand_off(self, ob: _Outbox, items: list[Any], block: bool) -> bool:

@@ -194,17 +194,18 @@ class Worker:
             task: {stream: source for (cid, stream), source in self.sources.items() if cid == component}
             for task, component in self.assignment.task_component.items()
         }
-        queues, single = self.task_queues, self._single_task_queues
+        # task -> (its executor's queue, whether that executor runs this task alone)
+        dispatch = {t: (q, id(q) in self._single_task_queues) for t, q in self.task_queues.items()}
         serializer = Serializer(self.conf["topology.kryo.register"])
         while not self.stopping:
             for payload in self.transport.receive(self.index, _POLL_SECS):
-                by_queue: dict[int, tuple[BatchQueue, list[Any]]] = {}
+                batches: dict[BatchQueue, list[Any]] = {}
                 for task, src, stream, values, ids in serializer.load_records(payload):
                     tup = Tuple(values, task_sources[src][stream], src, ids)
-                    q = queues[task]
-                    entry = by_queue.get(id(q))
-                    if entry is None:
-                        entry = by_queue[id(q)] = (q, [])
-                    entry[1].append(tup if id(q) in single else (task, tup))
-                for q, batch in by_queue.values():
+                    q, single = dispatch[task]
+                    batch = batches.get(q)
+                    if batch is None:
+                        batch = batches[q] = []
+                    batch.append(tup if single else (task, tup))
+                for q, batch in batches.items():
                     q.force_put(batch, len(batch))

@@ -122,13 +122,29 @@ def run(master: str, index: int) -> int:
 
 def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _ForwardingState,
            conf: dict[str, Any], parent: int) -> int:
+    # A queue that stops being full is announced at once (senders elsewhere are waiting for it,
+    # and a queue drains in a few milliseconds); one that fills up is noticed on the next tick.
+    room_read, room_write = os.pipe()
+    os.set_blocking(room_write, False)
+
+    def on_room() -> None:
+        try:
+            os.write(room_write, b"r")
+        except BlockingIOError:
+            pass  # the control thread has wake-ups pending already
+
+    for queue in worker.task_queues.values():
+        queue.on_room = on_room
     poller = zmq.Poller()
     poller.register(control.socket, zmq.POLLIN)
     poller.register(transport.sub_socket, zmq.POLLIN)
+    poller.register(room_read, zmq.POLLIN)
     heartbeat_every = conf["worker.heartbeat.frequency.secs"]
     next_heartbeat = 0.0
     while True:
         events = dict(poller.poll(_CONTROL_TICK_SECS * 1000))
+        if room_read in events:
+            os.read(room_read, 4096)
         if transport.sub_socket in events:
             transport.read_backpressure()
         if control.socket in events:

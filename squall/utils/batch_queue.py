@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 
@@ -25,14 +26,16 @@ class BatchQueue:
       waiting up to ``timeout`` seconds for one to arrive.
     """
 
-    __slots__ = ("capacity", "name", "_items", "_size", "_lock", "_bell", "_not_full", "_consumer_waiting",
-                 "_producers_waiting")
+    __slots__ = ("capacity", "name", "on_room", "_items", "_size", "_lock", "_bell", "_not_full",
+                 "_consumer_waiting", "_producers_waiting")
 
     def __init__(self, capacity: int, name: str = "") -> None:
         if capacity < 1:
             raise ValueError(f"queue {name!r}: capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.name = name
+        # called (under the queue's lock; must be quick) when the consumer drains a full queue
+        self.on_room: Callable[[], None] | None = None
         self._items: deque[Any] = deque()
         self._size = 0  # tuples queued
         self._lock = threading.Lock()
@@ -101,9 +104,11 @@ class BatchQueue:
             return []
         items = list(self._items)
         self._items.clear()
-        self._size = 0
+        was_full, self._size = self._size >= self.capacity, 0
         if self._producers_waiting:
             self._not_full.notify_all()
+        if was_full and self.on_room is not None:
+            self.on_room()
         return items
 
     def wake(self) -> None:
