@@ -414,16 +414,16 @@ class BoltExecutor(Executor):
                 continue
             executed = 0
             with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
-                t0 = perf_counter()
                 for item in items:
                     if item.__class__ is list:
-                        executed += len(item)
+                        t0 = perf_counter()
                         self.process_batch(item)
+                        stats.record_execute(len(item), perf_counter() - t0)  # figures stay current
+                        executed += len(item)
                     else:
                         self.control(item)
                     if self.stopping:
                         break
-                stats.record_execute(executed, perf_counter() - t0)
                 self.flush_all()
             if tracker is not None:
                 tracker.done(executed)

@@ -6,6 +6,8 @@
   ids first (4 tasks on 2 executors: [1, 2], [3, 4]).
 * User executors are dealt round-robin over the workers, then the ackers: with the seeds'
   example (2 + 2 + 6 executors, 2 workers) each worker gets 5 user executors and 1 acker.
+* Worker i gets the i-th port of ``supervisor.slots.ports``; past the end of the list (or
+  with an empty list) its port is 0: a worker process then binds an ephemeral port.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def assign(topology: Topology, conf: dict[str, Any]) -> Assignment:
     ports = list(conf.get("supervisor.slots.ports") or [])
     workers, task_worker = [], {}
     for i, executors in enumerate(per_worker):
-        port = ports[i] if i < len(ports) else (ports[-1] + i - len(ports) + 1 if ports else 6700 + i)
+        port = ports[i] if i < len(ports) else 0  # 0: the worker binds an ephemeral port
         workers.append(WorkerAssignment(i, port, tuple(executors)))
         for e in executors:
             for t in e.tasks:

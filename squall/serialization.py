@@ -47,6 +47,8 @@ class Serializer:
         self._by_type = {cls: (_EXT_FIRST_REGISTERED + i, s) for i, (cls, s) in enumerate(registrations)}
         self._by_code = {code: s for code, s in self._by_type.values()}
         self._packer = msgpack.Packer(default=self._default, strict_types=True, use_bin_type=True)
+        # why values could not be rebuilt since the caller last cleared this (they decode as None)
+        self.decode_errors: list[str] = []
 
     def _default(self, obj: Any) -> msgpack.ExtType:
         if type(obj) is tuple:
@@ -85,9 +87,13 @@ class Serializer:
     def _ext_hook(self, code: int, data: bytes) -> Any:
         if code == _EXT_TUPLE:
             return tuple(self.loads(data))
-        if code == _EXT_PICKLE:
-            return cloudpickle.loads(data)
-        serializer = self._by_code.get(code)
-        if serializer is not None:
-            return serializer.deserialize(data)
+        try:
+            if code == _EXT_PICKLE:
+                return cloudpickle.loads(data)
+            serializer = self._by_code.get(code)
+            if serializer is not None:
+                return serializer.deserialize(data)
+        except Exception as e:  # noqa: BLE001 - one bad value must not stop the receiving worker
+            self.decode_errors.append(f"{type(e).__name__}: {e}")
+            return None
         return msgpack.ExtType(code, data)

@@ -197,15 +197,36 @@ class Worker:
         # task -> (its executor's queue, whether that executor runs this task alone)
         dispatch = {t: (q, id(q) in self._single_task_queues) for t, q in self.task_queues.items()}
         serializer = Serializer(self.conf["topology.kryo.register"])
+        task_component = self.assignment.task_component
         while not self.stopping:
             for payload in self.transport.receive(self.index, _POLL_SECS):
                 batches: dict[BatchQueue, list[Any]] = {}
-                for task, src, stream, values, ids in serializer.load_records(payload):
-                    tup = Tuple(values, task_sources[src][stream], src, ids)
-                    q, single = dispatch[task]
-                    batch = batches.get(q)
-                    if batch is None:
-                        batch = batches[q] = []
-                    batch.append(tup if single else (task, tup))
+                try:
+                    for task, src, stream, values, ids in serializer.load_records(payload):
+                        if serializer.decode_errors:
+                            # dropped, not delivered half-decoded: a tracked tree times out and is replayed
+                            self._report_undecodable(task_component[task], task, src, stream,
+                                                     "; ".join(serializer.decode_errors))
+                            serializer.decode_errors.clear()
+                            continue
+                        tup = Tuple(values, task_sources[src][stream], src, ids)
+                        q, single = dispatch[task]
+                        batch = batches.get(q)
+                        if batch is None:
+                            batch = batches[q] = []
+                        batch.append(tup if single else (task, tup))
+                except Exception as e:  # noqa: BLE001 - a corrupt payload must not stop the receive path
+                    text = f"worker {self.index} received a payload it cannot read ({len(payload)} bytes): {e!r}"
+                    log.warning(text)
+                    for ea in self.assignment.workers[self.index].executors:
+                        if not ea.component.startswith("__"):
+                            self.state.report_error(ea.component, ea.tasks[0], text)
                 for q, batch in batches.items():
                     q.force_put(batch, len(batch))
+
+    def _report_undecodable(self, component: str, task: int, src: int, stream: str, why: str) -> None:
+        self.state.report_error(
+            component, task,
+            f"a tuple for task {task} from {self.assignment.task_component[src]!r} (task {src}), stream "
+            f"{stream!r}, could not be deserialized and was dropped: {why}",
+        )
