@@ -127,14 +127,21 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
     room_read, room_write = os.pipe()
     os.set_blocking(room_write, False)
 
-    def on_room() -> None:
-        try:
-            os.write(room_write, b"r")
-        except BlockingIOError:
-            pass  # the control thread has wake-ups pending already
+    def announcer(tasks: frozenset[int]):
+        def on_room() -> None:
+            if transport.published_backpressure.isdisjoint(tasks):
+                return  # nobody was told this queue is full
+            try:
+                os.write(room_write, b"r")
+            except BlockingIOError:
+                pass  # the control thread has wake-ups pending already
+        return on_room
 
-    for queue in worker.task_queues.values():
-        queue.on_room = on_room
+    tasks_by_queue: dict[Any, set[int]] = {}
+    for task, queue in worker.task_queues.items():
+        tasks_by_queue.setdefault(queue, set()).add(task)
+    for queue, tasks in tasks_by_queue.items():
+        queue.on_room = announcer(frozenset(tasks))
     poller = zmq.Poller()
     poller.register(control.socket, zmq.POLLIN)
     poller.register(transport.sub_socket, zmq.POLLIN)

@@ -60,7 +60,7 @@ class ZmqTransport(Transport):
         self._push_version = -1
         self._sub_endpoints: dict[int, str] = {}  # control thread only
         self._peer_backpressure: dict[int, frozenset[int]] = {}
-        self._published: frozenset[int] | None = None
+        self._published: frozenset[int] = frozenset()
         self._published_at = 0.0
         self._worker: Worker | None = None
 
@@ -153,7 +153,14 @@ class ZmqTransport(Transport):
 
     # -- backpressure (control thread) ------------------------------------------------------
 
+    @property
+    def published_backpressure(self) -> frozenset[int]:
+        """The tasks last announced as backpressured."""
+        return self._published
+
     def publish_backpressure(self, full_tasks: frozenset[int]) -> None:
+        if not self._peers:
+            return  # a single worker: nobody to tell
         now = time.monotonic()
         if full_tasks != self._published or now - self._published_at >= _REPUBLISH_SECS:
             self._pub.send(msgpack.packb([self._index, sorted(full_tasks)]))
