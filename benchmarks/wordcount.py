@@ -1,8 +1,8 @@
 """Word count throughput: Squall with acking off and on, against a plain Python loop.
 
-The topology is examples/wordcount.py's (sentence spout -> split -> count on fields
-grouping, each with one task per worker); the spout emits a fixed list of generated
-sentences. Throughput is words per second from submit until the count bolts have executed
+The topology is examples/wordcount.py's (sentence spout -> split on local-or-shuffle
+grouping -> count on fields grouping, each with one task per worker); the spout emits a
+fixed list of generated sentences. Throughput is words per second from submit until the count bolts have executed
 every word (and, with acking, every sentence is acked). The baseline is the bolts' per-word
 work as a plain loop, in the same run.
 
@@ -83,7 +83,9 @@ def run_topology(sentences: list[str], total_words: int, acking: bool, workers: 
                  overrides: dict | None = None) -> float:
     builder = TopologyBuilder()
     builder.set_spout("sentences", ListSpout(sentences, reliable=acking), workers)
-    builder.set_bolt("split", SplitSentence(), workers).shuffle_grouping("sentences")
+    # local-or-shuffle: the split is stateless, so sentences need not cross workers (what a
+    # Storm user would write); the count's fields grouping still sends words across
+    builder.set_bolt("split", SplitSentence(), workers).local_or_shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(report_every_secs=3600), workers).fields_grouping("split", ["word"])
     conf = Config().set_num_workers(workers).set_num_ackers(workers if acking else 0)
     conf["worker.heartbeat.frequency.secs"] = 0.05  # how soon the figures reach this process
@@ -101,7 +103,7 @@ def run_topology(sentences: list[str], total_words: int, acking: bool, workers: 
             return components["count"]["executed"] >= total_words and (
                 not acking or components["sentences"]["acked"] >= len(sentences))
 
-        wait_until(done, timeout=600, interval=0.01, message="every word counted (and every sentence acked)")
+        wait_until(done, timeout=600, interval=0.02, message="every word counted (and every sentence acked)")
         return time.perf_counter() - start
 
 
@@ -135,9 +137,14 @@ def main() -> None:
     print(f"word count, {len(sentences):,} sentences ({words:,} words), best of {args.runs} runs")
     print(f"  plain Python loop                    {loop_rate:>10,.0f} words/s")
     if args.processes and workers > 1:
-        one = rate(False, 1)
+        # alternate the two, so that both meet the same conditions on this shared machine
+        one = off = 0.0
+        for _ in range(args.runs):
+            one = max(one, words / run_topology(sentences, words, False, 1, True, overrides))
+            off = max(off, words / run_topology(sentences, words, False, workers, True, overrides))
         print(f"  squall, acking off, 1 {kind:<19}{one:>10,.0f} words/s  {one / loop_rate:6.1%} of the loop")
-    off = rate(False, workers)
+    else:
+        off = rate(False, workers)
     print(f"  squall, acking off, {workers} {kind:<19}{off:>10,.0f} words/s  {off / loop_rate:6.1%} of the loop "
           f"(target >= 8%)")
     if args.processes and workers > 1:
