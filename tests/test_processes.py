@@ -1182,6 +1182,7 @@ def test_a_taken_worker_port_falls_back_to_an_ephemeral_one(pcluster, tmp_path):
 def test_empty_slot_ports_means_ephemeral_worker_ports(pcluster):
     for port in (6700, 6701):  # Storm's default slots; if another program holds one, this cannot tell
         s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ binds: TIME_WAIT is no obstacle
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
