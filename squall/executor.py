@@ -128,8 +128,8 @@ class _Outbox:
     """Tuples gathered for one destination: a local executor's queue or a remote worker.
 
     Batches for a local executor hold ``(task id, Tuple)`` pairs, or bare tuples when that
-    executor runs a single task; batches for a remote worker hold ``(task id, record)``
-    pairs, the record serialized.
+    executor runs a single task; batches for a remote worker hold records
+    ``(task, source task, stream, wire values, anchors-to-ids)``.
     """
 
     __slots__ = ("items", "queue", "worker_index", "single_task")
@@ -170,7 +170,7 @@ class Executor:
         self.setup_error: BaseException | None = None
         # the outgoing side: a destination's batch is handed on at this many tuples
         self._batch_size = min(self.conf["topology.producer.batch.size"], self.conf["topology.executor.send.buffer.size"])
-        self._dumps = Serializer(self.conf["topology.kryo.register"]).dumps
+        self._serializer = Serializer(self.conf["topology.kryo.register"])
         self._outboxes: dict[int, _Outbox] = {}
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._sample_tup: Tuple | None = None
@@ -281,8 +281,10 @@ class Executor:
         :class:`SerializationError` before any task gets the tuple.
         """
         outboxes = self._outboxes
-        # with several targets, serialize first, so that a bad value reaches none of them
-        records = self._records(tasks, tup) if self._has_remote and len(tasks) > 1 else None
+        wire_values = None
+        if self._has_remote and (outboxes[tasks[0]].queue is None if len(tasks) == 1
+                                 else any(outboxes[t].queue is None for t in tasks)):
+            wire_values = self._wire_values(tasks, tup)
         for task in tasks:
             ob = outboxes[task]
             items = ob.items
@@ -291,23 +293,20 @@ class Executor:
             elif ob.queue is not None:
                 items.append((task, tup))
             else:
-                items.append((task, records[task] if records else self._record(task, tup)))
+                items.append((task, tup.source_task, tup._source.stream, wire_values, tup._anchors_to_ids))
             if len(items) >= self._batch_size:
                 self._flush(ob)
 
-    def _records(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> dict[int, bytes]:
-        return {task: self._record(task, tup) for task in tasks if self._outboxes[task].queue is None}
-
-    def _record(self, task: int, tup: Tuple) -> bytes:
-        """The wire record of ``tup`` for ``task`` in another worker, serialized at emit so that a
-        bad value fails the emit (see :mod:`squall.daemon.worker` for the format)."""
-        stream = tup._source.stream
+    def _wire_values(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> Any:
+        """``tup``'s values as they travel to other workers (see :mod:`squall.serialization`):
+        checked now, so that a value that cannot be serialized fails the emit."""
         try:
-            return self._dumps([task, tup.source_task, stream, tup.values, tup._anchors_to_ids])
+            return self._serializer.wire_values(tup.values)
         except SerializationError as e:
+            remote = [t for t in tasks if self._outboxes[t].queue is None]
             raise SerializationError(
-                f"component {self.component!r}, stream {stream!r}: the tuple for task {task} in another worker "
-                f"cannot be serialized: {e}"
+                f"component {self.component!r}, stream {tup._source.stream!r}: the tuple for task(s) {remote} "
+                f"in another worker cannot be serialized: {e}"
             ) from e
 
     def _hand_off(self, ob: _Outbox, items: list[Any], block: bool) -> bool:

@@ -2,11 +2,12 @@
 
 * **Executors** (one thread each) consume their incoming queues; see
   :mod:`squall.executor`.
-* **Transfer path**: executors serialize each tuple bound for another worker at emit, as
-  a msgpack record ``[task, source task, stream, values, anchors-to-ids]``, and hand
-  batches of records to the worker's bounded transfer queue (``topology.transfer.buffer.size``);
-  the transfer thread concatenates each destination's records into one payload and gives
-  it to the transport.
+* **Transfer path**: executors hand batches of records ``(task, source task, stream,
+  values, anchors-to-ids)`` bound for other workers to the worker's bounded transfer queue
+  (``topology.transfer.buffer.size``); values of plain types are checked at emit and the
+  rest packed there, so a value that cannot be serialized fails the emit. The transfer
+  thread packs each destination's records column by column, in one msgpack call, and gives
+  the payload to the transport.
 * **Receive path**: the receive thread takes payloads from the transport, rebuilds the
   tuples and puts them on the destination executors' incoming queues by task id. It never
   blocks on a full executor queue (senders wait for room before sending instead), so two
@@ -26,7 +27,7 @@ from squall.cluster_state import TopologyState
 from squall.executor import AckerExecutor, BoltExecutor, Control, Executor, SpoutExecutor
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
-from squall.serialization import Serializer
+from squall.serialization import Packed, Serializer
 from squall.topology import Topology
 from squall.tuple import StreamSource, Tuple
 from squall.utils.batch_queue import BatchQueue
@@ -156,10 +157,10 @@ class Worker:
 
     # -- transfer path --------------------------------------------------------------
 
-    def transfer(self, dest_worker: int, records: list[tuple[int, bytes]], block: bool, executor: Executor) -> bool:
-        """Queue ``(task, record)`` pairs for another worker; with ``block``, wait for room
-        (backpressure)."""
-        tasks = {task for task, _ in records}
+    def transfer(self, dest_worker: int, records: list[tuple[Any, ...]], block: bool, executor: Executor) -> bool:
+        """Queue records (see :mod:`squall.executor`) for another worker; with ``block``, wait
+        for room (backpressure)."""
+        tasks = {record[0] for record in records}
         if not block:
             if not (self.transfer_queue.has_room() and self.transport.has_room(dest_worker, tasks)):
                 return False
@@ -175,14 +176,15 @@ class Worker:
         return True
 
     def _transfer_loop(self) -> None:
+        serializer = Serializer(self.conf["topology.kryo.register"])
         while not self.stopping:
             items = self.transfer_queue.take_all(_POLL_SECS)
             by_dest: dict[int, list[bytes]] = {}
-            for dest, pairs in items:
-                by_dest.setdefault(dest, []).extend(record for _, record in pairs)
+            for dest, records in items:
+                by_dest.setdefault(dest, []).extend(records)
             for dest, records in by_dest.items():
                 try:
-                    self.transport.send(dest, b"".join(records))
+                    self.transport.send(dest, serializer.pack_batch(records))
                 except Exception:  # a transport fault must not kill the worker's sender
                     log.exception("worker %s could not send %d tuples to worker %s", self.index, len(records), dest)
 
@@ -202,13 +204,15 @@ class Worker:
             for payload in self.transport.receive(self.index, _POLL_SECS):
                 batches: dict[BatchQueue, list[Any]] = {}
                 try:
-                    for task, src, stream, values, ids in serializer.load_records(payload):
-                        if serializer.decode_errors:
-                            # dropped, not delivered half-decoded: a tracked tree times out and is replayed
-                            self._report_undecodable(task_component[task], task, src, stream,
-                                                     "; ".join(serializer.decode_errors))
-                            serializer.decode_errors.clear()
-                            continue
+                    for task, src, stream, values, ids in serializer.load_batches(payload):
+                        if values.__class__ is Packed:
+                            values = serializer.load_packed(values)
+                            if serializer.decode_errors:
+                                # dropped, not delivered half-decoded: a tracked tree times out and is replayed
+                                self._report_undecodable(task_component[task], task, src, stream,
+                                                         "; ".join(serializer.decode_errors))
+                                serializer.decode_errors.clear()
+                                continue
                         tup = Tuple(values, task_sources[src][stream], src, ids)
                         q, single = dispatch[task]
                         batch = batches.get(q)
