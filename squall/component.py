@@ -7,6 +7,16 @@ from typing import Any, ClassVar
 from squall.tuple import Fields
 
 
+def check_id(what: str, value: Any) -> None:
+    """Component and stream ids are non-empty strings; those starting with ``__`` are Squall's."""
+    from squall.errors import InvalidTopologyError
+
+    if not isinstance(value, str) or not value:
+        raise InvalidTopologyError(f"{what} must be a non-empty string, got {value!r}")
+    if value.startswith("__"):
+        raise InvalidTopologyError(f"{what} {value!r} is reserved (ids starting with '__' are Squall's)")
+
+
 class OutputFieldsDeclarer:
     """Collects the streams a component declares in ``declare_output_fields``."""
 
@@ -22,10 +32,7 @@ class OutputFieldsDeclarer:
         from squall.errors import InvalidTopologyError
 
         where = f"component {self.component_id!r}"
-        if not isinstance(stream_id, str) or not stream_id:
-            raise InvalidTopologyError(f"{where}: stream id must be a non-empty string, got {stream_id!r}")
-        if stream_id.startswith("__"):
-            raise InvalidTopologyError(f"{where}: stream id {stream_id!r} is reserved (starts with '__')")
+        check_id(f"{where}: stream id", stream_id)
         if stream_id in self.streams:
             raise InvalidTopologyError(f"{where}: stream {stream_id!r} is declared twice")
         try:

@@ -9,7 +9,7 @@ from typing import Any
 import cloudpickle
 
 from squall.bolt import BasicBolt, Bolt
-from squall.component import Component, OutputFieldsDeclarer
+from squall.component import Component, OutputFieldsDeclarer, check_id
 from squall.errors import InvalidTopologyError
 from squall.grouping import (
     ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE, CustomStreamGrouping,
@@ -185,10 +185,7 @@ class TopologyBuilder:
         return BoltDeclarer(self, component_id)
 
     def _add(self, component_id: str, obj: Component, kind: str, parallelism: Any) -> None:
-        if not isinstance(component_id, str) or not component_id:
-            raise InvalidTopologyError(f"component id must be a non-empty string, got {component_id!r}")
-        if component_id.startswith("__"):
-            raise InvalidTopologyError(f"component id {component_id!r} is reserved (ids starting with '__' are Squall's)")
+        check_id("component id", component_id)
         if component_id in self._entries:
             raise InvalidTopologyError(f"component id {component_id!r} is already used")
         self._entries[component_id] = _Entry(obj, kind, parallelism)
