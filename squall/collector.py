@@ -19,7 +19,7 @@ from threading import get_ident
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from squall.acker import ACK_ACK, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, acker_for
+from squall.acker import ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, acker_for
 from squall.errors import EmitError
 from squall.tuple import Tuple
 
