@@ -8,7 +8,9 @@ Each worker binds
   backpressured (their incoming queues are full).
 
 and connects a PUSH socket to every other worker's port (used by its transfer thread only)
-and a SUB socket to every other worker's PUB (read by its control thread only). ZeroMQ
+and a SUB socket to every other worker's PUB (read by its control thread only). Nothing is
+sent to a worker before its first backpressure state arrives (workers republish theirs
+every 0.1 s), so a worker that starts or restarts is not flooded. ZeroMQ
 reconnects by itself when a peer restarts on the same port and queues what is sent
 meanwhile (up to its high-water mark); a peer that comes back on another port is
 reconnected when the master announces the new address.
@@ -149,7 +151,9 @@ class ZmqTransport(Transport):
 
     def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool:
         full = self._peer_backpressure.get(dest_worker)
-        return not full or full.isdisjoint(tasks)
+        if full is None:
+            return False  # not heard from it yet (it just started): no burst into unknown queues
+        return full.isdisjoint(tasks)
 
     # -- backpressure (control thread) ------------------------------------------------------
 
