@@ -177,8 +177,11 @@ class Worker:
 
     def _transfer_loop(self) -> None:
         serializer = Serializer(self.conf["topology.kryo.register"])
+        backlog = False
         while not self.stopping:
-            items = self.transfer_queue.take_all(_POLL_SECS)
+            # with a backlog (a peer that cannot take more yet), come back soon to retry it
+            items = self.transfer_queue.take_all(0.001 if backlog else _POLL_SECS)
+            backlog = self.transport.send_backlog() if backlog else False
             by_dest: dict[int, list[bytes]] = {}
             for dest, records in items:
                 by_dest.setdefault(dest, []).extend(records)
@@ -187,6 +190,8 @@ class Worker:
                     self.transport.send(dest, serializer.pack_batch(records))
                 except Exception:  # a transport fault must not kill the worker's sender
                     log.exception("worker %s could not send %d tuples to worker %s", self.index, len(records), dest)
+            if by_dest:
+                backlog = self.transport.send_backlog()
 
     # -- receive path ---------------------------------------------------------------
 

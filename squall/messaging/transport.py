@@ -20,7 +20,8 @@ class Transport(ABC):
 
     * :meth:`register` is called by each worker before it sends or receives.
     * :meth:`send` is called only from a worker's transfer thread; it must not block
-      for long (the receiving side never blocks on its executors, so it always drains).
+      for long (the receiving side never blocks on its executors, so it always drains);
+      what it cannot hand over yet it keeps for :meth:`send_backlog`.
     * :meth:`receive` is called only from the receiving worker's receive thread; it
       returns the payloads that arrived, waiting up to ``timeout`` seconds for one.
     * :meth:`has_room` may be called from any executor thread; it is advisory
@@ -38,6 +39,11 @@ class Transport(ABC):
 
     @abstractmethod
     def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool: ...
+
+    def send_backlog(self) -> bool:
+        """Retry what :meth:`send` could not hand over yet (transfer thread); True while
+        something is still waiting. Transports whose send always completes keep none."""
+        return False
 
     def close(self) -> None:
         """Release whatever the transport holds."""

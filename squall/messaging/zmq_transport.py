@@ -18,6 +18,7 @@ reconnected when the master announces the new address.
 
 from __future__ import annotations
 
+import collections
 import errno
 import threading
 import time
@@ -60,6 +61,7 @@ class ZmqTransport(Transport):
         self._peers_lock = threading.Lock()
         self._push: dict[int, tuple[zmq.Socket, int]] = {}  # transfer thread only
         self._push_version = -1
+        self._backlog: dict[int, collections.deque[bytes]] = {}  # transfer thread only
         self._sub_endpoints: dict[int, str] = {}  # control thread only
         self._peer_backpressure: dict[int, frozenset[int]] = {}
         self._published: frozenset[int] = frozenset()
@@ -123,21 +125,37 @@ class ZmqTransport(Transport):
             self._push[i] = (sock, port)
 
     def send(self, dest_worker: int, payload: bytes) -> None:
-        """Send from the transfer thread; waits while ZeroMQ's queue for that peer is full
-        (the peer is dead or far behind), until the worker stops."""
+        """Send from the transfer thread, without waiting: what ZeroMQ cannot take now (the
+        peer is down, or far behind) waits in that peer's backlog, so other peers are not held
+        up. Backlogs are bounded by backpressure: a peer that restarts is sent nothing until it
+        announces room."""
         self._sync_push_sockets()
-        while True:
-            target = self._push.get(dest_worker)
-            if target is not None:
-                try:
-                    target[0].send(payload, zmq.NOBLOCK, copy=False)
-                    return
-                except zmq.Again:
-                    pass
-            if self._worker is None or self._worker.stopping:
-                return
-            time.sleep(0.001)
-            self._sync_push_sockets()
+        backlog = self._backlog.get(dest_worker)
+        if backlog:
+            backlog.append(payload)
+            self.send_backlog()
+        elif not self._try_send(dest_worker, payload):
+            self._backlog.setdefault(dest_worker, collections.deque()).append(payload)
+
+    def send_backlog(self) -> bool:
+        """Retry the backlogs (transfer thread); True while some remain."""
+        self._sync_push_sockets()
+        pending = False
+        for dest, backlog in self._backlog.items():
+            while backlog and self._try_send(dest, backlog[0]):
+                backlog.popleft()
+            pending = pending or bool(backlog)
+        return pending
+
+    def _try_send(self, dest_worker: int, payload: bytes) -> bool:
+        target = self._push.get(dest_worker)
+        if target is None:
+            return False
+        try:
+            target[0].send(payload, zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
 
     def receive(self, worker: int, timeout: float) -> list[bytes]:
         if not self._pull_poller.poll(timeout * 1000):
