@@ -19,7 +19,6 @@ class TopologyContext:
         self._task_id = task_id
         self._worker = assignment.workers[worker_index]
         self.topology_name = topology_name
-        self.task_data: dict[str, Any] = {}
 
     def get_this_task_id(self) -> int:
         return self._task_id

@@ -518,9 +518,6 @@ class SpoutExecutor(Executor):
     def pending_for(self, task_id: int) -> RotatingMap:
         return self._pending[task_id]
 
-    def pending_count(self) -> int:
-        return sum(len(p) for p in self._pending.values())
-
     def settle_now(self, task_id: int, method: str, msg_id: Any) -> None:
         """Call the spout's ``ack`` or ``fail`` for ``msg_id`` as soon as the current spout
         call returns: ack when there is nothing to track (no ackers, no targets), fail when

@@ -228,7 +228,3 @@ class LocalCluster:
             "workers": running.runner.workers_info(),
             "components": components,
         }
-
-    def get_errors(self, name: str, component: str) -> list[dict[str, Any]]:
-        return self._get(name).state.errors(component)
-
