@@ -79,10 +79,7 @@ class _Collector:
         if direct_task is None:
             tasks = route.choose(values)
         elif direct_task in route.direct_targets:
-            tasks = [direct_task]
-            route.counted_transfers += 1
-            if self._executor.capture is not None:
-                self._executor.capture(self._executor.component, stream, values)
+            tasks = route.choose_direct(direct_task, values)
         else:
             raise self._invalid(stream, values, direct_task)
         route.emitted += 1
@@ -118,13 +115,13 @@ class SpoutOutputCollector(_Collector):
 
     def _emit(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
         try:
-            return self._emit_tracked(values, stream, msg_id, direct_task)
+            return self._emit_values(values, stream, msg_id, direct_task)
         except Exception:
             if msg_id is not None:  # exactly one ack or fail per message id, even for a failed emit
                 self._executor.settle_now(self._task_id, "fail", msg_id)
             raise
 
-    def _emit_tracked(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
+    def _emit_values(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
         if values.__class__ is not list:
             values = list(values)
         route, tasks = self._targets(values, stream, direct_task)
@@ -241,17 +238,17 @@ class OutputCollector(_Collector):
         self._executor.record_ack(tup)
 
     def _fail(self, tup: Tuple) -> None:
-        ids = tup._anchors_to_ids
-        if ids and self._acker_tasks:
-            for root in ids:
-                self._send_to_acker(root, ACK_FAIL, [root])
+        self._tell_ackers(tup, ACK_FAIL)
         self._executor.record_fail(tup)
 
     def _reset_timeout(self, tup: Tuple) -> None:
-        ids = tup._anchors_to_ids
-        if ids and self._acker_tasks:
-            for root in ids:
-                self._send_to_acker(root, ACK_RESET_TIMEOUT, [root])
+        self._tell_ackers(tup, ACK_RESET_TIMEOUT)
+
+    def _tell_ackers(self, tup: Tuple, stream: str) -> None:
+        """Send ``[root]`` on ``stream`` to the acker of every tree ``tup`` belongs to."""
+        if tup._anchors_to_ids and self._acker_tasks:
+            for root in tup._anchors_to_ids:
+                self._send_to_acker(root, stream, [root])
 
 
 class BasicOutputCollector:

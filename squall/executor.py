@@ -25,6 +25,7 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, Acker, acker_for, system_sources
@@ -65,21 +66,25 @@ _NO_TASKS: list[int] = []
 class StreamRoute:
     """One emitting task's view of one of its streams: fields, groupers and counters.
 
-    ``choose(values)`` returns the target tasks of a regular emit. ``transferred`` is
-    ``emitted * fanout`` when every emit reaches the same number of tasks, so the hot path
-    counts only ``emitted``.
+    ``choose(values)`` returns the target tasks of a regular emit, ``choose_direct`` those
+    of an ``emit_direct``; both report every emit to the ``observers`` (the testing API's
+    capture, ``topology.debug`` logging), which cost nothing when there are none.
+    ``transferred`` is ``emitted * fanout`` when every emit reaches the same number of
+    tasks, so the hot path counts only ``emitted``.
     """
 
-    __slots__ = ("source", "arity", "choose", "direct", "direct_targets", "emitted", "fanout", "counted_transfers")
+    __slots__ = ("source", "arity", "choose", "direct", "direct_targets", "emitted", "fanout", "counted_transfers",
+                 "observers")
 
     def __init__(self, source: StreamSource, direct: bool, groupers: list[Any], direct_targets: set[int],
-                 capture: Any, component: str) -> None:
+                 observers: list[Callable[[list[Any], list[int]], None]]) -> None:
         self.source = source
         self.arity = len(source.fields)
         self.direct = direct
         self.direct_targets = direct_targets
         self.emitted = 0
         self.counted_transfers = 0
+        self.observers = observers
         fanouts = [g.fanout for g in groupers]
         self.fanout = None if direct or None in fanouts else sum(fanouts)
         if direct:
@@ -90,21 +95,22 @@ class StreamRoute:
             choose = groupers[0].choose
         else:
             choose = self._chooser(groupers)
-        if capture is not None:
-            inner, stream = choose, source.stream
-            choose = lambda values: (capture(component, stream, values), inner(values))[1]  # noqa: E731
-        self.choose = choose
+        self.choose = self._observed(choose) if observers else choose
 
-    def log_emits(self, task_id: int) -> None:
-        """Log every emit on this stream (``topology.debug``)."""
-        inner, source = self.choose, self.source
+    def choose_direct(self, task: int, values: list[Any]) -> list[int]:
+        tasks = [task]
+        self.counted_transfers += 1
+        for observe in self.observers:
+            observe(values, tasks)
+        return tasks
 
+    def _observed(self, inner: Callable[[list[Any]], list[int]]) -> Callable[[list[Any]], list[int]]:
         def choose(values: list[Any]) -> list[int]:
             tasks = inner(values)
-            log.info("%s:%s emitted on %r to tasks %s: %r", source.component, task_id, source.stream, tasks, values)
+            for observe in self.observers:
+                observe(values, tasks)
             return tasks
-
-        self.choose = choose
+        return choose
 
     def _chooser(self, groupers: list[Any]):
         def choose(values: list[Any]) -> list[int]:
@@ -162,7 +168,6 @@ class Executor:
         self.pending_acks: dict[int, int] = {}
         self.acker_tasks = worker.assignment.acker_tasks
         self.system_sources = system_sources(self.component)
-        self.capture = worker.state.capture
         self._tracker = worker.state.tracker
         self.stats = ExecutorStats()
         self.stopping = False
@@ -267,12 +272,21 @@ class Executor:
                     grouping, context=context, stream=GlobalStreamId(self.component, stream), targets=targets,
                     output_fields=stream_spec.fields, local_tasks=local, rng=rng,
                 ))
-            route = routes[stream] = StreamRoute(w.sources[(self.component, stream)], stream_spec.direct, groupers,
-                                                 direct_targets, self.capture, self.component)
-            if self.conf["topology.debug"]:
-                route.log_emits(task_id)
+            routes[stream] = StreamRoute(w.sources[(self.component, stream)], stream_spec.direct, groupers,
+                                         direct_targets, self._observers(task_id, stream))
         self._routes[task_id] = routes
         return routes
+
+    def _observers(self, task_id: int, stream: str) -> list[Callable[[list[Any], list[int]], None]]:
+        """What every emit of ``task_id`` on ``stream`` is reported to (see StreamRoute)."""
+        observers = []
+        capture, component = self.worker.state.capture, self.component
+        if capture is not None:
+            observers.append(lambda values, tasks: capture(component, stream, values))
+        if self.conf["topology.debug"]:
+            observers.append(lambda values, tasks: log.info("%s:%s emitted on %r to tasks %s: %r",
+                                                            component, task_id, stream, tasks, values))
+        return observers
 
     def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
         """Queue ``tup`` for each of ``tasks`` (from the executor thread, or holding ``self.lock``).
@@ -562,9 +576,6 @@ class SpoutExecutor(Executor):
                 return
             self._overflow.pop(0)
 
-    def _below_max_pending(self, task: int) -> bool:
-        return self._max_pending is None or len(self._pending[task]) < self._max_pending
-
     def loop(self) -> None:
         queue = self.queue
         while not self.stopping:
@@ -585,10 +596,11 @@ class SpoutExecutor(Executor):
     def _next_tuples(self) -> bool:
         emitted = False
         exhausted = True
+        max_pending = self._max_pending
         for task, spout in self.spouts.items():
-            collector = self.collectors[task]
+            collector, pending = self.collectors[task], self._pending[task]
             for _ in range(self._max_batch):
-                if not self._below_max_pending(task):
+                if max_pending is not None and len(pending) >= max_pending:
                     exhausted = False
                     break
                 before = collector.emitted_count

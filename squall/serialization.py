@@ -114,15 +114,12 @@ class Serializer:
 
     def load_batches(self, data: bytes) -> Iterator[tuple[Any, ...]]:
         """The records of every batch packed back to back in ``data``; their values are lists,
-        or :class:`Packed` for :meth:`load_packed`."""
+        or :class:`Packed`, whose ``data`` :meth:`loads` decodes."""
         unpacker = msgpack.Unpacker(ext_hook=self._batch_ext_hook, strict_map_key=False, raw=False,
                                     max_buffer_size=max(len(data), 1))
         unpacker.feed(data)
         for tasks, sources, streams, values, ids in unpacker:
             yield from zip(tasks, sources, streams, values, ids)
-
-    def load_packed(self, packed: Packed) -> list[Any]:
-        return self.loads(packed.data)
 
     @staticmethod
     def _batch_ext_hook(code: int, data: bytes) -> Any:

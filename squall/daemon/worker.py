@@ -211,7 +211,7 @@ class Worker:
                 try:
                     for task, src, stream, values, ids in serializer.load_batches(payload):
                         if values.__class__ is Packed:
-                            values = serializer.load_packed(values)
+                            values = serializer.loads(values.data)
                             if serializer.decode_errors:
                                 # dropped, not delivered half-decoded: a tracked tree times out and is replayed
                                 self._report_undecodable(task_component[task], task, src, stream,

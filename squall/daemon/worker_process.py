@@ -74,13 +74,13 @@ class _Control:
             return msgpack.unpackb(self.socket.recv(), raw=False, strict_map_key=False)
         return None
 
-    def expect(self, kind: str, timeout: float) -> dict[str, Any]:
+    def expect(self, kind: str, timeout: float, parent: int) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             message = self.receive(0.1)
             if message is not None and message["type"] == kind:
                 return message
-            if os.getppid() == 1:
+            if os.getppid() != parent:
                 raise SystemExit("the supervisor is gone")
         raise TimeoutError(f"no {kind!r} from the master within {timeout}s")
 
@@ -90,14 +90,14 @@ def run(master: str, index: int) -> int:
     control = _Control(master, index)
     control.send({"type": "hello", "pid": os.getpid()})
     try:
-        boot = control.expect("bootstrap", 60)
+        boot = control.expect("bootstrap", 60, parent)
         name, topology, conf, assignment, active = cloudpickle.loads(boot["payload"])
         state = _ForwardingState()
         transport = ZmqTransport(control.context, index)
         worker = Worker(name, topology, conf, assignment, index, transport, state, active)
         port, bp_port = transport.bind(assignment.workers[index].port)
         control.send({"type": "bound", "port": port, "bp_port": bp_port})
-        transport.set_peers({int(i): tuple(a) for i, a in control.expect("peers", 60)["peers"].items()})
+        transport.set_peers({int(i): tuple(a) for i, a in control.expect("peers", 60, parent)["peers"].items()})
         transport.register(worker)
         worker.start()
         failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])
