@@ -95,10 +95,11 @@ def format_summary(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    topology, config = load_topology_file(args.file)
-    config.update(parse_overrides(args.conf))
-    name = args.name or os.path.splitext(os.path.basename(args.file))[0]
+def serve_topology(cluster: Any, name: str, topology: Topology, config: dict[str, Any],
+                   duration: float | None, where: str) -> int:
+    """Submit ``topology`` to ``cluster`` and keep it running, with a live status line, until
+    Ctrl-C, SIGTERM or ``duration``; then kill it and print its summary. ``where`` says how
+    it runs (shown after the workers). Shared by ``squall run`` and ``squall submit``."""
     tty = sys.stderr.isatty()
     stop = {"signal": False}
 
@@ -106,16 +107,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         stop["signal"] = True
 
     previous = signal.signal(signal.SIGTERM, on_signal)
-    with LocalCluster(processes=not args.in_process) as cluster:
+    try:
         cluster.submit_topology(name, config, topology)
         workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
-        mode = "in this process" if args.in_process else "as processes"
-        print(f"squall: topology {name!r} running, workers {mode} on ports {workers}; Ctrl-C stops it",
+        print(f"squall: topology {name!r} running, workers {where} on ports {workers}; Ctrl-C stops it",
               file=sys.stderr)
         started = last_status = time.monotonic()
         try:
             while not stop["signal"]:
-                if args.duration is not None and time.monotonic() - started >= args.duration:
+                if duration is not None and time.monotonic() - started >= duration:
                     break
                 time.sleep(0.2)
                 if time.monotonic() - last_status >= (1.0 if tty else 10.0):
@@ -125,20 +125,32 @@ def cmd_run(args: argparse.Namespace) -> int:
                           file=sys.stderr, flush=True)
         except KeyboardInterrupt:
             pass
-        finally:
-            signal.signal(signal.SIGTERM, previous)
         info = cluster.get_topology_info(name)
         if tty:
             print(file=sys.stderr)
         print(f"squall: stopping {name!r}", file=sys.stderr)
         cluster.kill_topology(name, wait_secs=0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(format_summary(info), file=sys.stderr)
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def _file_topology(args: argparse.Namespace) -> tuple[str, Topology, dict[str, Any]]:
     topology, config = load_topology_file(args.file)
     config.update(parse_overrides(args.conf))
+    return args.name or os.path.splitext(os.path.basename(args.file))[0], topology, config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    name, topology, config = _file_topology(args)
+    with LocalCluster(processes=not args.in_process) as cluster:
+        where = "in this process" if args.in_process else "as processes"
+        return serve_topology(cluster, name, topology, config, args.duration, where)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    _, topology, config = _file_topology(args)
     assignment = assign(topology, merged_config(config))
     for worker in assignment.workers:
         print(f"worker {worker.index} (port {worker.port}): {len(worker.executors)} executors")
@@ -163,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     plan = sub.add_parser("plan", help="print the workers, executors and tasks a topology gets")
     plan.add_argument("file")
+    plan.set_defaults(name=None)
     plan.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE")
     plan.set_defaults(func=cmd_plan)
     return parser
