@@ -13,6 +13,7 @@ Reproduce:  python benchmarks/latency.py [--rate 5000] [--seconds 10]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -23,14 +24,16 @@ from squall import BasicBolt, Config, LocalCluster, Spout, TopologyBuilder
 
 
 class PacedSpout(Spout):
-    """Emits ``rate`` tuples per second (catching up on its schedule, never bursting ahead);
-    writes every complete latency, in seconds, to ``out_path`` when closed."""
+    """Emits ``rate`` tuples per second (catching up on its schedule, never bursting ahead):
+    its sequence number, or the next of ``payloads`` (in turn) if given. Writes every
+    complete latency, in seconds, to ``out_path`` when closed."""
 
     outputs = ["n"]
 
-    def __init__(self, rate: float, out_path: str):
+    def __init__(self, rate: float, out_path: str, payloads: list | None = None):
         self.rate = rate
         self.out_path = out_path
+        self.payloads = payloads
 
     def open(self, conf, context, collector):
         self.collector = collector
@@ -43,7 +46,8 @@ class PacedSpout(Spout):
         due = int((time.perf_counter() - self.start) * self.rate)
         while self.n < due:
             self.sent[self.n] = time.perf_counter()
-            self.collector.emit([self.n], msg_id=self.n)
+            value = self.n if self.payloads is None else self.payloads[self.n % len(self.payloads)]
+            self.collector.emit([value], msg_id=self.n)
             self.n += 1
 
     def ack(self, msg_id):
@@ -64,19 +68,29 @@ class Forward(BasicBolt):
         collector.emit(tup.values)
 
 
-def measure(rate: float, seconds: float, processes: bool, warmup: float) -> list[float]:
-    out_path = os.path.join(tempfile.mkdtemp(prefix="squall-latency-"), "latencies")
+def chain(spout: PacedSpout) -> TopologyBuilder:
+    """spout -> bolt1 -> bolt2 -> bolt3; with 2 workers every hop crosses between them."""
     builder = TopologyBuilder()
     # component ids sort as bolt1, bolt2, bolt3, spout: the scheduler deals them to workers 0, 1, 0, 1
-    builder.set_spout("spout", PacedSpout(rate, out_path))
+    builder.set_spout("spout", spout)
     builder.set_bolt("bolt1", Forward()).shuffle_grouping("spout")
     builder.set_bolt("bolt2", Forward()).shuffle_grouping("bolt1")
     builder.set_bolt("bolt3", Forward()).shuffle_grouping("bolt2")
+    return builder
+
+
+def measure(rate: float, seconds: float, processes: bool, warmup: float, cluster=None, build=chain,
+            payloads: list | None = None) -> list[float]:
+    """Complete latencies (seconds) after ``warmup`` of the topology ``build(spout)`` makes
+    around a PacedSpout; on ``cluster`` if given (left running), else on a LocalCluster of
+    its own."""
+    out_path = os.path.join(tempfile.mkdtemp(prefix="squall-latency-"), "latencies")
+    builder = build(PacedSpout(rate, out_path, payloads))
     conf = Config().set_num_workers(2).set_num_ackers(2)
-    with LocalCluster(processes=processes) as cluster:
-        cluster.submit_topology("latency", conf, builder.create_topology())
+    with contextlib.nullcontext(cluster) if cluster is not None else LocalCluster(processes=processes) as running:
+        running.submit_topology("latency", conf, builder.create_topology())
         time.sleep(seconds)  # the measurement itself: the spout runs at its fixed rate
-        cluster.kill_topology("latency", wait_secs=1)
+        running.kill_topology("latency", wait_secs=1)
     with open(out_path) as f:
         latencies = [float(line) for line in f if line.strip()]
     return latencies[int(rate * warmup):]

@@ -14,6 +14,7 @@ Reproduce:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import random
@@ -80,7 +81,16 @@ def plain_loop(sentences: list[str]) -> tuple[int, float]:
 
 
 def run_topology(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
-                 overrides: dict | None = None) -> float:
+                 overrides: dict | None = None, cluster=None) -> float:
+    """Seconds from submit until every word is counted (and every sentence acked); on
+    ``cluster`` if given (left running), else on a LocalCluster of its own."""
+    return timed_run(sentences, total_words, acking, workers, processes, overrides, cluster)[0]
+
+
+def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
+              overrides: dict | None = None, cluster=None) -> tuple[float, float]:
+    """(seconds from submit until done, words/s once counting has begun): the second leaves
+    out the start-up (worker processes, or a Spark job) for comparing running topologies."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", ListSpout(sentences, reliable=acking), workers)
     # local-or-shuffle: the split is stateless, so sentences need not cross workers (what a
@@ -92,19 +102,25 @@ def run_topology(sentences: list[str], total_words: int, acking: bool, workers: 
     if acking:
         conf.set_max_spout_pending(5000)
     conf.update(overrides or {})
-    with LocalCluster(processes=processes) as cluster:
+    with contextlib.nullcontext(cluster) if cluster is not None else LocalCluster(processes=processes) as running:
         start = time.perf_counter()
-        cluster.submit_topology("bench", conf, builder.create_topology())
+        running.submit_topology("bench", conf, builder.create_topology())
+        begun: list[tuple[float, int]] = []
 
         def done() -> bool:
-            components = cluster.get_topology_info("bench")["components"]
+            components = running.get_topology_info("bench")["components"]
             if components["sentences"]["failed"]:
                 raise SystemExit(f"{components['sentences']['failed']} sentences failed")
-            return components["count"]["executed"] >= total_words and (
-                not acking or components["sentences"]["acked"] >= len(sentences))
+            executed = components["count"]["executed"]
+            if executed and not begun:
+                begun.append((time.perf_counter(), executed))
+            return executed >= total_words and (not acking or components["sentences"]["acked"] >= len(sentences))
 
         wait_until(done, timeout=600, interval=0.02, message="every word counted (and every sentence acked)")
-        return time.perf_counter() - start
+        end = time.perf_counter()
+        running.kill_topology("bench", wait_secs=0)
+    (t1, counted) = begun[0]
+    return end - start, (total_words - counted) / (end - t1)
 
 
 def best_rate(words: int, runs: int, measure) -> float:

@@ -1,10 +1,12 @@
-"""The ``squall`` command: ``run``, ``plan`` and ``--version``."""
+"""The ``squall`` command: ``run``, ``submit``, ``plan``, ``list``, ``kill``, ``activate``,
+``deactivate`` and ``--version``."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
+import math
 import os
 import signal
 import sys
@@ -14,7 +16,10 @@ from typing import Any
 import cloudpickle
 
 import squall
-from squall.config import merged_config
+from squall import control
+from squall.config import Config, merged_config
+from squall.control import ControlError, ControlServer
+from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
 from squall.scheduler import assign
 from squall.topology import Topology
@@ -96,44 +101,79 @@ def format_summary(info: dict[str, Any]) -> str:
 
 
 def serve_topology(cluster: Any, name: str, topology: Topology, config: dict[str, Any],
-                   duration: float | None, where: str) -> int:
+                   duration: float | None, where: str, mode: str | None = None) -> int:
     """Submit ``topology`` to ``cluster`` and keep it running, with a live status line, until
-    Ctrl-C, SIGTERM or ``duration``; then kill it and print its summary. ``where`` says how
-    it runs (shown after the workers). Shared by ``squall run`` and ``squall submit``."""
+    Ctrl-C, SIGTERM, ``duration`` or ``squall kill`` from another terminal; then kill it and
+    print its summary. ``where`` says how it runs (shown after the workers), ``mode`` says it
+    in a word for ``squall list`` (default: ``where``). Shared by ``squall run`` and
+    ``squall submit``.
+
+    While it runs, the topology is registered for ``squall list`` / ``kill`` / ``activate`` /
+    ``deactivate`` (:mod:`squall.control`); registering comes before submitting, so a name
+    another process runs fails with ``AlreadyAliveError`` and nothing starts. The entry is
+    removed on every way out, and a ``squall kill`` returns once the summary is printed.
+
+    Returns 0, or 1 when the topology FAILED (the cluster gave up restarting its workers)."""
     tty = sys.stderr.isatty()
     stop = {"signal": False}
 
     def on_signal(signum: int, frame: Any) -> None:
         stop["signal"] = True
 
+    message_timeout_secs = merged_config(config)[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
-        cluster.submit_topology(name, config, topology)
-        workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
-        print(f"squall: topology {name!r} running, workers {where} on ports {workers}; Ctrl-C stops it",
-              file=sys.stderr)
-        started = last_status = time.monotonic()
-        try:
-            while not stop["signal"]:
-                if duration is not None and time.monotonic() - started >= duration:
-                    break
-                time.sleep(0.2)
-                if time.monotonic() - last_status >= (1.0 if tty else 10.0):
-                    last_status = time.monotonic()
-                    line = _totals(cluster.get_topology_info(name))
-                    print(("\r" + line + "\x1b[K") if tty else line, end="" if tty else "\n",
-                          file=sys.stderr, flush=True)
-        except KeyboardInterrupt:
-            pass
-        info = cluster.get_topology_info(name)
-        if tty:
-            print(file=sys.stderr)
-        print(f"squall: stopping {name!r}", file=sys.stderr)
-        cluster.kill_topology(name, wait_secs=0)
+        with ControlServer(cluster, name, mode or where, message_timeout_secs) as server:
+            cluster.submit_topology(name, config, topology)
+            workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
+            print(f"squall: topology {name!r} running, workers {where} on ports {workers}; Ctrl-C stops it",
+                  file=sys.stderr)
+            started = last_status = time.monotonic()
+            try:
+                while not stop["signal"] and not server.kill_requested.is_set():
+                    if duration is not None and time.monotonic() - started >= duration:
+                        break
+                    server.kill_requested.wait(0.2)
+                    info = cluster.get_topology_info(name)
+                    if info["status"] == "FAILED":
+                        break
+                    if time.monotonic() - last_status >= (1.0 if tty else 10.0):
+                        last_status = time.monotonic()
+                        line = _totals(info)
+                        print(("\r" + line + "\x1b[K") if tty else line, end="" if tty else "\n",
+                              file=sys.stderr, flush=True)
+            except KeyboardInterrupt:
+                pass
+            if tty:
+                print(file=sys.stderr)
+            if server.kill_requested.is_set():
+                try:
+                    _wait_killed(cluster, name, server.kill_wait_secs, stop)
+                except KeyboardInterrupt:
+                    pass
+            info = cluster.get_topology_info(name)
+            print(f"squall: stopping {name!r}", file=sys.stderr)
+            cluster.kill_topology(name, wait_secs=0)
+            print(format_summary(info), file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print(format_summary(info), file=sys.stderr)
+    if info["status"] == "FAILED":
+        print(f"squall: topology {name!r} FAILED; see the last error above", file=sys.stderr)
+        return 1
     return 0
+
+
+def _wait_killed(cluster: Any, name: str, wait_secs: float, stop: dict[str, bool]) -> None:
+    """The first half of ``storm kill -w``: deactivate the spouts and give the pending tuple
+    trees ``wait_secs`` to complete (Ctrl-C or SIGTERM cuts the wait short). Done here rather
+    than by ``kill_topology(name, wait_secs)`` so that the summary, taken after the wait,
+    counts the trees that completed during it."""
+    waiting = f"; spouts deactivated, waiting {wait_secs:g}s for pending tuples" if wait_secs > 0 else ""
+    print(f"squall: {name!r} killed by squall kill{waiting}", file=sys.stderr)
+    cluster.deactivate(name)
+    deadline = time.monotonic() + wait_secs
+    while not stop["signal"] and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
 def _file_topology(args: argparse.Namespace) -> tuple[str, Topology, dict[str, Any]]:
@@ -145,8 +185,30 @@ def _file_topology(args: argparse.Namespace) -> tuple[str, Topology, dict[str, A
 def cmd_run(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
     with LocalCluster(processes=not args.in_process) as cluster:
-        where = "in this process" if args.in_process else "as processes"
-        return serve_topology(cluster, name, topology, config, args.duration, where)
+        if args.in_process:
+            return serve_topology(cluster, name, topology, config, args.duration, "in this process", "in-process")
+        return serve_topology(cluster, name, topology, config, args.duration, "as processes", "processes")
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    name, topology, config = _file_topology(args)
+    spark_conf = {}
+    for pair in args.spark_conf:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("spark."):
+            raise UsageError(f"--conf expects spark.key=value, got {pair!r}")
+        spark_conf[key] = value
+    try:
+        from squall.spark import JavaNotFoundError, SparkCluster, SparkSetupError
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    try:
+        cluster = SparkCluster(args.master, spark_conf=spark_conf)
+    except (JavaNotFoundError, SparkSetupError) as e:
+        raise UsageError(str(e)) from None
+    with cluster:
+        return serve_topology(cluster, name, topology, config, args.duration, f"as Spark tasks ({cluster.master})",
+                              mode=f"spark {cluster.master}")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -157,6 +219,70 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for executor in worker.executors:
             print(f"  executor {executor.component:<20} tasks {list(executor.tasks)}")
     return 0
+
+
+def _uptime(secs: float) -> str:
+    """``1d 2h 3m 4s``, from the first unit that is not zero (Storm UI's format)."""
+    left = int(secs)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if left >= size or parts:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join([*parts, f"{left}s"])
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    entries = control.running_topologies()
+    if not entries:
+        print("no topologies running")
+        return 0
+    rows = [("name", "status", "mode", "uptime", "pid")]
+    for entry in entries:
+        try:
+            info = control.request(entry.name, {"op": "info"})["info"]
+            status, uptime = info["status"], info["uptime_secs"]
+        except NotAliveError:  # it stopped since the registry was read
+            continue
+        except ControlError:  # being submitted or stopped, or not answering: the registry still knows
+            status, uptime = "?", time.time() - entry.started
+        rows.append((entry.name, status, entry.mode, _uptime(uptime), str(entry.pid)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    control.lookup(args.name)  # an unknown name fails before the message below
+    wait = "the topology's topology.message.timeout.secs" if args.wait is None else f"{args.wait:g}s"
+    print(f"squall: killing {args.name!r}: deactivating its spouts, waiting {wait}, then stopping it",
+          file=sys.stderr)
+    control.kill(args.name, args.wait)
+    print(f"squall: killed topology {args.name!r}", file=sys.stderr)
+    return 0
+
+
+def cmd_activate(args: argparse.Namespace) -> int:
+    control.request(args.name, {"op": "activate"})
+    print(f"squall: activated topology {args.name!r}", file=sys.stderr)
+    return 0
+
+
+def cmd_deactivate(args: argparse.Namespace) -> int:
+    control.request(args.name, {"op": "deactivate"})
+    print(f"squall: deactivated topology {args.name!r}", file=sys.stderr)
+    return 0
+
+
+def _seconds(text: str) -> float:
+    try:
+        secs = float(text)
+    except ValueError:
+        secs = math.nan
+    if not (math.isfinite(secs) and secs >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return secs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,11 +299,35 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (value read as JSON if it parses)")
     run.set_defaults(func=cmd_run)
+    submit = sub.add_parser("submit", help="run a topology on Spark (the driver is this process)")
+    submit.add_argument("file", help="a Python file defining a module-level 'topology' (and optional 'config')")
+    submit.add_argument("--master", help="Spark master URL (default: local[*], Spark embedded in this process)")
+    submit.add_argument("--name", help="topology name (default: the file's name)")
+    submit.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    submit.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="spark.KEY=VALUE",
+                        help="a Spark setting")
+    submit.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a topology config key (value read as JSON if it parses)")
+    submit.set_defaults(func=cmd_submit)
     plan = sub.add_parser("plan", help="print the workers, executors and tasks a topology gets")
     plan.add_argument("file")
     plan.set_defaults(name=None)
     plan.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE")
     plan.set_defaults(func=cmd_plan)
+    sub.add_parser("list", help="list the topologies running on this machine").set_defaults(func=cmd_list)
+    kill = sub.add_parser("kill", help="kill a running topology (deactivate its spouts, wait, stop it)")
+    kill.add_argument("name")
+    kill.add_argument("-w", "--wait", type=_seconds, metavar="SECS",
+                      help="seconds between deactivating the spouts and stopping the workers, for pending "
+                           "tuples to complete (default: the topology's topology.message.timeout.secs)")
+    kill.set_defaults(func=cmd_kill)
+    activate = sub.add_parser("activate", help="activate a running topology's spouts")
+    activate.add_argument("name")
+    activate.set_defaults(func=cmd_activate)
+    deactivate = sub.add_parser("deactivate", help="deactivate a running topology's spouts (next_tuple is "
+                                                   "no longer called; pending tuples still complete)")
+    deactivate.add_argument("name")
+    deactivate.set_defaults(func=cmd_deactivate)
     return parser
 
 
@@ -185,9 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, ValueError) as e:
+    except (UsageError, ValueError, NotAliveError, ControlError) as e:
         print(f"squall: error: {e}", file=sys.stderr)
         return 2
+    except TopologySetupError as e:
+        print(f"squall: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -92,6 +92,12 @@ _CHECKS = {
     Config.TOPOLOGY_RECEIVER_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
     Config.TOPOLOGY_PRODUCER_BATCH_SIZE: lambda k, v: _positive_int(k, v),
     Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE: lambda k, v: _positive_int(k, v),
+    "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
+    "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),
+    "worker.heartbeat.frequency.secs": lambda k, v: _positive_number(k, v),
+    "topology.spark.max.restarts": lambda k, v: _positive_int(k, v, allow_zero=True),
+    "topology.spark.restart.backoff.secs": lambda k, v: _positive_number(k, v),
+    "topology.spark.restart.reset.secs": lambda k, v: _positive_number(k, v),
 }
 
 

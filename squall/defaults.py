@@ -56,4 +56,11 @@ DEFAULTS: dict[str, Any] = {
     "supervisor.worker.start.timeout.secs": 120,
     # How often a worker process reports its figures and errors to the master.
     "worker.heartbeat.frequency.secs": 1,
+    # On Spark (squall.spark): when a worker dies, Spark aborts the topology's barrier job and
+    # the driver resubmits it, at most this many times in a row; then the topology is FAILED.
+    "topology.spark.max.restarts": 10,
+    # Wait before the first resubmission; doubled for each further one in a row (at most 30 s).
+    "topology.spark.restart.backoff.secs": 1.0,
+    # A job whose workers have all been up this long resets the count of restarts in a row.
+    "topology.spark.restart.reset.secs": 60,
 }

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import os
-import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from squall.cluster_state import TopologyState
-from squall.config import merged_config
-from squall.daemon.worker import Worker
+from squall.daemon.nimbus import Nimbus
 from squall.daemon.supervisor import ProcessSupervisor
-from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError, TopologySetupError
+from squall.daemon.worker import Worker
+from squall.errors import TopologySetupError
 from squall.messaging.local import LocalTransport
-from squall.metrics import component_summary
-from squall.scheduler import Assignment, assign
+from squall.scheduler import Assignment
 from squall.topology import Topology
-from squall.utils import time as clock
-
-ACTIVE, INACTIVE, KILLED = "ACTIVE", "INACTIVE", "KILLED"
 
 # How long submit_topology waits for every open/prepare to return (in-process workers).
 _SETUP_TIMEOUT_SECS = 60.0
@@ -27,6 +20,8 @@ _SETUP_TIMEOUT_SECS = 60.0
 
 class _InProcessRunner:
     """Every worker as objects in this process, joined by the in-process transport."""
+
+    failure = None  # threads do not die on their own: nothing to give up on
 
     def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState) -> None:
@@ -66,24 +61,7 @@ class _InProcessRunner:
         return [(e.component, e.stats_snapshot()) for w in self.workers for e in w.executors]
 
 
-@dataclass
-class _Running:
-    name: str
-    topology: Topology
-    conf: dict[str, Any]
-    state: TopologyState
-    runner: _InProcessRunner | ProcessSupervisor
-    started: float
-    status: str = ACTIVE
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def workers(self) -> list[Worker]:
-        """The in-process workers (for the testing API)."""
-        return self.runner.workers
-
-
-class LocalCluster:
+class LocalCluster(Nimbus):
     """Runs topologies on this machine (Storm's Nimbus and supervisor roles included).
 
     With ``processes=False`` (the default) every worker runs in this process: executors
@@ -96,135 +74,11 @@ class LocalCluster:
     """
 
     def __init__(self, processes: bool = False) -> None:
+        super().__init__()
         self.processes = processes
-        self._topologies: dict[str, _Running] = {}
-        self._lock = threading.Lock()
 
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-    # -- submission -----------------------------------------------------------------
-
-    def submit_topology(self, name: str, conf: dict[str, Any] | None, topology: Topology) -> None:
-        """Start ``topology`` under ``name``; returns once every open/prepare has run.
-
-        Raises ``AlreadyAliveError`` if the name is taken, ``ValueError`` naming a bad
-        config key, and :class:`TopologySetupError` if an open/prepare raised.
-        """
-        self._submit(name, conf, topology, TopologyState())
-
-    def _submit(self, name: str, conf: dict[str, Any] | None, topology: Topology, state: TopologyState) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"topology name must be a non-empty string, got {name!r}")
-        if not isinstance(topology, Topology):
-            raise InvalidTopologyError(
-                f"topology {name!r}: expected the result of TopologyBuilder.create_topology(), "
-                f"got {type(topology).__name__}"
-            )
-        merged = merged_config(conf)
-        for spec in topology.components.values():
-            try:
-                merged_config(merged, dict(spec.conf))
-            except ValueError as e:
-                raise ValueError(f"component {spec.id!r}: {e}") from None
-        with self._lock:
-            if name in self._topologies:
-                raise AlreadyAliveError(f"topology {name!r} is already alive")
-            assignment = assign(topology, merged)
-            if self.processes:
-                runner = ProcessSupervisor(name, topology, merged, assignment, state)
-            else:
-                runner = _InProcessRunner(name, topology, merged, assignment, state)
-            running = _Running(name, topology, merged, state, runner, clock.now())
-            self._topologies[name] = running
-        try:
-            runner.start()
-        except BaseException:
-            with self._lock:
-                self._topologies.pop(name, None)
-            raise
-
-    def _get(self, name: str) -> _Running:
-        try:
-            return self._topologies[name]
-        except KeyError:
-            raise NotAliveError(f"topology {name!r} is not alive") from None
-
-    # -- control ------------------------------------------------------------------------
-
-    def activate(self, name: str) -> None:
-        running = self._get(name)
-        with running.lock:
-            if running.status == INACTIVE:
-                running.status = ACTIVE
-                running.runner.set_active(True)
-
-    def deactivate(self, name: str) -> None:
-        running = self._get(name)
-        with running.lock:
-            if running.status == ACTIVE:
-                running.status = INACTIVE
-                running.runner.set_active(False)
-
-    def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
-        """Deactivate the spouts, wait ``wait_secs`` (default: the message timeout) for
-        pending trees to finish, then stop every executor (calling close/cleanup).
-        Returns once the topology is gone; its name can then be reused.
-
-        Under :func:`~squall.testing.simulated_time` the wait is skipped: nothing would
-        move the clock while this call blocks the test."""
-        running = self._get(name)
-        with running.lock:
-            if running.status == KILLED:
-                raise NotAliveError(f"topology {name!r} is already being killed")
-            previous, running.status = running.status, KILLED
-        if wait_secs is None:
-            wait_secs = running.conf["topology.message.timeout.secs"]
-        if previous == ACTIVE:
-            running.runner.set_active(False)
-        if wait_secs > 0 and not clock.is_simulating():
-            time.sleep(wait_secs)
-        self._stop(running)
-
-    def _stop(self, running: _Running) -> None:
-        running.status = KILLED
-        running.runner.stop()
-        with self._lock:
-            self._topologies.pop(running.name, None)
-
-    def shutdown(self) -> None:
-        """Kill every topology at once (no wait)."""
-        for name in list(self._topologies):
-            try:
-                self.kill_topology(name, wait_secs=0)
-            except NotAliveError:
-                pass
-
-    def get_topologies(self) -> list[str]:
-        return list(self._topologies)
-
-    # -- introspection ------------------------------------------------------------------
-
-    def get_topology_info(self, name: str) -> dict[str, Any]:
-        """Status, workers/executors/tasks and per-component statistics and errors."""
-        running = self._get(name)
-        snapshots: dict[str, list[dict[str, Any]]] = {}
-        for component, snapshot in running.runner.executor_snapshots():
-            snapshots.setdefault(component, []).append(snapshot)
-        components = {}
-        for cid, spec in running.topology.components.items():
-            kind = "spout" if spec.is_spout else "bolt"
-            summary = {"type": kind, "parallelism": spec.parallelism, "num_tasks": spec.num_tasks}
-            summary.update(component_summary(kind, snapshots.get(cid, [])))
-            summary["errors"] = running.state.errors(cid)
-            components[cid] = summary
-        return {
-            "name": name,
-            "status": running.status,
-            "uptime_secs": max(0.0, clock.now() - running.started),
-            "workers": running.runner.workers_info(),
-            "components": components,
-        }
+    def _make_runner(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+                     state: TopologyState) -> _InProcessRunner | ProcessSupervisor:
+        if self.processes:
+            return ProcessSupervisor(name, topology, conf, assignment, state)
+        return _InProcessRunner(name, topology, conf, assignment, state)

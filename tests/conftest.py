@@ -16,6 +16,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "simulated_time: the test's cluster runs under squall.testing.simulated_time")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_squall_home(tmp_path_factory):
+    """Topologies started by the tests register in a registry of their own (squall list),
+    so that concurrent test sessions and real topologies do not collide."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SQUALL_HOME", str(tmp_path_factory.mktemp("squall-home")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _fresh_records():
     helpers.reset()

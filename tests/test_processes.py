@@ -773,18 +773,24 @@ def put_messages(root, names) -> None:
         os.replace(tmp, os.path.join(root, "inbox", name))
 
 
+def at_least_once_topology(root, first: list[str]):
+    """The inbox of ``root`` with messages ``first``, read by a DirSpout (a_src) -> b_work ->
+    c_sink (logging what they see under ``root``), and the settings for a kill -9 test."""
+    for d in ("inbox", "done", "tmp"):
+        (root / d).mkdir()
+    put_messages(root, first)
+    builder = TopologyBuilder()
+    builder.set_spout("a_src", DirSpout(root))
+    builder.set_bolt("b_work", LogBolt(root, "work", delay=0.01, emits=1)).shuffle_grouping("a_src")
+    builder.set_bolt("c_sink", LogBolt(root, "sink")).shuffle_grouping("b_work")
+    return builder.create_topology(), {"topology.message.timeout.secs": 2, "topology.max.spout.pending": 20}
+
+
 @pytest.mark.parametrize("victim", ["b_work", "a_src"])
 def test_kill_9_of_a_worker_loses_no_message(pcluster, tmp_path, victim):
-    for d in ("inbox", "done", "tmp"):
-        (tmp_path / d).mkdir()
     first = [f"m{i:04d}" for i in range(150)]
-    put_messages(tmp_path, first)
-    builder = TopologyBuilder()
-    builder.set_spout("a_src", DirSpout(tmp_path))
-    builder.set_bolt("b_work", LogBolt(tmp_path, "work", delay=0.01, emits=1)).shuffle_grouping("a_src")
-    builder.set_bolt("c_sink", LogBolt(tmp_path, "sink")).shuffle_grouping("b_work")
-    conf = pconf({"topology.message.timeout.secs": 2, "topology.max.spout.pending": 20})
-    pcluster.submit_topology("alo", conf, builder.create_topology())
+    topology, settings = at_least_once_topology(tmp_path, first)
+    pcluster.submit_topology("alo", pconf(settings), topology)
 
     spout_worker = worker_index(pcluster, "alo", "a_src")
     bolt_worker = worker_index(pcluster, "alo", "b_work")

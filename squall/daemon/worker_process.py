@@ -1,12 +1,14 @@
 """A worker process: one worker of a topology in an OS process of its own.
 
-Started by the supervisor as ``python -m squall.daemon.worker_process --master ADDR
---worker N``. It talks to the topology master over one ZeroMQ DEALER socket:
+Started by the local supervisor as ``python -m squall.daemon.worker_process --master ADDR
+--worker N``, or by a Spark barrier task calling :func:`run`. It talks to the topology
+master (:mod:`squall.daemon.master`) over one ZeroMQ DEALER socket:
 
 1. ``hello`` (pid) → the master answers ``bootstrap`` (the pickled topology, config and
    assignment);
-2. it binds its worker and backpressure ports and says ``bound``; the master answers
-   ``peers`` (every worker's ports) now and whenever a worker restarts elsewhere;
+2. it binds its worker and backpressure ports and says ``bound``; the others' addresses come
+   from the master (``peers``, now and whenever a worker restarts elsewhere) or, in a Spark
+   barrier stage, from an exchange among the workers;
 3. it starts its executors (open/prepare) and says ``ready``, or ``setup_error`` with the
    traceback and exits;
 4. then, every ``worker.heartbeat.frequency.secs``, a ``heartbeat`` with every executor's
@@ -25,6 +27,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -33,7 +36,7 @@ import zmq
 
 from squall.cluster_state import TopologyState
 from squall.daemon.worker import Worker
-from squall.messaging.zmq_transport import ZmqTransport
+from squall.messaging.zmq_transport import LOOPBACK, ZmqTransport
 
 # How often the control thread looks at its queues' backpressure and its peers' messages.
 _CONTROL_TICK_SECS = 0.005
@@ -58,11 +61,18 @@ class _ForwardingState(TopologyState):
         return unsent
 
 
+Peers = dict[int, tuple[str, int, int]]  # worker index -> (host, port, backpressure port)
+
+
+def _peers(message: dict[str, Any]) -> Peers:
+    return {int(i): tuple(a) for i, a in message["peers"].items()}
+
+
 class _Control:
-    def __init__(self, master: str, index: int) -> None:
+    def __init__(self, master: str, index: int, generation: int) -> None:
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.IDENTITY, str(index).encode())
+        self.socket.setsockopt(zmq.IDENTITY, f"{index}/{generation}".encode())
         self.socket.setsockopt(zmq.LINGER, 2000)
         self.socket.connect(master)
 
@@ -85,19 +95,28 @@ class _Control:
         raise TimeoutError(f"no {kind!r} from the master within {timeout}s")
 
 
-def run(master: str, index: int) -> int:
+def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
+        exchange_peers: Callable[[tuple[str, int, int]], Peers] | None = None) -> int:
+    """Be worker ``index`` of the topology whose master listens at ``master`` until the
+    master says ``kill`` (return 0), or the parent process dies (return 1); return 1 at once
+    if the worker cannot start (the master hears the cause). Listens on ``host``.
+    ``exchange_peers`` takes this worker's (host, port, backpressure port) and returns every
+    worker's, blocking until all have called it; None: the master sends them."""
     parent = os.getppid()
-    control = _Control(master, index)
+    control = _Control(master, index, generation)
     control.send({"type": "hello", "pid": os.getpid()})
     try:
         boot = control.expect("bootstrap", 60, parent)
         name, topology, conf, assignment, active = cloudpickle.loads(boot["payload"])
         state = _ForwardingState()
-        transport = ZmqTransport(control.context, index)
+        transport = ZmqTransport(control.context, index, host)
         worker = Worker(name, topology, conf, assignment, index, transport, state, active)
         port, bp_port = transport.bind(assignment.workers[index].port)
-        control.send({"type": "bound", "port": port, "bp_port": bp_port})
-        transport.set_peers({int(i): tuple(a) for i, a in control.expect("peers", 60, parent)["peers"].items()})
+        control.send({"type": "bound", "host": host, "port": port, "bp_port": bp_port})
+        if exchange_peers is not None:
+            transport.set_peers(exchange_peers((host, port, bp_port)))
+        else:
+            transport.set_peers(_peers(control.expect("peers", 60, parent)))
         transport.register(worker)
         worker.start()
         failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])
@@ -162,7 +181,7 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
                 if kind in ("activate", "deactivate"):
                     worker.set_active(kind == "activate")
                 elif kind == "peers":
-                    transport.set_peers({int(i): tuple(a) for i, a in message["peers"].items()})
+                    transport.set_peers(_peers(message))
         transport.publish_backpressure(worker.backpressured_tasks())
         now = time.monotonic()
         if now >= next_heartbeat:

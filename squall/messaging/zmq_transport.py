@@ -1,6 +1,7 @@
-"""The transport between worker processes: ZeroMQ over TCP on 127.0.0.1.
+"""The transport between worker processes: ZeroMQ over TCP.
 
-Each worker binds
+A worker listens on its host's address: 127.0.0.1 for worker processes of this machine,
+the executor's address inside a Spark task. Each worker binds
 
 * a PULL socket on its worker port (from ``supervisor.slots.ports``, or an ephemeral port
   when that one is taken or the list is empty) on which its receive thread takes payloads;
@@ -33,20 +34,21 @@ from squall.messaging.transport import Transport
 if TYPE_CHECKING:
     from squall.daemon.worker import Worker
 
-HOST = "127.0.0.1"
+LOOPBACK = "127.0.0.1"
 # How often a worker republishes its backpressure state even when it did not change (a
 # subscriber that just connected misses earlier messages).
 _REPUBLISH_SECS = 0.1
 
 
-def endpoint(port: int) -> str:
-    return f"tcp://{HOST}:{port}"
+def endpoint(host: str, port: int) -> str:
+    return f"tcp://{host}:{port}"
 
 
 class ZmqTransport(Transport):
-    def __init__(self, context: zmq.Context, index: int) -> None:
+    def __init__(self, context: zmq.Context, index: int, host: str = LOOPBACK) -> None:
         self._context = context
         self._index = index
+        self.host = host
         self._pull = context.socket(zmq.PULL)
         self._pub = context.socket(zmq.PUB)
         self._sub = context.socket(zmq.SUB)
@@ -55,11 +57,11 @@ class ZmqTransport(Transport):
         self._pull_poller.register(self._pull, zmq.POLLIN)
         self.port = 0
         self.bp_port = 0
-        # peers: worker index -> (port, backpressure port); written by the control thread
-        self._peers: dict[int, tuple[int, int]] = {}
+        # peers: worker index -> (host, port, backpressure port); written by the control thread
+        self._peers: dict[int, tuple[str, int, int]] = {}
         self._peers_version = 0
         self._peers_lock = threading.Lock()
-        self._push: dict[int, tuple[zmq.Socket, int]] = {}  # transfer thread only
+        self._push: dict[int, tuple[zmq.Socket, str]] = {}  # transfer thread only: socket, endpoint
         self._push_version = -1
         self._backlog: dict[int, collections.deque[bytes]] = {}  # transfer thread only
         self._sub_endpoints: dict[int, str] = {}  # control thread only
@@ -76,20 +78,20 @@ class ZmqTransport(Transport):
         self.port = 0
         if preferred_port:
             try:
-                self._pull.bind(endpoint(preferred_port))
+                self._pull.bind(endpoint(self.host, preferred_port))
                 self.port = preferred_port
             except zmq.ZMQError as e:
                 if e.errno != errno.EADDRINUSE:
                     raise
         if not self.port:
-            self.port = self._pull.bind_to_random_port(f"tcp://{HOST}")
-        self.bp_port = self._pub.bind_to_random_port(f"tcp://{HOST}")
+            self.port = self._pull.bind_to_random_port(f"tcp://{self.host}")
+        self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
         return self.port, self.bp_port
 
     def register(self, worker: Worker) -> None:
         self._worker = worker
 
-    def set_peers(self, peers: dict[int, tuple[int, int]]) -> None:
+    def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
         """The other workers' addresses (control thread). A peer whose address changed is
         reconnected, and its backpressure state forgotten (it restarted)."""
         with self._peers_lock:
@@ -101,9 +103,9 @@ class ZmqTransport(Transport):
             old = self._sub_endpoints.pop(i, None)
             if old is not None:
                 self._sub.disconnect(old)
-        for i, (_, bp_port) in self._peers.items():
+        for i, (host, _, bp_port) in self._peers.items():
             if i not in self._sub_endpoints:
-                self._sub_endpoints[i] = endpoint(bp_port)
+                self._sub_endpoints[i] = endpoint(host, bp_port)
                 self._sub.connect(self._sub_endpoints[i])
 
     # -- data path ----------------------------------------------------------------------
@@ -113,16 +115,17 @@ class ZmqTransport(Transport):
             if self._push_version == self._peers_version:
                 return
             peers, self._push_version = dict(self._peers), self._peers_version
-        for i, (port, _) in peers.items():
+        for i, (host, port, _) in peers.items():
+            address = endpoint(host, port)
             current = self._push.get(i)
-            if current is not None and current[1] == port:
+            if current is not None and current[1] == address:
                 continue
             if current is not None:
                 current[0].close(linger=0)
             sock = self._context.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(endpoint(port))
-            self._push[i] = (sock, port)
+            sock.connect(address)
+            self._push[i] = (sock, address)
 
     def send(self, dest_worker: int, payload: bytes) -> None:
         """Send from the transfer thread, without waiting: what ZeroMQ cannot take now (the

@@ -1,0 +1,346 @@
+"""Control of running topologies from another terminal: what ``squall list``, ``squall kill``,
+``squall activate`` and ``squall deactivate`` talk to.
+
+Storm's commands ask Nimbus, which knows every topology of the cluster. Squall has no
+long-lived daemon: each ``squall run`` (or ``squall submit``) process is the Nimbus of its one
+topology. So that process
+
+* registers the topology in a registry of this machine's running topologies: one JSON file
+  per topology name, ``{"name", "pid", "address", "mode", "started"}``, in
+  :func:`registry_dir` — written before the topology is submitted, removed when it stops;
+* answers control requests at ``address``, a ZeroMQ socket bound to 127.0.0.1 only
+  (:class:`ControlServer`).
+
+The commands find a topology's address in the registry (:func:`running_topologies`,
+:func:`lookup`) and send it a request (:func:`request`, :func:`kill`). An entry whose process
+is gone (``kill -9``, a crash, a closed terminal) is stale: readers ignore and remove it.
+
+On the wire, requests and replies are msgpack maps. Requests: ``{"op": "info"}``,
+``{"op": "activate"}``, ``{"op": "deactivate"}``, ``{"op": "kill", "wait_secs": float | None}``.
+Replies: ``{"ok": True, ...}``, or ``{"ok": False, "error": str}`` when the request failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import msgpack
+import zmq
+
+from squall.errors import AlreadyAliveError, NotAliveError
+
+# How long a client waits for the reply to info, activate or deactivate: each is one call on
+# the cluster, which returns at once.
+REPLY_TIMEOUT_SECS = 5.0
+# A kill's reply comes once the topology is gone: after its wait, stopping the workers may
+# take a while more (worker processes get a grace period to run close/cleanup).
+KILL_MARGIN_SECS = 30.0
+# How often the server thread looks up from its socket to see whether it must close.
+_POLL_MS = 100
+# How long closing the server may take to deliver the replies to pending kills.
+_LINGER_MS = 1000
+
+_SUFFIX = ".json"
+
+
+class ControlError(RuntimeError):
+    """A control request failed: the topology replied with an error, or did not reply in time."""
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def registry_dir() -> Path:
+    """Where running topologies are registered: ``$SQUALL_HOME/run``, else ``~/.squall/run``.
+
+    Read on every call, so a test can point it elsewhere by setting ``SQUALL_HOME``."""
+    home = os.environ.get("SQUALL_HOME")
+    return (Path(home) if home else Path.home() / ".squall") / "run"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A running topology, as its registry entry describes it."""
+
+    name: str
+    pid: int  # the process serving the topology (``squall run`` / ``squall submit``)
+    address: str  # its control socket, tcp://127.0.0.1:PORT
+    mode: str  # how its workers run: "processes", "in-process", "spark local[*]", ...
+    started: float  # epoch seconds
+
+
+def _path(name: str) -> Path:
+    # any topology name maps to one safe file name ("/" included), and back
+    return registry_dir() / (urllib.parse.quote(name, safe="") + _SUFFIX)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, but another user's
+        return True
+    return True
+
+
+def _read(path: Path) -> Registration | None:
+    """The entry at ``path``; None if there is none or it cannot be read (treated as stale).
+
+    Keys it does not know are ignored, so that an entry of another Squall version is not
+    taken for a broken one."""
+    try:
+        data = json.loads(path.read_text())
+        return Registration(name=str(data["name"]), pid=int(data["pid"]), address=str(data["address"]),
+                            mode=str(data["mode"]), started=float(data["started"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """Serializes the registry's read-check-write sequences between processes: without it,
+    two ``squall run`` of one name could both find the name free, and a reader removing a
+    stale entry could remove the live entry that just replaced it."""
+    directory = registry_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's closing
+
+
+def register(entry: Registration) -> None:
+    """Add ``entry`` to the registry (atomically: temp file, then ``os.replace``).
+
+    Raises ``AlreadyAliveError`` naming the pid if a live process has the name; a stale
+    entry of that name is replaced."""
+    path = _path(entry.name)
+    with _locked():
+        existing = _read(path)
+        if existing is not None and _alive(existing.pid):
+            raise AlreadyAliveError(
+                f"topology {entry.name!r} is already running on this machine (pid {existing.pid}); "
+                f"'squall kill {entry.name}' stops it"
+            )
+        temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(asdict(entry)))
+        os.replace(temp, path)
+
+
+def unregister(name: str) -> None:
+    """Remove this process's entry for ``name`` (nothing if the entry is another process's)."""
+    path = _path(name)
+    with _locked():
+        existing = _read(path)
+        if existing is not None and existing.pid == os.getpid():
+            path.unlink()
+
+
+def _drop_if_stale(path: Path) -> None:
+    with _locked():
+        existing = _read(path)  # read again: it may have been replaced since
+        if existing is None or not _alive(existing.pid):
+            path.unlink(missing_ok=True)
+
+
+def running_topologies() -> list[Registration]:
+    """The live entries, sorted by name; stale ones are removed on the way."""
+    directory = registry_dir()
+    if not directory.is_dir():
+        return []
+    live = []
+    for path in directory.glob("*" + _SUFFIX):
+        entry = _read(path)
+        if entry is not None and _alive(entry.pid):
+            live.append(entry)
+        else:
+            _drop_if_stale(path)
+    return sorted(live, key=lambda e: e.name)
+
+
+def lookup(name: str) -> Registration:
+    """The live entry for ``name``; ``NotAliveError`` if there is none (a stale one is removed)."""
+    path = _path(name)
+    entry = _read(path)
+    if entry is None or not _alive(entry.pid):
+        if path.exists():
+            _drop_if_stale(path)
+        raise NotAliveError(
+            f"no topology named {name!r} is running on this machine (squall list shows those that are)"
+        )
+    return entry
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+def request(name: str, message: dict[str, Any], timeout: float = REPLY_TIMEOUT_SECS) -> dict[str, Any]:
+    """Send ``message`` to the topology ``name`` and return its reply (``{"ok": True, ...}``).
+
+    Blocks until the reply comes, at most ``timeout`` seconds. Raises ``NotAliveError`` if
+    no such topology is registered, ``ControlError`` if it replied with an error or did not
+    reply in time."""
+    entry = lookup(name)
+    socket = zmq.Context.instance().socket(zmq.REQ)
+    socket.setsockopt(zmq.LINGER, 0)  # an unanswered request must not hold up our exit
+    try:
+        socket.connect(entry.address)
+        socket.send(msgpack.packb(message))
+        if not socket.poll(timeout * 1000):
+            state = "is still running" if _alive(entry.pid) else "has exited"
+            raise ControlError(f"topology {name!r} did not answer within {timeout:g}s (its process, "
+                               f"pid {entry.pid}, {state})")
+        reply = msgpack.unpackb(socket.recv())
+    finally:
+        socket.close()
+    if not reply.get("ok"):
+        raise ControlError(reply.get("error") or f"topology {name!r}: the request failed")
+    return reply
+
+
+def kill(name: str, wait_secs: float | None = None) -> None:
+    """Kill the topology ``name`` as ``storm kill -w`` does: its spouts are deactivated,
+    pending tuple trees get ``wait_secs`` (default: the topology's
+    ``topology.message.timeout.secs``) to complete, then its workers are stopped.
+
+    Returns once the topology is gone and its process has printed its summary. Raises as
+    :func:`request` does."""
+    if wait_secs is None:
+        # the client's timeout depends on the wait, and only the topology knows its default
+        wait_secs = request(name, {"op": "info"})["message_timeout_secs"]
+    request(name, {"op": "kill", "wait_secs": wait_secs}, timeout=wait_secs + KILL_MARGIN_SECS)
+
+
+# -- the server --------------------------------------------------------------------------------
+
+
+def _is_seconds(value: Any) -> bool:
+    """Whether ``value`` is a usable wait: a finite number >= 0 (msgpack's booleans are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+class ControlServer:
+    """Registers the topology ``name`` running on ``cluster`` and answers control requests
+    for it, from entering the block until leaving it.
+
+    Enter it *before* submitting the topology: entering raises ``AlreadyAliveError`` if
+    another process runs a topology of that name, so nothing is submitted twice. Leaving it
+    removes the registry entry, on every way out.
+
+    Requests are served by a daemon thread, one at a time:
+
+    * ``info``: ``{"info": cluster.get_topology_info(name), "message_timeout_secs": ...}``;
+      while a kill is under way the status is ``KILLED``, as in Storm;
+    * ``activate`` / ``deactivate``: the cluster's, refused while a kill is under way;
+    * ``kill``: sets :attr:`kill_requested` and :attr:`kill_wait_secs`, and that is all. The
+      process serving the topology watches the event and does the kill itself, so that it
+      can print its summary and exit normally; the reply is sent when the block is left,
+      i.e. when the topology is gone. Meanwhile other requests are still answered (the
+      socket is a ROUTER, not a REP, so that one reply can be held back); a second kill
+      gets its reply at the same time as the first.
+
+    A request that fails gets an error reply; the thread goes on serving.
+
+    ``message_timeout_secs`` is the topology's ``topology.message.timeout.secs``: a kill's
+    default wait.
+    """
+
+    def __init__(self, cluster: Any, name: str, mode: str, message_timeout_secs: float) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.mode = mode
+        self.message_timeout_secs = message_timeout_secs
+        self.kill_requested = threading.Event()
+        self.kill_wait_secs = message_timeout_secs  # set with kill_requested
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._closing = threading.Event()
+        self._kill_clients: list[bytes] = []  # identities of the clients waiting for the kill
+        self._outcome: dict[str, Any] = {"ok": True}  # the kill's reply, once the block is left
+        self._thread = threading.Thread(target=self._serve, name=f"control-{name}", daemon=True)
+
+    def __enter__(self) -> Self:
+        port = self._socket.bind_to_random_port("tcp://127.0.0.1")  # this machine only
+        try:
+            register(Registration(self.name, os.getpid(), f"tcp://127.0.0.1:{port}", self.mode, time.time()))
+        except BaseException:
+            self._socket.close(linger=0)
+            self._context.term()
+            raise
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # gone from the registry before any kill is answered: a client that sees its kill
+        # return sees the name free
+        unregister(self.name)
+        if exc is not None:
+            self._outcome = {"ok": False,
+                             "error": f"topology {self.name!r} stopped on {type(exc).__name__}: {exc}"}
+        self._closing.set()
+        # bounded: a thread stuck in a cluster call must not keep this process from exiting
+        self._thread.join(_POLL_MS / 1000 + _LINGER_MS / 1000 + 5.0)
+
+    def _serve(self) -> None:
+        try:
+            while not self._closing.is_set():
+                if not self._socket.poll(_POLL_MS):
+                    continue
+                frames = self._socket.recv_multipart()
+                if len(frames) != 3 or frames[1] != b"":
+                    continue  # not a REQ client's envelope: there is no one to answer
+                client, _, payload = frames
+                reply = self._handle(client, payload)
+                if reply is not None:
+                    self._socket.send_multipart([client, b"", reply])
+            for client in self._kill_clients:
+                self._socket.send_multipart([client, b"", msgpack.packb(self._outcome)])
+        finally:
+            self._socket.close(linger=_LINGER_MS)  # long enough for the kill replies to go out
+            self._context.term()
+
+    def _handle(self, client: bytes, payload: bytes) -> bytes | None:
+        """The packed reply to one request, or None for a kill (answered when leaving)."""
+        try:
+            message = msgpack.unpackb(payload)
+            op = message.get("op") if isinstance(message, dict) else None
+            if op == "kill":
+                wait_secs = message.get("wait_secs")
+                if wait_secs is not None and not _is_seconds(wait_secs):
+                    raise ValueError(f"wait_secs must be a finite number >= 0 or None, got {wait_secs!r}")
+                if not self.kill_requested.is_set():
+                    self.kill_wait_secs = self.message_timeout_secs if wait_secs is None else wait_secs
+                    self.kill_requested.set()
+                self._kill_clients.append(client)
+                return None
+            if op == "info":
+                info = self.cluster.get_topology_info(self.name)
+                if self.kill_requested.is_set():
+                    info["status"] = "KILLED"
+                reply = {"ok": True, "info": info, "message_timeout_secs": self.message_timeout_secs}
+            elif op in ("activate", "deactivate"):
+                if self.kill_requested.is_set():
+                    raise NotAliveError(f"topology {self.name!r} is being killed")
+                getattr(self.cluster, op)(self.name)
+                reply = {"ok": True}
+            else:
+                raise ValueError(f"unknown request {message!r}: expected a map with 'op' one of "
+                                 "'info', 'activate', 'deactivate', 'kill'")
+            return msgpack.packb(reply)
+        except NotAliveError as e:  # its message names the topology
+            return msgpack.packb({"ok": False, "error": str(e)})
+        except Exception as e:  # noqa: BLE001 - a bad request must not stop the server
+            return msgpack.packb({"ok": False, "error": f"topology {self.name!r}: {type(e).__name__}: {e}"})

@@ -1,0 +1,244 @@
+"""The topology master: Nimbus's part for one running topology whose workers are processes.
+
+:class:`TopologyMaster` runs in the submitting process (the driver, under Spark). Every
+worker process (:mod:`squall.daemon.worker_process`) connects to its ROUTER socket and
+
+* says ``hello`` and gets the pickled topology, config and assignment (``bootstrap``);
+* says where it listens (``bound``); when :attr:`TopologyMaster.peers_from_master` is set,
+  the master answers every worker with every worker's address (``peers``), otherwise the
+  workers exchange addresses themselves (a Spark barrier stage's ``allGather``);
+* says ``ready`` once its executors are open/prepared, or ``setup_error`` with the cause;
+* sends a ``heartbeat`` every ``worker.heartbeat.frequency.secs`` with its executors'
+  figures and new errors, and obeys ``activate``, ``deactivate`` and ``kill``.
+
+Who launches the workers, and how a dead or silent one is replaced, is the subclass's
+business: :class:`~squall.daemon.supervisor.ProcessSupervisor` restarts one OS process at
+a time; :class:`~squall.spark.master.SparkTopologyMaster` resubmits a Spark barrier job.
+A worker names itself ``index/generation``: a subclass that relaunches every worker at once
+bumps :attr:`generation`, and the master tells a worker of an older generation to stop.
+
+All ZeroMQ traffic with the workers goes through the ROUTER socket, owned by the master
+thread; API calls reach that thread through a command queue.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from typing import Any
+
+import cloudpickle
+import msgpack
+import zmq
+
+from squall.cluster_state import TopologyState
+from squall.errors import TopologySetupError
+from squall.messaging.zmq_transport import LOOPBACK
+from squall.scheduler import Assignment
+from squall.topology import Topology
+
+log = logging.getLogger("squall.master")
+
+_POLL_SECS = 0.02
+# How long stop() waits for the workers to close their executors before killing them.
+KILL_GRACE_SECS = 10.0
+
+
+class WorkerStartError(TopologySetupError):
+    """A worker could not start; the message holds the cause."""
+
+
+class WorkerSlot:
+    """One worker of the topology and what the master knows of its current process."""
+
+    def __init__(self, index: int, assigned_port: int) -> None:
+        self.index = index
+        self.assigned_port = assigned_port
+        self.restarts = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the previous process (a new one is being launched)."""
+        self.pid: int | None = None
+        self.host = ""
+        self.port = 0
+        self.bp_port = 0
+        self.ready = False
+        self.started_at = time.monotonic()
+        self.last_heartbeat = 0.0
+        self.snapshots: list[dict[str, Any]] = []
+        self.setup_error: str | None = None
+
+    def silent_for(self, now: float) -> float:
+        """Seconds since the last sign of life (heartbeat, or launch while not ready)."""
+        return now - (self.last_heartbeat if self.ready else self.started_at)
+
+
+class TopologyMaster(ABC):
+    #: the master sends every worker the others' addresses (False: the workers exchange them)
+    peers_from_master = True
+
+    def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+                 state: TopologyState, host: str = LOOPBACK) -> None:
+        self.name = name
+        self._topology = topology
+        self._conf = conf
+        self._assignment = assignment
+        self._state = state
+        self._active = True
+        self._context = zmq.Context()
+        self._router = self._context.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted worker takes over its identity
+        self._router.setsockopt(zmq.LINGER, 0)
+        self.address = f"tcp://{host}:{self._router.bind_to_random_port(f'tcp://{host}')}"
+        self.slots = [WorkerSlot(w.index, w.port) for w in assignment.workers]
+        self.generation = 0
+        #: set when the topology cannot run (any more); the message says why
+        self.failure: str | None = None
+        self._commands: collections.deque[tuple[int | None, dict[str, Any]]] = collections.deque()
+        self.stopping = False
+        self.starting = True
+        self._thread = threading.Thread(target=self._loop, name=f"master-{name}", daemon=True)
+
+    # -- API (any thread) -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch every worker; return once all are ready. Raises :class:`WorkerStartError`
+        with the cause (after stopping everything) if they cannot start."""
+        self._launch(self.slots)
+        self._thread.start()
+        deadline = time.monotonic() + self._conf["supervisor.worker.start.timeout.secs"] + 5
+        while not all(s.ready for s in self.slots):
+            if self.failure is None and time.monotonic() > deadline:
+                self.failure = "workers not ready within supervisor.worker.start.timeout.secs"
+            if self.failure is not None:
+                failure = self.failure
+                self.stop()
+                raise WorkerStartError(f"topology {self.name!r}: {failure}")
+            time.sleep(0.01)
+        self.starting = False
+
+    def set_active(self, active: bool) -> None:
+        self._active = active
+        self._commands.append((None, {"type": "activate" if active else "deactivate"}))
+
+    def stop(self) -> None:
+        """Tell every worker to stop, wait for their processes (killing stragglers after
+        :data:`KILL_GRACE_SECS`), then stop the master."""
+        self.stopping = True
+        self._commands.append((None, {"type": "kill"}))
+        self._wait_stopped(time.monotonic() + KILL_GRACE_SECS)
+        if self._thread.is_alive():
+            self._thread.join()
+        self._router.close(linger=0)
+        self._context.term()
+
+    def workers_info(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "host": slot.host or None,
+                "port": slot.port or slot.assigned_port,
+                "pid": slot.pid,
+                "restarts": slot.restarts,
+                "executors": [{"component": e.component, "tasks": list(e.tasks)}
+                              for e in self._assignment.workers[slot.index].executors],
+            }
+            for slot in self.slots
+        ]
+
+    def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(e["component"], e["stats"]) for slot in self.slots for e in slot.snapshots]
+
+    # -- for subclasses ------------------------------------------------------------------------
+
+    @abstractmethod
+    def _launch(self, slots: list[WorkerSlot]) -> None:
+        """Start a worker process for each of ``slots`` (already reset), each calling
+        :func:`squall.daemon.worker_process.run` with this master's address, its index and
+        :attr:`generation`. Must not block until they are up."""
+
+    @abstractmethod
+    def _supervise(self, now: float) -> None:
+        """Called by the master thread every few milliseconds while the topology runs:
+        notice dead or silent workers (:meth:`WorkerSlot.silent_for` against
+        :meth:`silence_limit`) and replace them, or set :attr:`failure`."""
+
+    @abstractmethod
+    def _gone(self) -> bool:
+        """True once no worker process of this topology is left (the master thread ends)."""
+
+    @abstractmethod
+    def _wait_stopped(self, deadline: float) -> None:
+        """Wait (in the caller's thread) until every worker process has exited after ``kill``,
+        forcing those still there at ``deadline``."""
+
+    def silence_limit(self, slot: WorkerSlot) -> float:
+        return self._conf["supervisor.worker.timeout.secs" if slot.ready else "supervisor.worker.start.timeout.secs"]
+
+    def report(self, slot: WorkerSlot | None, text: str) -> None:
+        """Log ``text`` and record it as an error of the user components of ``slot`` (of every
+        worker when None), where get_topology_info shows it."""
+        log.warning("topology %r: %s", self.name, text)
+        for worker in self._assignment.workers if slot is None else [self._assignment.workers[slot.index]]:
+            for executor in worker.executors:
+                if not executor.component.startswith("__"):
+                    self._state.report_error(executor.component, executor.tasks[0], text)
+
+    # -- the master thread -------------------------------------------------------------------
+
+    def _send(self, identity: bytes, message: dict[str, Any]) -> None:
+        self._router.send_multipart([identity, msgpack.packb(message, use_bin_type=True)])
+
+    def _identity(self, slot: WorkerSlot) -> bytes:
+        return f"{slot.index}/{self.generation}".encode()
+
+    def _loop(self) -> None:
+        while True:
+            if self._router.poll(_POLL_SECS * 1000):
+                while True:
+                    try:
+                        identity, data = self._router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._handle(identity, msgpack.unpackb(data, raw=False))
+            while self._commands:
+                target, message = self._commands.popleft()
+                for slot in self.slots if target is None else [self.slots[target]]:
+                    self._send(self._identity(slot), message)
+            if self.stopping:
+                if self._gone():
+                    return
+                continue
+            self._supervise(time.monotonic())
+
+    def _handle(self, identity: bytes, message: dict[str, Any]) -> None:
+        index, _, generation = identity.decode().partition("/")
+        kind = message["type"]
+        if int(generation) != self.generation:
+            if kind != "stopped":
+                self._send(identity, {"type": "kill"})  # left over from a relaunched generation
+            return
+        slot = self.slots[int(index)]
+        if kind == "hello":
+            slot.pid = message["pid"]
+            payload = cloudpickle.dumps((self.name, self._topology, self._conf, self._assignment, self._active))
+            self._send(identity, {"type": "bootstrap", "payload": payload})
+        elif kind == "bound":
+            slot.host, slot.port, slot.bp_port = message["host"], message["port"], message["bp_port"]
+            if self.peers_from_master and all(s.port for s in self.slots):
+                peers = {str(s.index): [s.host, s.port, s.bp_port] for s in self.slots}
+                for s in self.slots:
+                    self._send(self._identity(s), {"type": "peers", "peers": peers})
+        elif kind == "ready":
+            slot.ready = True
+            slot.last_heartbeat = time.monotonic()
+        elif kind == "heartbeat":
+            slot.last_heartbeat = time.monotonic()
+            slot.snapshots = message["executors"]
+            for error in message["errors"]:
+                self._state.report_error(error["component"], error["task"], error["error"], error["time"])
+        elif kind == "setup_error":
+            slot.setup_error = message["error"]

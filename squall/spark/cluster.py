@@ -1,0 +1,166 @@
+"""``SparkCluster``: runs topologies on a Spark cluster, the driver playing Nimbus.
+
+Storm's daemons map onto Spark's as follows: Nimbus → the driver (this process: assignment,
+heartbeats, figures, errors, activate/deactivate/kill); a supervisor's worker slots → the
+executors' task slots (one worker = one task of the topology's barrier job); ZooKeeper → the
+driver's memory, for now (a topology does not outlive its driver).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import site
+import sys
+import sysconfig
+import tempfile
+import zipfile
+from typing import Any
+
+from squall.cluster_state import TopologyState
+from squall.daemon.nimbus import Nimbus
+from squall.scheduler import Assignment
+from squall.spark.java import ensure_java
+from squall.spark.master import SparkTopologyMaster
+from squall.topology import Topology
+
+DEFAULT_MASTER = "local[*]"
+_LOCAL_MASTER = re.compile(r"local(\[.*\])?$|local-cluster\[.*\]$")
+
+# Spark settings Squall needs, under the user's: a barrier stage that cannot get its slots
+# fails in seconds (Spark's default retries for 10 minutes).
+_SESSION_DEFAULTS = {
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "20",
+}
+# ... and, when the cluster is this machine, everything listens on the loopback interface.
+_LOCAL_DEFAULTS = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+
+class SparkSetupError(RuntimeError):
+    """Spark cannot run Squall's topologies as configured; the message says what to change."""
+
+
+def start_session(master: str, spark_conf: dict[str, str]) -> Any:
+    ensure_java()
+    conf = dict(_SESSION_DEFAULTS)
+    if _LOCAL_MASTER.match(master):
+        conf.update(_LOCAL_DEFAULTS)
+        # Spark's own daemons read this before any setting; executors run this interpreter
+        # (which has Squall's dependencies) unless told otherwise
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf.update(spark_conf)
+    if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        raise SparkSetupError(_DYNAMIC_ALLOCATION)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(conf.pop("spark.app.name", "squall"))
+    for key, value in conf.items():
+        builder = builder.config(key, str(value))
+    return builder.getOrCreate()
+
+
+_DYNAMIC_ALLOCATION = (
+    "spark.dynamicAllocation.enabled is true, but a topology's workers run as one barrier stage, which "
+    "Spark cannot run with dynamic allocation: set spark.dynamicAllocation.enabled=false"
+)
+
+
+def _local_modules() -> dict[str, str]:
+    """Top-level modules and packages this process imported from outside the Python
+    installation (the user's own code, next to the topology file or in the working
+    directory): name → file or package directory."""
+    installed = {os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages(),
+                                                *sysconfig.get_paths().values()) if p}
+    found = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if "." in name or name == "__main__" or not path or not path.endswith(".py"):
+            continue
+        path = os.path.realpath(path)
+        if any(path.startswith(root + os.sep) for root in installed):
+            continue
+        found[name] = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+    return found
+
+
+def _zip_modules(modules: dict[str, str], path: str) -> None:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, source in sorted(modules.items()):
+            if os.path.isfile(source):
+                archive.write(source, f"{name}.py")
+                continue
+            for folder, dirs, files in os.walk(source):
+                dirs[:] = [d for d in dirs if d != "__pycache__"]
+                for file in files:
+                    if file.endswith(".py"):
+                        full = os.path.join(folder, file)
+                        archive.write(full, os.path.join(name, os.path.relpath(full, source)))
+
+
+class SparkCluster(Nimbus):
+    """Runs topologies on Spark, with the same interface as
+    :class:`~squall.local_cluster.LocalCluster`.
+
+    ``SparkCluster()`` starts an embedded Spark (``local[*]``); ``master`` names another
+    (``local[N]``, ``local-cluster[N,cores,memMB]``, ``spark://host:port``, ``yarn``, ...)
+    and ``spark_conf`` adds Spark settings. Or pass an existing ``SparkSession`` as
+    ``spark`` (then neither of the others): it is left running at :meth:`shutdown`.
+
+    Each topology is one Spark job whose barrier stage has one task per worker
+    (``topology.workers``), so the cluster needs that many free task slots; workers listen
+    on ephemeral ports of their executor's host (``supervisor.slots.ports`` does not apply).
+    The submitting process must stay up: it is the topology's master. Squall and the
+    modules this process imported from outside the Python installation are shipped to the
+    executors (``addPyFile``); the executors' Python needs Squall's dependencies (pyzmq,
+    msgpack, cloudpickle): see the README for packing a virtualenv with ``spark.archives``.
+
+    Raises :class:`SparkSetupError` for dynamic allocation, and
+    :class:`~squall.spark.java.JavaNotFoundError` when no Java 17/21 is found.
+    """
+
+    def __init__(self, master: str | None = None, spark: Any = None,
+                 spark_conf: dict[str, Any] | None = None) -> None:
+        if spark is not None and (master is not None or spark_conf):
+            raise ValueError("SparkCluster: pass either an existing SparkSession (spark) or master/spark_conf")
+        super().__init__()
+        self._owns_session = spark is None
+        self.spark = spark if spark is not None else start_session(master or DEFAULT_MASTER, spark_conf or {})
+        self._sc = self.spark.sparkContext
+        if self._sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+            raise SparkSetupError(_DYNAMIC_ALLOCATION)
+        self._shipped = 0
+        self._ship_dir = tempfile.mkdtemp(prefix="squall-pyfiles-")
+
+    @property
+    def master(self) -> str:
+        return self._sc.master
+
+    def _configure(self, conf: dict[str, Any]) -> dict[str, Any]:
+        return {**conf, "supervisor.slots.ports": []}  # executors are shared: ephemeral ports
+
+    def _make_runner(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+                     state: TopologyState) -> SparkTopologyMaster:
+        self._ship_code()
+        return SparkTopologyMaster(name, topology, conf, assignment, state, self._sc)
+
+    def _ship_code(self) -> None:
+        """Send Squall and the user's modules to the executors. A new archive each time (Spark
+        refuses a second file of the same name): a later topology may import more modules."""
+        import squall
+
+        modules = {**_local_modules(), "squall": os.path.dirname(squall.__file__)}
+        self._shipped += 1
+        path = os.path.join(self._ship_dir, f"squall-code-{self._shipped}.zip")
+        _zip_modules(modules, path)
+        self._sc.addPyFile(path)
+
+    def shutdown(self) -> None:
+        """Kill every topology at once (no wait); stop the SparkSession if this cluster started it."""
+        super().shutdown()
+        if self._owns_session:
+            self.spark.stop()

@@ -1,0 +1,186 @@
+"""The topology master on a Spark driver: workers as the tasks of one barrier job.
+
+:class:`SparkTopologyMaster` submits one Spark job per topology: ``topology.workers``
+partitions through a barrier stage, so that Spark launches all of them at once, each task
+on a task slot of an executor. Each task calls :func:`squall.daemon.worker_process.run` —
+the same worker as a local worker process — after learning its executor's address; the
+workers exchange their addresses with ``BarrierTaskContext.allGather`` and then talk to each
+other directly over ZeroMQ. The driver's master thread hands out the topology, collects
+heartbeats, figures and errors, and relays activate/deactivate/kill, as for local processes.
+
+When any worker dies (its Python process or its executor), Spark aborts the whole barrier
+job; a worker silent for ``supervisor.worker.timeout.secs`` makes the master cancel it. The
+master then resubmits the job with the same assignment after a backoff
+(``topology.spark.restart.backoff.secs``, doubling up to 30 s), at most
+``topology.spark.max.restarts`` times in a row (a job healthy for
+``topology.spark.restart.reset.secs`` resets the count); past that the topology is FAILED
+with the last cause. Workers of a previous job that are still shutting down are told to stop.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from squall.cluster_state import TopologyState
+from squall.daemon import worker_process
+from squall.daemon.master import TopologyMaster, WorkerSlot, WorkerStartError
+from squall.scheduler import Assignment
+from squall.topology import Topology
+
+_MAX_BACKOFF_SECS = 30.0
+# How long to wait for executors to register before declaring the cluster too small.
+SLOTS_WAIT_SECS = 15.0
+
+
+def barrier_worker(master: str, generation: int) -> Callable[[Iterable[Any]], Iterator[int]]:
+    """The function each barrier task runs (shipped to the executors by Spark)."""
+
+    def run_worker(_: Iterable[Any]) -> Iterator[int]:
+        from pyspark import BarrierTaskContext
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C where the driver runs is the driver's
+        context = BarrierTaskContext.get()
+        index = context.partitionId()
+        host = socket.gethostbyname(context.getTaskInfos()[index].address.rsplit(":", 1)[0])
+
+        def exchange(address: tuple[str, int, int]) -> dict[int, tuple[str, int, int]]:
+            gathered = context.allGather(json.dumps(address))  # ordered by partition id
+            return {i: tuple(json.loads(a)) for i, a in enumerate(gathered)}
+
+        code = worker_process.run(master, index, generation, host, exchange)
+        if code:
+            # failing the task aborts the barrier stage: the other workers are stopped too
+            raise RuntimeError(f"squall worker {index} stopped with code {code}; the driver has the cause")
+        yield code
+
+    return run_worker
+
+
+def task_slots(spark_context: Any) -> int:
+    """Tasks the cluster can run at once (what Spark checks a barrier stage against)."""
+    jsc = spark_context._jsc.sc()
+    return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
+
+
+def _job_failure(error: Exception) -> str:
+    """The useful lines of a failed job's exception (Py4J's message is a JVM stack trace)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    useful = [line for line in lines if line and not line.startswith("at ") and "collectAndServe" not in line]
+    return " ".join(useful[:3]).removeprefix(": ")[:600] or type(error).__name__
+
+
+class SparkTopologyMaster(TopologyMaster):
+    peers_from_master = False  # the workers exchange addresses with allGather
+
+    def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+                 state: TopologyState, spark_context: Any) -> None:
+        host = socket.gethostbyname(spark_context.getConf().get("spark.driver.host", "127.0.0.1"))
+        super().__init__(name, topology, conf, assignment, state, host)
+        self._sc = spark_context
+        self.job_group = f"squall-{name}-{uuid.uuid4().hex[:8]}"
+        self._job: threading.Thread | None = None
+        self._job_ended: tuple[int, str] | None = None  # (generation, why), set by the job thread
+        self._relaunch_at: float | None = None
+        self._restarts_in_row = 0
+        self._healthy_since: float | None = None
+
+    def start(self) -> None:
+        needed = len(self.slots)
+        # executors of other masters (local-cluster, standalone, YARN...) register one by one;
+        # in local mode the driver is the only executor
+        deadline = time.monotonic() + (0 if self._sc.master.startswith("local[") else SLOTS_WAIT_SECS)
+        while (available := task_slots(self._sc)) < needed and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if available < needed:
+            self.stop()
+            raise WorkerStartError(
+                f"topology {self.name!r} needs {needed} Spark task slots (one per worker: topology.workers="
+                f"{needed}) but the cluster ({self._sc.master}) has {available}; lower topology.workers or "
+                "give the cluster more executors or cores"
+            )
+        super().start()
+
+    def _launch(self, slots: list[WorkerSlot]) -> None:
+        generation, count = self.generation, len(self.slots)
+        self._job_ended = None
+
+        def job() -> None:
+            self._sc.setJobGroup(self.job_group, f"squall topology {self.name}", interruptOnCancel=True)
+            self._sc.setLocalProperty("callSite.short", f"squall topology {self.name}")  # the job's name in the UI
+            try:
+                rdd = self._sc.parallelize(range(count), count).barrier()
+                rdd.mapPartitions(barrier_worker(self.address, generation)).collect()
+                why = "its Spark job ended"
+            except Exception as e:  # noqa: BLE001 - whatever ended the job, the master decides what next
+                why = _job_failure(e)
+            self._job_ended = (generation, why)
+
+        self._job = threading.Thread(target=job, name=f"spark-job-{self.name}-{generation}", daemon=True)
+        self._job.start()
+
+    def _gone(self) -> bool:
+        return self._job is None or not self._job.is_alive()
+
+    def _wait_stopped(self, deadline: float) -> None:
+        if self._job is None:
+            return
+        self._job.join(max(0.0, deadline - time.monotonic()))
+        if self._job.is_alive():
+            self._sc.cancelJobGroup(self.job_group)
+            self._job.join()
+
+    def _supervise(self, now: float) -> None:
+        if self.failure is not None:
+            return
+        if self._relaunch_at is not None:
+            if now >= self._relaunch_at and self._gone():
+                self._relaunch_at = None
+                self.generation += 1
+                for slot in self.slots:
+                    slot.restarts += 1
+                    slot.reset()
+                self._launch(self.slots)
+            return
+        cause = None
+        if self._job_ended is not None and self._job_ended[0] == self.generation:
+            cause = self._job_ended[1]
+        for slot in self.slots:
+            if cause is None and slot.silent_for(now) > self.silence_limit(slot):
+                cause = f"worker {slot.index} (pid {slot.pid}) silent for {slot.silent_for(now):.0f}s"
+        if cause is None:
+            self._note_health(now)
+            return
+        setup_error = next((s.setup_error for s in self.slots if s.setup_error), None)
+        self._failed(now, f"{setup_error}\n({cause})" if setup_error else cause)
+
+    def _note_health(self, now: float) -> None:
+        if not all(s.ready for s in self.slots):
+            self._healthy_since = None
+        elif self._healthy_since is None:
+            self._healthy_since = now
+        elif now - self._healthy_since >= self._conf["topology.spark.restart.reset.secs"]:
+            self._restarts_in_row = 0
+
+    def _failed(self, now: float, cause: str) -> None:
+        self._sc.cancelJobGroup(self.job_group)
+        self._healthy_since = None
+        limit = self._conf["topology.spark.max.restarts"]
+        if self.starting:
+            self.failure = f"its Spark job failed before every worker was ready: {cause}"
+        elif self._restarts_in_row >= limit:
+            self.failure = f"gave up after {limit} restarts of its Spark job in a row; the last failure: {cause}"
+            self.report(None, self.failure)
+        else:
+            backoff = min(self._conf["topology.spark.restart.backoff.secs"] * 2 ** self._restarts_in_row,
+                          _MAX_BACKOFF_SECS)
+            self._restarts_in_row += 1
+            self.report(None, f"the Spark job failed ({cause}); resubmitting it with the same assignment in "
+                              f"{backoff:g}s (restart {self._restarts_in_row} of at most {limit} in a row)")
+            self._relaunch_at = now + backoff

@@ -1,0 +1,359 @@
+"""Controlling running topologies from another terminal: ``squall list``, ``squall kill``,
+``squall activate`` and ``squall deactivate`` against real ``squall run`` processes.
+
+Every test points ``SQUALL_HOME`` at its own directory, so its registry of running topologies
+is private. Each ``squall run`` writes its output to files under ``tmp_path`` (nothing to
+drain) and is killed, by pid, when the test ends if it still runs. Whether a registry entry
+is gone is checked on the file itself: the registry's readers remove stale entries, which
+would hide one left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import stays
+
+from squall import control
+from squall.testing import wait_until
+
+NAME = "numbers"
+
+# A spout counting up (reliable, throttled by max spout pending) into a bolt that acks. The
+# spout's open leaves a file named by its pid in MARKS: which processes got as far as running it.
+TOPOLOGY_FILE = """
+import os
+import time
+
+from squall import BasicBolt, Config, Spout, TopologyBuilder
+
+
+class Numbers(Spout):
+    outputs = ["n"]
+
+    def open(self, conf, context, collector):
+        self.collector, self.n = collector, 0
+        open(os.path.join({marks!r}, f"opened-{{os.getpid()}}"), "w").close()
+
+    def next_tuple(self):
+        self.n += 1
+        self.collector.emit([self.n], msg_id=self.n)
+        time.sleep(0.001)  # a steady trickle is enough here
+
+
+class Sink(BasicBolt):
+    def execute(self, tup, collector):
+        pass
+
+
+builder = TopologyBuilder()
+builder.set_spout("numbers", Numbers())
+builder.set_bolt("sink", Sink()).shuffle_grouping("numbers")
+topology = builder.create_topology()
+config = Config().set_num_workers(1).set_max_spout_pending(100)
+"""
+
+FAILING_FILE = """
+from squall import Bolt, Spout, TopologyBuilder
+
+
+class Quiet(Spout):
+    outputs = ["n"]
+
+    def next_tuple(self):
+        pass
+
+
+class Broken(Bolt):
+    def prepare(self, conf, context, collector):
+        raise RuntimeError("no database")
+
+    def execute(self, tup):
+        pass
+
+
+builder = TopologyBuilder()
+builder.set_spout("quiet", Quiet())
+builder.set_bolt("broken", Broken()).shuffle_grouping("quiet")
+topology = builder.create_topology()
+"""
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """This test's SQUALL_HOME, for the commands it runs and for squall.control in this process."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("SQUALL_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def topology_file(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    path = tmp_path / f"{NAME}.py"
+    path.write_text(TOPOLOGY_FILE.format(marks=str(marks)))
+    return path
+
+
+class Run:
+    """A ``squall run`` in the background; its stdout and stderr go to files."""
+
+    def __init__(self, tmp_path, args: list[str]) -> None:
+        index = len(list(tmp_path.glob("run-*.err")))
+        self.err_path = tmp_path / f"run-{index}.err"
+        with open(tmp_path / f"run-{index}.out", "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "squall", "run", *args], stdout=out, stderr=err,
+                                         cwd=tmp_path, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_running(self) -> None:
+        """Until the topology is submitted (its 'running' line is out)."""
+        wait_until(lambda: "running, workers" in self.stderr() or self.proc.poll() is not None, timeout=30,
+                   message="squall run started")
+        assert self.proc.poll() is None, self.stderr()
+
+
+@pytest.fixture
+def start(tmp_path, home, topology_file):
+    """``start(*args)`` starts ``squall run <topology file> *args``; every run still going at
+    the end of the test is killed by its pid."""
+    runs: list[Run] = []
+
+    def start_run(*args: str, file=topology_file) -> Run:
+        run = Run(tmp_path, [str(file), *args])
+        runs.append(run)
+        return run
+
+    yield start_run
+    for run in runs:
+        if run.proc.poll() is None:
+            run.proc.kill()
+        run.proc.wait()
+
+
+def squall(*args: str, cwd, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "squall", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, check=False)
+
+
+def list_rows(cwd) -> dict[str, dict[str, str]]:
+    """``squall list`` as {name: {column: value}}."""
+    proc = squall("list", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = lines[0].split()
+    assert header == ["name", "status", "mode", "uptime", "pid"], proc.stdout
+    rows = {}
+    for line in lines[1:]:
+        # the uptime may hold spaces ("1m 5s"); the modes of these tests hold none
+        name, status, mode, *uptime, pid = line.split()
+        rows[name] = {"status": status, "mode": mode, "uptime": " ".join(uptime), "pid": pid}
+    return rows
+
+
+def list_output(cwd) -> str:
+    proc = squall("list", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def info(name: str = NAME) -> dict:
+    return control.request(name, {"op": "info"})["info"]
+
+
+def spout_emitted() -> int:
+    return info()["components"]["numbers"]["emitted"]
+
+
+def settled(read, what: str) -> int:
+    """``read()`` once two readings 0.2 s apart agree."""
+    readings = [read()]
+
+    def agrees() -> bool:
+        readings.append(read())
+        return readings[-1] == readings[-2]
+
+    wait_until(agrees, timeout=5, interval=0.2, message=f"{what} settled")
+    return readings[-1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def entry_path(home, name: str = NAME):
+    return home / "run" / f"{name}.json"
+
+
+# -- tests -------------------------------------------------------------------------------------------
+
+
+def test_list_shows_the_running_topology(start, home, tmp_path):
+    run = start("--in-process")
+    run.wait_running()
+    rows = list_rows(tmp_path)
+    assert set(rows) == {NAME}
+    assert rows[NAME]["status"] == "ACTIVE"
+    assert rows[NAME]["mode"] == "in-process"
+    assert rows[NAME]["pid"] == str(run.pid)
+    assert re.fullmatch(r"(\d+m )?\d+s", rows[NAME]["uptime"]), rows
+    entry = json.loads(entry_path(home).read_text())
+    assert entry["name"] == NAME and entry["pid"] == run.pid and entry["mode"] == "in-process"
+    assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", entry["address"])  # loopback only
+    assert abs(entry["started"] - time.time()) < 60
+
+
+def test_deactivate_stops_the_spouts_and_activate_resumes_them(start, tmp_path):
+    run = start("--in-process")
+    run.wait_running()
+    wait_until(lambda: spout_emitted() > 0, timeout=5, message="the spout emitting")
+
+    proc = squall("deactivate", NAME, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert info()["status"] == "INACTIVE"
+    assert list_rows(tmp_path)[NAME]["status"] == "INACTIVE"
+    emitted = settled(spout_emitted, "the spout's emitted count")
+    stays(lambda: spout_emitted() == emitted, secs=1.0, what="no emits while inactive")
+
+    proc = squall("activate", NAME, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert info()["status"] == "ACTIVE"
+    assert list_rows(tmp_path)[NAME]["status"] == "ACTIVE"
+    wait_until(lambda: spout_emitted() > emitted, timeout=5, message="the spout emitting again")
+
+
+def test_kill_with_no_wait_returns_once_squall_run_has_printed_its_summary_and_exited(start, home, tmp_path):
+    # as processes: the worker processes must go too
+    run = start("-c", "supervisor.slots.ports=[]")
+    run.wait_running()
+    workers = [int(p) for p in re.findall(r"\(pid (\d+)\)", run.stderr())]
+    assert workers and run.pid not in workers
+
+    proc = squall("kill", NAME, "-w", "0", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"killed topology {NAME!r}" in proc.stderr
+    # the reply came after the summary and after the entry was removed
+    assert not entry_path(home).exists()
+    text = run.stderr()
+    assert "killed by squall kill" in text and f"stopping {NAME!r}" in text, text
+    assert re.search(r"^numbers\s+spout\s+1\s", text, re.MULTILINE), text
+    assert run.proc.wait(timeout=10) == 0, run.stderr()
+    assert "Traceback" not in run.stderr()
+    assert [pid for pid in workers if alive(pid)] == []
+    assert list_output(tmp_path) == "no topologies running"
+
+
+def test_kill_waits_the_message_timeout_with_the_spouts_deactivated(start, tmp_path):
+    run = start("--in-process", "-c", "topology.message.timeout.secs=4")
+    run.wait_running()
+    wait_until(lambda: spout_emitted() > 0, timeout=5, message="the spout emitting")
+    started = time.monotonic()
+    killer = subprocess.Popen([sys.executable, "-m", "squall", "kill", NAME], stderr=subprocess.PIPE, text=True,
+                              cwd=tmp_path)
+    try:
+        # Storm's status while a kill waits
+        wait_until(lambda: info()["status"] == "KILLED", timeout=5, message="status KILLED")
+        assert list_rows(tmp_path)[NAME]["status"] == "KILLED"
+        refused = squall("activate", NAME, cwd=tmp_path)
+        assert refused.returncode == 2 and "being killed" in refused.stderr, refused.stderr
+        emitted = settled(spout_emitted, "the spout's emitted count")
+        stays(lambda: spout_emitted() == emitted, secs=0.3, what="no emits while being killed")
+        _, err = killer.communicate(timeout=30)
+    finally:
+        if killer.poll() is None:
+            killer.kill()
+        killer.wait()
+    assert killer.returncode == 0, err
+    assert time.monotonic() - started >= 4.0
+    assert run.proc.wait(timeout=10) == 0
+    assert "waiting 4s for pending tuples" in run.stderr()
+
+
+def test_a_second_run_of_a_running_name_fails_before_submitting(start, home, tmp_path):
+    first = start("--in-process")
+    first.wait_running()
+    second = squall("run", str(tmp_path / f"{NAME}.py"), "--in-process", cwd=tmp_path)
+    assert second.returncode == 2
+    assert f"topology {NAME!r} is already running on this machine (pid {first.pid})" in second.stderr, \
+        second.stderr
+    assert os.listdir(tmp_path / "marks") == [f"opened-{first.pid}"]  # its spout never opened
+    assert json.loads(entry_path(home).read_text())["pid"] == first.pid
+    assert first.proc.poll() is None
+    assert list_rows(tmp_path)[NAME]["status"] == "ACTIVE"
+
+
+def test_unknown_names_are_errors(home, tmp_path):
+    assert list_output(tmp_path) == "no topologies running"
+    message = "no topology named 'nope' is running on this machine (squall list shows those that are)"
+    for args in (["kill", "nope"], ["kill", "nope", "-w", "0"], ["activate", "nope"], ["deactivate", "nope"]):
+        proc = squall(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+        assert "killing" not in proc.stderr
+
+
+def test_an_entry_whose_process_is_gone_is_ignored_and_removed(start, home, tmp_path):
+    def write_stale() -> None:
+        entry_path(home).parent.mkdir(parents=True, exist_ok=True)
+        entry_path(home).write_text(json.dumps({"name": NAME, "pid": dead_pid(), "address": "tcp://127.0.0.1:9",
+                                                "mode": "in-process", "started": time.time() - 100}))
+
+    write_stale()
+    assert list_output(tmp_path) == "no topologies running"
+    assert not entry_path(home).exists()
+
+    write_stale()
+    proc = squall("kill", NAME, "-w", "0", cwd=tmp_path)
+    assert proc.returncode == 2 and f"no topology named {NAME!r}" in proc.stderr, proc.stderr
+    assert not entry_path(home).exists()
+
+    # a new run takes the name over, and leaves no entry behind when its --duration is up
+    write_stale()
+    run = start("--in-process", "--duration", "0.5")
+    assert run.proc.wait(timeout=30) == 0, run.stderr()
+    assert not entry_path(home).exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_entry_is_removed_when_squall_run_is_stopped_by_a_signal(start, home, signum):
+    run = start("--in-process")
+    run.wait_running()
+    assert entry_path(home).exists()
+    os.kill(run.pid, signum)
+    assert run.proc.wait(timeout=20) == 0, run.stderr()
+    assert f"stopping {NAME!r}" in run.stderr()
+    assert not entry_path(home).exists()
+
+
+def test_the_entry_is_removed_when_the_topology_fails_to_start(start, home, tmp_path):
+    path = tmp_path / "failing.py"
+    path.write_text(FAILING_FILE)
+    run = start("--in-process", "--name", NAME, file=path)
+    assert run.proc.wait(timeout=30) != 0
+    assert "no database" in run.stderr()
+    assert not entry_path(home).exists()

