@@ -207,6 +207,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except (JavaNotFoundError, SparkSetupError) as e:
         raise UsageError(str(e)) from None
     with cluster:
+        for path in args.py_files.split(",") if args.py_files else []:
+            if not os.path.exists(path):
+                raise UsageError(f"--py-files: no such file: {path}")
+            cluster.spark.sparkContext.addPyFile(path)
         return serve_topology(cluster, name, topology, config, args.duration, f"as Spark tasks ({cluster.master})",
                               mode=f"spark {cluster.master}")
 
@@ -304,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--master", help="Spark master URL (default: local[*], Spark embedded in this process)")
     submit.add_argument("--name", help="topology name (default: the file's name)")
     submit.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    submit.add_argument("--py-files", metavar="FILES",
+                        help="comma-separated .py/.zip/.egg files the executors' Python needs (as spark-submit's)")
     submit.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="spark.KEY=VALUE",
                         help="a Spark setting")
     submit.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",

@@ -56,8 +56,13 @@ def start_session(master: str, spark_conf: dict[str, str]) -> Any:
     conf.update(spark_conf)
     if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
         raise SparkSetupError(_DYNAMIC_ALLOCATION)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    active = SparkContext._active_spark_context
+    if active is not None:  # getOrCreate would hand it back, whatever its master and settings
+        raise SparkSetupError(f"a SparkContext ({active.master}) already runs in this process: pass its "
+                              "session as SparkCluster(spark=...), or stop it first")
     builder = SparkSession.builder.master(master).appName(conf.pop("spark.app.name", "squall"))
     for key, value in conf.items():
         builder = builder.config(key, str(value))
