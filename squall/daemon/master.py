@@ -60,9 +60,10 @@ class WorkerSlot:
         self.restarts = 0
         self.reset()
 
-    def reset(self) -> None:
-        """Forget the previous process (a new one is being launched)."""
-        self.pid: int | None = None
+    def reset(self, pid: int | None = None) -> None:
+        """Forget the previous process: a new one is being launched (``pid``, if known yet;
+        set in the same step, so that nobody sees a slot without a pid after its launch)."""
+        self.pid: int | None = pid
         self.host = ""
         self.port = 0
         self.bp_port = 0
@@ -156,7 +157,8 @@ class TopologyMaster(ABC):
 
     @abstractmethod
     def _launch(self, slots: list[WorkerSlot]) -> None:
-        """Start a worker process for each of ``slots`` (already reset), each calling
+        """Start a worker process for each of ``slots``, resetting each
+        (:meth:`WorkerSlot.reset`) as its process starts, each calling
         :func:`squall.daemon.worker_process.run` with this master's address, its index and
         :attr:`generation`. Must not block until they are up."""
 

@@ -80,7 +80,7 @@ class ProcessSupervisor(TopologyMaster):
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             )
             self._procs[slot.index] = proc
-            slot.pid = proc.pid
+            slot.reset(proc.pid)
             threading.Thread(target=_relay_output, args=(proc.stdout, self._log_path(slot)),
                              name=f"worker-{slot.index}-output", daemon=True).start()
 
@@ -129,5 +129,4 @@ class ProcessSupervisor(TopologyMaster):
             self.report(slot, f"worker {slot.index} (pid {pid}, port {slot.port}) died with exit code {code}; "
                               "restarting it with the same assignment")
         slot.restarts += 1
-        slot.reset()
         self._launch([slot])

@@ -110,6 +110,8 @@ class SparkTopologyMaster(TopologyMaster):
     def _launch(self, slots: list[WorkerSlot]) -> None:
         generation, count = self.generation, len(self.slots)
         self._job_ended = None
+        for slot in slots:
+            slot.reset()  # pids come with the workers' hello
 
         def job() -> None:
             self._sc.setJobGroup(self.job_group, f"squall topology {self.name}", interruptOnCancel=True)
@@ -145,7 +147,6 @@ class SparkTopologyMaster(TopologyMaster):
                 self.generation += 1
                 for slot in self.slots:
                     slot.restarts += 1
-                    slot.reset()
                 self._launch(self.slots)
             return
         cause = None
