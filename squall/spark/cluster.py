@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import site
 import sys
 import sysconfig
@@ -168,4 +169,11 @@ class SparkCluster(Nimbus):
         """Kill every topology at once (no wait); stop the SparkSession if this cluster started it."""
         super().shutdown()
         if self._owns_session:
+            master, app_id = self._sc.master, self._sc.applicationId
             self.spark.stop()
+            if master.startswith("local-cluster["):
+                # its executors' work directory is in SPARK_HOME (the pyspark package) whatever
+                # the settings: do not leave one behind per run
+                import pyspark
+
+                shutil.rmtree(os.path.join(os.path.dirname(pyspark.__file__), "work", app_id), ignore_errors=True)
