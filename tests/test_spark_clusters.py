@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("pyspark")
+pyspark = pytest.importorskip("pyspark")
 
 from spark_standalone import descendants, is_loopback, listening_addresses, spark_standalone  # noqa: E402, F401
 from squall import TopologySetupError  # noqa: E402
@@ -35,7 +35,9 @@ def check_wordcount(cluster: SparkCluster, tmp_path) -> None:
 @pytest.fixture(scope="class")
 def on_local_cluster():
     with SparkCluster("local-cluster[2,1,1024]", spark_conf={"spark.ui.enabled": "false"}) as cluster:
+        work = os.path.join(os.path.dirname(pyspark.__file__), "work", cluster.spark.sparkContext.applicationId)
         yield cluster
+    assert not os.path.exists(work), "the executors' work directory was left in SPARK_HOME"
 
 
 @pytest.fixture(scope="class")
