@@ -50,8 +50,7 @@ cloudpickle.register_pickle_by_value(wordcount)
 def startup(master: str) -> tuple[SparkCluster, dict[str, float]]:
     """A new SparkCluster, and how long until a word count's first tuple is acked."""
     t0 = time.perf_counter()
-    cluster = SparkCluster(master, spark_conf={"spark.ui.showConsoleProgress": "false",
-                                               "spark.sql.shuffle.partitions": "2"})
+    cluster = SparkCluster(master, spark_conf={"spark.sql.shuffle.partitions": "2"})  # for Structured Streaming
     t1 = time.perf_counter()
     builder = TopologyBuilder()
     builder.set_spout("sentences", wordcount.ListSpout(wordcount.make_sentences(100_000), reliable=True), 2)

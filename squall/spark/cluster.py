@@ -33,6 +33,8 @@ _LOCAL_MASTER = re.compile(r"local(\[.*\])?$|local-cluster\[.*\]$")
 _SESSION_DEFAULTS = {
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "20",
+    # a topology's stage runs until it is killed: a progress bar would never move
+    "spark.ui.showConsoleProgress": "false",
 }
 # ... and, when the cluster is this machine, everything listens on the loopback interface.
 _LOCAL_DEFAULTS = {
