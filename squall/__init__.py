@@ -1,7 +1,8 @@
 """Squall: Apache Storm's real-time computation model in Python.
 
-Write spouts and bolts, join them with stream groupings into a topology, and run it with
-Storm's guarantees (acking, timeouts, replay) on this machine.
+Write spouts and bolts, join them with stream groupings into a topology — with a
+``TopologyBuilder`` or declared as a ``Topology`` subclass — and run it with Storm's guarantees
+(acking, timeouts, replay) on this machine or on a Spark cluster.
 """
 
 from squall.bolt import BasicBolt, Bolt
@@ -9,6 +10,7 @@ from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputC
 from squall.component import OutputFieldsDeclarer
 from squall.config import Config
 from squall.context import TopologyContext
+from squall.dsl import Grouping, Topology
 from squall.errors import (
     AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SerializationError,
     TopologySetupError,
@@ -16,15 +18,15 @@ from squall.errors import (
 from squall.grouping import CustomStreamGrouping, GlobalStreamId
 from squall.local_cluster import LocalCluster
 from squall.spout import Spout
-from squall.topology import Topology, TopologyBuilder
+from squall.topology import StormTopology, TopologyBuilder
 from squall.tuple import Fields, Tuple, Values
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyAliveError", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "CustomStreamGrouping",
-    "EmitError", "FailedException", "Fields", "GlobalStreamId", "InvalidTopologyError", "LocalCluster",
+    "EmitError", "FailedException", "Fields", "GlobalStreamId", "Grouping", "InvalidTopologyError", "LocalCluster",
     "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SerializationError", "Spout",
-    "SpoutOutputCollector", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError", "Tuple",
-    "Values", "__version__",
+    "SpoutOutputCollector", "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError",
+    "Tuple", "Values", "__version__",
 ]

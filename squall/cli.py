@@ -19,21 +19,30 @@ import squall
 from squall import control
 from squall.config import Config, merged_config
 from squall.control import ControlError, ControlServer
+from squall.dsl import Topology, as_storm_topology
 from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
 from squall.scheduler import assign
-from squall.topology import Topology
+from squall.streamparse.project import find_project, project_config
+from squall.topology import StormTopology
 
 
 class UsageError(Exception):
     pass
 
 
-def load_topology_file(path: str) -> tuple[Topology, dict[str, Any]]:
-    """Run ``path`` and return its module-level ``topology`` and ``config`` (optional)."""
+def load_topology_file(path: str) -> tuple[StormTopology, dict[str, Any]]:
+    """Run ``path`` and return its topology and config: a module-level ``topology``
+    (``TopologyBuilder(...).create_topology()``) and optional ``config``, or, without a
+    ``topology``, the one declarative topology class the file defines
+    (:func:`declared_topologies`), its ``create_topology()`` and its ``config`` (a module-level
+    ``config`` merged over it)."""
     if not os.path.isfile(path):
         raise UsageError(f"no such file: {path}")
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    project = find_project(path)
+    if project is not None:
+        sys.path.insert(0, os.path.join(project, "src"))  # where its components are, as sparse run has it
     name = "squall_topology_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -43,16 +52,53 @@ def load_topology_file(path: str) -> tuple[Topology, dict[str, Any]]:
     cloudpickle.register_pickle_by_value(module)
     spec.loader.exec_module(module)
     namespace = vars(module)
-    topology = namespace.get("topology")
-    if not isinstance(topology, Topology):
-        raise UsageError(
-            f"{path} must define a module-level 'topology' = TopologyBuilder(...).create_topology() "
-            f"(found {type(topology).__name__})"
-        )
     config = namespace.get("config") or {}
     if not isinstance(config, dict):
         raise UsageError(f"{path}: 'config' must be a dict or squall.Config, got {type(config).__name__}")
+    topology = namespace.get("topology")
+    if topology is None:
+        declared = declared_topologies(namespace)
+        if len(declared) != 1:
+            found = (f"it defines {len(declared)}: {', '.join(declared)}; pick one with topology = "
+                     f"{next(iter(declared))}.create_topology()" if declared else "it defines none")
+            raise UsageError(
+                f"{path} must define a module-level 'topology' = TopologyBuilder(...).create_topology() or "
+                f"exactly one squall.Topology subclass ({found})"
+            )
+        [topology] = declared.values()
+    if _is_streamparse(topology):
+        from squall.streamparse.topology import from_streamparse
+
+        topology, declared_config = from_streamparse(topology, project_config(project))
+        config = {**declared_config, **config}
+    else:
+        topology, config = as_storm_topology(topology, config)
+    if not isinstance(topology, StormTopology):
+        raise UsageError(
+            f"{path}: 'topology' must be TopologyBuilder(...).create_topology() or a squall.Topology subclass "
+            f"(found {type(topology).__name__})"
+        )
     return topology, dict(config)
+
+
+def declared_topologies(namespace: dict[str, Any]) -> dict[str, type]:
+    """The declarative topologies among a topology file's globals, by name: its
+    :class:`squall.Topology` and ``streamparse.Topology`` subclasses (defined there or
+    imported)."""
+    return {name: value for name, value in namespace.items()
+            if isinstance(value, type) and (issubclass(value, Topology) and value is not Topology
+                                             or _is_streamparse(value))}
+
+
+def _is_streamparse(value: Any) -> bool:
+    """A streamparse topology class (only if the file imported streamparse at all)."""
+    if "streamparse" not in sys.modules:
+        return False
+    from squall.streamparse.topology import is_streamparse_topology
+
+    return is_streamparse_topology(value)
+
+
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -100,7 +146,7 @@ def format_summary(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def serve_topology(cluster: Any, name: str, topology: Topology, config: dict[str, Any],
+def serve_topology(cluster: Any, name: str, topology: StormTopology, config: dict[str, Any],
                    duration: float | None, where: str, mode: str | None = None) -> int:
     """Submit ``topology`` to ``cluster`` and keep it running, with a live status line, until
     Ctrl-C, SIGTERM, ``duration`` or ``squall kill`` from another terminal; then kill it and
@@ -176,7 +222,7 @@ def _wait_killed(cluster: Any, name: str, wait_secs: float, stop: dict[str, bool
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
-def _file_topology(args: argparse.Namespace) -> tuple[str, Topology, dict[str, Any]]:
+def _file_topology(args: argparse.Namespace) -> tuple[str, StormTopology, dict[str, Any]]:
     topology, config = load_topology_file(args.file)
     config.update(parse_overrides(args.conf))
     return args.name or os.path.splitext(os.path.basename(args.file))[0], topology, config
@@ -289,12 +335,16 @@ def _seconds(text: str) -> float:
     return secs
 
 
+FILE_HELP = ("a Python file defining a module-level 'topology' (and optional 'config'), or one squall.Topology "
+             "subclass")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squall", description="Storm topologies in Python.")
     parser.add_argument("--version", action="version", version=f"squall {squall.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a topology on this machine")
-    run.add_argument("file", help="a Python file defining a module-level 'topology' (and optional 'config')")
+    run.add_argument("file", help=FILE_HELP)
     run.add_argument("--name", help="topology name (default: the file's name)")
     run.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     run.add_argument("--in-process", action="store_true",
@@ -304,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a config key (value read as JSON if it parses)")
     run.set_defaults(func=cmd_run)
     submit = sub.add_parser("submit", help="run a topology on Spark (the driver is this process)")
-    submit.add_argument("file", help="a Python file defining a module-level 'topology' (and optional 'config')")
+    submit.add_argument("file", help=FILE_HELP)
     submit.add_argument("--master", help="Spark master URL (default: local[*], Spark embedded in this process)")
     submit.add_argument("--name", help="topology name (default: the file's name)")
     submit.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
@@ -316,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a topology config key (value read as JSON if it parses)")
     submit.set_defaults(func=cmd_submit)
     plan = sub.add_parser("plan", help="print the workers, executors and tasks a topology gets")
-    plan.add_argument("file")
+    plan.add_argument("file", help=FILE_HELP)
     plan.set_defaults(name=None)
     plan.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE")
     plan.set_defaults(func=cmd_plan)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from squall.tuple import Fields
+
+if TYPE_CHECKING:
+    from squall.dsl import Grouping, Spec, StreamRef
 
 
 def check_id(what: str, value: Any) -> None:
@@ -41,6 +46,18 @@ class OutputFieldsDeclarer:
             raise InvalidTopologyError(f"{where}, stream {stream_id!r}: {e}") from None
 
 
+class _ClassOrInstanceMethod:
+    """A method bound to the instance when called on one, else to the class: ``Split.spec()``
+    and ``Split(3).spec()`` both work."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.__func__ = func
+        self.__doc__ = func.__doc__
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Callable[..., Any]:
+        return types.MethodType(self.__func__, objtype if obj is None else obj)
+
+
 class Component:
     """Base of spouts and bolts.
 
@@ -65,3 +82,38 @@ class Component:
         """Configuration for this component only, merged over the topology's. Called at
         ``create_topology``."""
         return None
+
+    @_ClassOrInstanceMethod
+    def spec(
+        component: type[Component] | Component,
+        name: str | None = None,
+        inputs: Spec | StreamRef | list[Spec | StreamRef] | dict[Spec | StreamRef, Grouping] | None = None,
+        par: int = 1,
+        config: dict[str, Any] | None = None,
+        num_tasks: int | None = None,
+    ) -> Spec:
+        """This component as a class attribute of a declarative :class:`squall.Topology`.
+
+        Called on the class (``Split.spec(...)``), each ``create_topology`` builds the component
+        with ``Split()``; called on an instance (``Split(3).spec(...)``), that instance is the
+        component, as the one given to ``TopologyBuilder.set_bolt``: what its constructor
+        stored travels to every task.
+
+        * ``name``: the component id; default: the attribute name.
+        * ``inputs`` (bolts only; a spout takes none): the streams the bolt subscribes to.
+          A spec, ``spec["stream"]`` or ``(spec, "stream")``, or a list of them: shuffle grouping
+          (the ``default`` stream for a bare spec); or a dict mapping them to a
+          :class:`squall.Grouping`.
+        * ``par``: the parallelism hint (executors); ``num_tasks``: the number of tasks
+          (Storm's ``setNumTasks``; default: ``par``).
+        * ``config``: configuration for this component only, merged over what
+          :meth:`get_component_configuration` returns (Storm's ``addConfigurations``).
+
+        Nothing is checked here: the :class:`squall.Topology` subclass checks its specs when
+        it is created (and :meth:`~squall.Topology.create_topology` the streams and fields), with
+        errors naming the topology and the attribute.
+        """
+        # imported here: squall.dsl imports the spout and bolt modules
+        from squall.dsl import Spec
+
+        return Spec(component, name=name, inputs=inputs, par=par, config=config, num_tasks=num_tasks)

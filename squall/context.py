@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from squall.scheduler import Assignment
-from squall.topology import Topology
+from squall.topology import StormTopology
 from squall.tuple import Fields
 
 
 class TopologyContext:
     """Handed to ``open``/``prepare``; read-only."""
 
-    def __init__(self, topology: Topology, assignment: Assignment, task_id: int, worker_index: int,
+    def __init__(self, topology: StormTopology, assignment: Assignment, task_id: int, worker_index: int,
                  topology_name: str = "") -> None:
         self._topology = topology
         self._assignment = assignment

@@ -12,7 +12,7 @@ from squall.daemon.worker import Worker
 from squall.errors import TopologySetupError
 from squall.messaging.local import LocalTransport
 from squall.scheduler import Assignment
-from squall.topology import Topology
+from squall.topology import StormTopology
 
 # How long submit_topology waits for every open/prepare to return (in-process workers).
 _SETUP_TIMEOUT_SECS = 60.0
@@ -23,7 +23,7 @@ class _InProcessRunner:
 
     failure = None  # threads do not die on their own: nothing to give up on
 
-    def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+    def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState) -> None:
         transport = LocalTransport()
         self.workers = [Worker(name, topology, conf, assignment, w.index, transport, state)
@@ -77,7 +77,7 @@ class LocalCluster(Nimbus):
         super().__init__()
         self.processes = processes
 
-    def _make_runner(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+    def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                      state: TopologyState) -> _InProcessRunner | ProcessSupervisor:
         if self.processes:
             return ProcessSupervisor(name, topology, conf, assignment, state)

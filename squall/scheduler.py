@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from squall.acker import ACKER_COMPONENT
-from squall.topology import Topology
+from squall.topology import StormTopology
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
     return out
 
 
-def assign(topology: Topology, conf: dict[str, Any]) -> Assignment:
+def assign(topology: StormTopology, conf: dict[str, Any]) -> Assignment:
     num_workers = conf["topology.workers"]
     num_ackers = conf["topology.acker.executors"]
     if num_ackers is None:

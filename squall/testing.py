@@ -23,10 +23,11 @@ from typing import Any
 import cloudpickle
 
 from squall.cluster_state import TopologyState, Tracker
+from squall.dsl import Topology, as_storm_topology
 from squall.errors import InvalidTopologyError
 from squall.local_cluster import LocalCluster
 from squall.spout import Spout
-from squall.topology import ComponentSpec, Topology
+from squall.topology import ComponentSpec, StormTopology
 from squall.tuple import Fields
 from squall.utils.time import advance_time, simulated_time
 
@@ -94,12 +95,15 @@ def _mock_spec(spec: ComponentSpec, data: Any) -> ComponentSpec:
 
 
 def complete_topology(
-    topology: Topology,
+    topology: StormTopology | type[Topology],
     mocked_sources: dict[str, Any] | None = None,
     conf: dict[str, Any] | None = None,
     timeout_secs: float = 30,
 ) -> dict[str, dict[str, list[list[Any]]]]:
     """Run ``topology`` until every spout is exhausted and every tuple is processed.
+
+    ``topology`` is a :class:`StormTopology` or a :class:`~squall.Topology` subclass (run with
+    ``conf`` merged over its ``config``, as ``submit_topology`` runs it).
 
     ``mocked_sources`` replaces spouts by fixed data: ``{"spout": [[v, ...], ...]}`` for
     the default stream or ``{"spout": {"stream": [[...], ...]}}``. Unmocked spouts must
@@ -107,6 +111,7 @@ def complete_topology(
     with every tuple each component emitted, in emission order per emitting task.
     Raises ``TimeoutError`` (saying what is still running) after ``timeout_secs``.
     """
+    topology, conf = as_storm_topology(topology, conf)
     mocked_sources = mocked_sources or {}
     components = dict(topology.components)
     for spout_id, data in mocked_sources.items():
@@ -132,7 +137,7 @@ def complete_topology(
     tracker = Tracker()
     name = f"complete-topology-{uuid.uuid4().hex[:8]}"
     with LocalCluster() as cluster:
-        cluster._submit(name, conf, Topology(types.MappingProxyType(components)), TopologyState(tracker, capture))
+        cluster._submit(name, conf, StormTopology(types.MappingProxyType(components)), TopologyState(tracker, capture))
         spouts = [e for w in cluster._get(name).workers for e in w.executors if e.kind == "spout"]
         deadline = time.monotonic() + timeout_secs
         while not (all(e.exhausted for e in spouts) and tracker.in_flight == 0):

@@ -1,4 +1,4 @@
-"""Building topologies: ``TopologyBuilder``, its declarers and the immutable ``Topology``."""
+"""Building topologies: ``TopologyBuilder``, its declarers and the immutable ``StormTopology``."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class ComponentSpec:
 
 
 @dataclass(frozen=True)
-class Topology:
+class StormTopology:
     """An immutable, validated topology; made by :meth:`TopologyBuilder.create_topology`."""
 
     components: types.MappingProxyType  # id -> ComponentSpec, in declaration order
@@ -155,7 +155,7 @@ class _Entry:
 
 
 class TopologyBuilder:
-    """Assembles spouts and bolts into a :class:`Topology` (Storm's ``TopologyBuilder``)."""
+    """Assembles spouts and bolts into a :class:`StormTopology` (Storm's ``TopologyBuilder``)."""
 
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
@@ -191,7 +191,7 @@ class TopologyBuilder:
         self._entries[component_id] = _Entry(obj, kind, parallelism)
         self._confs[component_id] = {}
 
-    def create_topology(self) -> Topology:
+    def create_topology(self) -> StormTopology:
         """Validate and freeze the topology; components are serialized now.
 
         Raises :class:`InvalidTopologyError` naming the component, stream or field at fault.
@@ -201,8 +201,8 @@ class TopologyBuilder:
         outputs = {cid: self._declared_outputs(cid, e.obj) for cid, e in self._entries.items()}
         specs = {}
         for cid, entry in self._entries.items():
-            parallelism = _count(f"component {cid!r}: parallelism", entry.parallelism)
-            num_tasks = _count(f"component {cid!r}: number of tasks", self._num_tasks.get(cid, parallelism))
+            parallelism = check_count(f"component {cid!r}: parallelism", entry.parallelism)
+            num_tasks = check_count(f"component {cid!r}: number of tasks", self._num_tasks.get(cid, parallelism))
             inputs = self._inputs.get(cid, {})
             for (source, stream), grouping in inputs.items():
                 _check_subscription(cid, source, stream, grouping, outputs)
@@ -227,7 +227,7 @@ class TopologyBuilder:
                 inputs=types.MappingProxyType(dict(inputs)),
                 outputs=types.MappingProxyType(outputs[cid]),
             )
-        return Topology(types.MappingProxyType(specs))
+        return StormTopology(types.MappingProxyType(specs))
 
     @staticmethod
     def _declared_outputs(cid: str, obj: Component) -> dict[str, StreamSpec]:
@@ -241,7 +241,9 @@ class TopologyBuilder:
         return {s: StreamSpec(f, d) for s, (f, d) in declarer.streams.items()}
 
 
-def _count(what: str, value: Any) -> int:
+def check_count(what: str, value: Any) -> int:
+    """``value`` if it is an integer >= 1 (a parallelism or a number of tasks), else
+    :class:`InvalidTopologyError` saying ``what``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidTopologyError(f"{what} must be an integer >= 1, got {value!r}")
     return value

@@ -38,7 +38,7 @@ from squall.cluster_state import TopologyState
 from squall.errors import TopologySetupError
 from squall.messaging.zmq_transport import LOOPBACK
 from squall.scheduler import Assignment
-from squall.topology import Topology
+from squall.topology import StormTopology
 
 log = logging.getLogger("squall.master")
 
@@ -89,7 +89,7 @@ class TopologyMaster(ABC):
     #: the master sends every worker the others' addresses (False: the workers exchange them)
     peers_from_master = True
 
-    def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+    def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState, host: str = LOOPBACK, bind_host: str | None = None) -> None:
         """Listens on ``bind_host`` (default ``host``); workers connect to ``host``."""
         self.name = name

@@ -20,10 +20,11 @@ from typing import Any, Self
 
 from squall.cluster_state import TopologyState
 from squall.config import merged_config
+from squall.dsl import Topology, as_storm_topology
 from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from squall.metrics import component_summary
 from squall.scheduler import Assignment, assign
-from squall.topology import Topology
+from squall.topology import StormTopology
 from squall.utils import time as clock
 
 ACTIVE, INACTIVE, KILLED, FAILED = "ACTIVE", "INACTIVE", "KILLED", "FAILED"
@@ -32,7 +33,7 @@ ACTIVE, INACTIVE, KILLED, FAILED = "ACTIVE", "INACTIVE", "KILLED", "FAILED"
 @dataclass
 class _Running:
     name: str
-    topology: Topology
+    topology: StormTopology
     conf: dict[str, Any]
     state: TopologyState
     runner: Any
@@ -55,7 +56,7 @@ class Nimbus(ABC):
         self._lock = threading.Lock()
 
     @abstractmethod
-    def _make_runner(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+    def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                      state: TopologyState) -> Any:
         """The runner that will own this topology's workers (not started yet)."""
 
@@ -71,21 +72,29 @@ class Nimbus(ABC):
 
     # -- submission -----------------------------------------------------------------
 
-    def submit_topology(self, name: str, conf: dict[str, Any] | None, topology: Topology) -> None:
+    def submit_topology(
+        self, name: str, conf: dict[str, Any] | None, topology: StormTopology | type[Topology]
+    ) -> None:
         """Start ``topology`` under ``name``; returns once every open/prepare has run.
+
+        ``topology`` is a :class:`StormTopology` (``TopologyBuilder.create_topology()``) or a
+        :class:`~squall.Topology` subclass, whose ``create_topology()`` runs with ``conf``
+        merged over its ``config``.
 
         Raises ``AlreadyAliveError`` if the name is taken, ``ValueError`` naming a bad
         config key, and :class:`TopologySetupError` if an open/prepare raised.
         """
         self._submit(name, conf, topology, TopologyState())
 
-    def _submit(self, name: str, conf: dict[str, Any] | None, topology: Topology, state: TopologyState) -> None:
+    def _submit(self, name: str, conf: dict[str, Any] | None, topology: StormTopology | type[Topology],
+                state: TopologyState) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"topology name must be a non-empty string, got {name!r}")
-        if not isinstance(topology, Topology):
+        topology, conf = as_storm_topology(topology, conf)
+        if not isinstance(topology, StormTopology):
             raise InvalidTopologyError(
-                f"topology {name!r}: expected the result of TopologyBuilder.create_topology(), "
-                f"got {type(topology).__name__}"
+                f"topology {name!r}: expected a StormTopology (TopologyBuilder.create_topology()) or a "
+                f"squall.Topology subclass, got {type(topology).__name__}"
             )
         merged = merged_config(conf)
         for spec in topology.components.values():

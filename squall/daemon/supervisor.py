@@ -27,7 +27,7 @@ from typing import Any
 from squall.cluster_state import TopologyState
 from squall.daemon.master import TopologyMaster, WorkerSlot
 from squall.scheduler import Assignment
-from squall.topology import Topology
+from squall.topology import StormTopology
 
 log = logging.getLogger("squall.supervisor")
 
@@ -57,7 +57,7 @@ def _log_tail(path: str, lines: int = 30) -> str:
 
 
 class ProcessSupervisor(TopologyMaster):
-    def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+    def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState) -> None:
         super().__init__(name, topology, conf, assignment, state)
         self.log_dir = tempfile.mkdtemp(prefix=f"squall-{name}-")

@@ -28,7 +28,7 @@ from squall.executor import AckerExecutor, BoltExecutor, Control, Executor, Spou
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
 from squall.serialization import Packed, Serializer
-from squall.topology import Topology
+from squall.topology import StormTopology
 from squall.tuple import StreamSource, Tuple
 from squall.utils.batch_queue import BatchQueue
 from squall.utils.time import Timer
@@ -42,7 +42,7 @@ class Worker:
     def __init__(
         self,
         topology_name: str,
-        topology: Topology,
+        topology: StormTopology,
         conf: dict[str, Any],
         assignment: Assignment,
         index: int,

@@ -24,7 +24,7 @@ from squall.daemon.nimbus import Nimbus
 from squall.scheduler import Assignment
 from squall.spark.java import ensure_java
 from squall.spark.master import SparkTopologyMaster
-from squall.topology import Topology
+from squall.topology import StormTopology
 
 DEFAULT_MASTER = "local[*]"
 _LOCAL_MASTER = re.compile(r"local(\[.*\])?$|local-cluster\[.*\]$")
@@ -160,7 +160,7 @@ class SparkCluster(Nimbus):
     def _configure(self, conf: dict[str, Any]) -> dict[str, Any]:
         return {**conf, "supervisor.slots.ports": []}  # executors are shared: ephemeral ports
 
-    def _make_runner(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+    def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                      state: TopologyState) -> SparkTopologyMaster:
         self._ship_code()
         held = {n: len(r.runner.slots) for n, r in self._topologies.items() if r.runner.failure is None}

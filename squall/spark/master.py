@@ -33,7 +33,7 @@ from squall.cluster_state import TopologyState
 from squall.daemon import worker_process
 from squall.daemon.master import TopologyMaster, WorkerSlot, WorkerStartError
 from squall.scheduler import Assignment
-from squall.topology import Topology
+from squall.topology import StormTopology
 
 _MAX_BACKOFF_SECS = 30.0
 # How long to wait for executors to register before declaring the cluster too small.
@@ -87,7 +87,7 @@ class SparkTopologyMaster(TopologyMaster):
 
     peers_from_master = False  # the workers exchange addresses with allGather
 
-    def __init__(self, name: str, topology: Topology, conf: dict[str, Any], assignment: Assignment,
+    def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState, spark_context: Any, held_slots: dict[str, int]) -> None:
         spark_conf = spark_context.getConf()
         host = spark_conf.get("spark.driver.host", "127.0.0.1")  # where executors reach the driver

@@ -1,0 +1,249 @@
+"""pystorm components (and so streamparse's ``Bolt``/``Spout``) run natively in a worker.
+
+A pystorm component normally lives in a subprocess and talks Storm's multilang protocol
+over its stdin/stdout. Here the component's own class runs in the executor's thread:
+:class:`PystormBolt` and :class:`PystormSpout` hand it each command exactly as the
+protocol would (a tuple, ``next``, ``ack``, ``fail``, ``activate``, ``deactivate``) and
+call its own ``_run``, so pystorm's logic — ``auto_ack``/``auto_anchor``/``auto_fail``,
+``BatchingBolt``'s batches, ``ReliableSpout``'s bookkeeping, tick tuples — is pystorm's,
+unchanged. What the component sends back (emit, ack, fail, log, error, metrics) reaches
+Squall's collector through :class:`_Messages` instead of a pipe: no serialization, no
+subprocess, no JSON.
+
+Differences from a subprocess, by design: heartbeats are not needed; an exception in
+``process``/``next_tuple`` is reported and handled by the component's
+``_handle_run_exception`` (failing the current tuples when ``auto_fail``), and the task
+then goes on with the same instance instead of its process exiting and restarting.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pystorm.bolt
+
+from squall.bolt import Bolt
+from squall.component import OutputFieldsDeclarer
+from squall.context import TopologyContext
+from squall.spout import Spout
+from squall.tuple import Tuple
+
+log = logging.getLogger("squall.pystorm")
+
+
+class _WorkerSignals:
+    """What pystorm.bolt sees as ``signal`` and ``os``: ``TicklessBatchingBolt`` installs a
+    SIGUSR1 handler (only a main thread may; an executor is not one) and its batcher thread
+    signals the process when it dies (which would end a worker). Natively, neither is needed:
+    the batcher's exception stays in the component's ``exc_info``, which the bolt reports."""
+
+    SIGUSR1 = signal.SIGUSR1
+
+    @staticmethod
+    def signal(signum: int, handler: Any) -> None:
+        return None
+
+    @staticmethod
+    def kill(pid: int, signum: int) -> None:
+        if pid != os.getpid():
+            os.kill(pid, signum)
+
+    def __getattr__(self, name: str) -> Any:  # everything else pystorm.bolt uses from os
+        return getattr(os, name)
+
+
+pystorm.bolt.signal = pystorm.bolt.os = _WorkerSignals()
+
+# pystorm's log levels (its ``log(message, level)``) in Python's terms
+_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+           "error": logging.ERROR}
+# what pystorm numbers its log levels in "log" messages (Storm's multilang levels)
+_NUMBERED_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+class _Messages:
+    """Stands in for pystorm's serializer: receives the component's outgoing messages.
+
+    ``send_message`` is called by the component, in the executor's thread or in a thread of
+    its own (a ``TicklessBatchingBolt``); ``on_emit`` returns the task ids an emit went to."""
+
+    def __init__(self, on_message: Callable[[dict[str, Any]], None]) -> None:
+        self.on_message = on_message
+        self.output_stream = None  # pystorm redirects sys.stdout only when this is sys.stdout
+
+    def send_message(self, message: dict[str, Any]) -> None:
+        self.on_message(message)
+
+    def read_message(self) -> Any:
+        raise RuntimeError("a natively run pystorm component read from Storm: nothing is there to read")
+
+
+def _context(context: TopologyContext) -> dict[str, Any]:
+    """The multilang handshake's context for this task."""
+    this = context.get_this_component_id()
+    sources: dict[str, dict[str, list[str]]] = {}
+    for component, stream in context.get_this_sources():
+        sources.setdefault(component, {})[stream] = list(context.get_component_output_fields(component, stream))
+    return {
+        "taskid": context.get_this_task_id(),
+        "componentid": this,
+        "task->component": {str(t): context.get_component_id(t) for c in context.get_component_ids()
+                            for t in context.get_component_tasks(c)},
+        "source->stream->fields": sources,
+        "stream->outputfields": {s: list(context.get_this_output_fields(s)) for s in context.get_this_streams()},
+    }
+
+
+class _Hosted:
+    """What a natively run pystorm component needs from Squall, for bolts and spouts alike."""
+
+    def __init__(self, component_class: type, outputs: dict[str, tuple[list[str], bool]]) -> None:
+        self.component_class = component_class
+        self.streams = outputs  # stream -> (fields, direct)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        for stream, (fields, direct) in self.streams.items():
+            declarer.declare_stream(stream, fields, direct)
+
+    def _start(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        thread = threading.current_thread()
+        name = thread.name
+        try:
+            # streams of its own: pystorm wraps them, and closes them when the wrapper goes (the
+            # default, sys.stdin/stdout, would be closed for the whole worker); rdb_signal=None:
+            # pystorm would install a signal handler, which only a main thread may
+            self.component = self.component_class(input_stream=io.BytesIO(), output_stream=io.BytesIO(),
+                                                  rdb_signal=None)
+        finally:
+            thread.name = name  # TicklessBatchingBolt renames the thread it is created in
+        self.component.serializer = _Messages(self._on_message)
+        self.name = context.get_this_component_id()
+        self.task = context.get_this_task_id()
+        storm_conf = {**conf, "topology.name": conf.get("topology.name", "")}
+        handshake_context = _context(context)
+        root = logging.getLogger()
+        before = list(root.handlers)
+        self.component._setup_component(storm_conf, handshake_context)
+        # pystorm hangs a handler sending every record of the process to Storm on the root
+        # logger; natively, records already reach Squall's logging
+        for handler in root.handlers[len(before):]:
+            root.removeHandler(handler)
+        self.component.initialize(storm_conf, handshake_context)
+
+    def _run(self, command: dict[str, Any]) -> None:
+        """Give the component one command, as its multilang loop would, and run one turn."""
+        self.component._pending_commands.append(command)
+        try:
+            self.component._run()
+        except Exception as e:  # noqa: BLE001 - pystorm's own handling: report, auto_fail
+            self.component._handle_run_exception(e)
+
+    def _log(self, message: dict[str, Any]) -> None:
+        level = message.get("level", 2)
+        level = _NUMBERED_LEVELS.get(level, logging.INFO) if isinstance(level, int) else _LEVELS.get(level, 20)
+        logging.getLogger(f"squall.pystorm.{self.name}").log(level, "%s", message.get("msg", ""))
+
+    def _emit(self, message: dict[str, Any], **reliability: Any) -> None:
+        """An ``emit`` message (with the bolt's anchors or the spout's message id); the task ids
+        go back to the component when it waits for them (``need_task_ids``)."""
+        stream = message.get("stream", "default")
+        if "task" in message:
+            self.collector.emit_direct(message["task"], message["tuple"], stream=stream, **reliability)
+            return
+        tasks = self.collector.emit(message["tuple"], stream=stream, **reliability)
+        if message.get("need_task_ids", True):
+            self.component._pending_task_ids.append(tasks)
+
+    def _common(self, message: dict[str, Any]) -> bool:
+        """Handle the messages bolts and spouts share; False if ``message`` is not one."""
+        command = message.get("command")
+        if command == "log":
+            self._log(message)
+        elif command == "error":
+            self.collector.report_error(RuntimeError(message.get("msg", "")))
+        elif command in ("metrics", "sync"):
+            pass  # no Storm metrics registry; sync answers heartbeats, which natively do not happen
+        else:
+            return False
+        return True
+
+
+class PystormBolt(_Hosted, Bolt):
+    """A pystorm ``Bolt`` class (``BatchingBolt`` and ``TicklessBatchingBolt`` included) run
+    natively as a Squall bolt. ``outputs``: stream -> (fields, direct). One instance of the
+    class per task, created in ``prepare``; ``initialize(conf, context)`` is called there."""
+
+    def __init__(self, component_class: type, outputs: dict[str, tuple[list[str], bool]]) -> None:
+        _Hosted.__init__(self, component_class, outputs)
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
+        self.collector = collector
+        self.inflight: dict[str, Tuple] = {}  # pystorm tuple id -> the Squall tuple
+        self.ids = (str(n) for n in itertools.count(1))
+        self._start(conf, context)
+
+    def execute(self, tup: Tuple) -> None:
+        died = getattr(self.component, "exc_info", None)  # a TicklessBatchingBolt's batcher thread
+        if died:
+            self.component.exc_info = None
+            self.collector.report_error(died[1])
+        tup_id = next(self.ids)
+        self.inflight[tup_id] = tup
+        self._run({"id": tup_id, "comp": tup.source_component, "stream": tup.source_stream_id,
+                   "task": -1 if tup.is_tick() else tup.source_task, "tuple": list(tup.values)})
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        command = message.get("command")
+        if command == "emit":
+            self._emit(message, anchors=[self.inflight[a] for a in message.get("anchors", ()) if a in self.inflight])
+        elif command in ("ack", "fail"):
+            tup = self.inflight.pop(message["id"], None)
+            if tup is not None:  # acking twice (or a tick tuple, which Squall does not track) is harmless
+                (self.collector.ack if command == "ack" else self.collector.fail)(tup)
+        elif not self._common(message):
+            self.collector.report_error(ValueError(f"unknown pystorm command {command!r}: {message!r}"))
+
+    def cleanup(self) -> None:
+        self.inflight.clear()
+
+
+class PystormSpout(_Hosted, Spout):
+    """A pystorm ``Spout`` class (``ReliableSpout`` included) run natively as a Squall spout:
+    ``next_tuple``, ``ack``, ``fail``, ``activate`` and ``deactivate`` become the multilang
+    commands the class answers; its emits with a ``tup_id`` are reliable."""
+
+    def __init__(self, component_class: type, outputs: dict[str, tuple[list[str], bool]]) -> None:
+        _Hosted.__init__(self, component_class, outputs)
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
+        self.collector = collector
+        self._start(conf, context)
+
+    def next_tuple(self) -> None:
+        self._run({"command": "next"})
+
+    def ack(self, msg_id: Any) -> None:
+        self._run({"command": "ack", "id": msg_id})
+
+    def fail(self, msg_id: Any) -> None:
+        self._run({"command": "fail", "id": msg_id})
+
+    def activate(self) -> None:
+        self._run({"command": "activate"})
+
+    def deactivate(self) -> None:
+        self._run({"command": "deactivate"})
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        command = message.get("command")
+        if command == "emit":
+            self._emit(message, msg_id=message.get("id"))
+        elif not self._common(message):
+            self.collector.report_error(ValueError(f"unknown pystorm command {command!r}: {message!r}"))
