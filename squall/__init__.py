@@ -17,6 +17,7 @@ from squall.errors import (
 )
 from squall.grouping import CustomStreamGrouping, GlobalStreamId
 from squall.local_cluster import LocalCluster
+from squall.multilang import ShellBolt, ShellSpout
 from squall.spout import Spout
 from squall.topology import StormTopology, TopologyBuilder
 from squall.tuple import Fields, Tuple, Values
@@ -26,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyAliveError", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "CustomStreamGrouping",
     "EmitError", "FailedException", "Fields", "GlobalStreamId", "Grouping", "InvalidTopologyError", "LocalCluster",
-    "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SerializationError", "Spout",
-    "SpoutOutputCollector", "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError",
+    "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SerializationError", "ShellBolt", "ShellSpout",
+    "Spout", "SpoutOutputCollector", "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError",
     "Tuple", "Values", "__version__",
 ]

@@ -95,6 +95,8 @@ _CHECKS = {
     "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
     "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),
     "worker.heartbeat.frequency.secs": lambda k, v: _positive_number(k, v),
+    "topology.subprocess.timeout.secs": lambda k, v: _positive_number(k, v),
+    "topology.shellbolt.max.pending": lambda k, v: _positive_int(k, v),
     "topology.spark.max.restarts": lambda k, v: _positive_int(k, v, allow_zero=True),
     "topology.spark.restart.backoff.secs": lambda k, v: _positive_number(k, v),
     "topology.spark.restart.reset.secs": lambda k, v: _positive_number(k, v),

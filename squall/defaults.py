@@ -56,6 +56,12 @@ DEFAULTS: dict[str, Any] = {
     "supervisor.worker.start.timeout.secs": 120,
     # How often a worker process reports its figures and errors to the master.
     "worker.heartbeat.frequency.secs": 1,
+    # A multilang subprocess (ShellBolt/ShellSpout) that sends nothing for this long while it
+    # is waited on is hung: it is killed and restarted. (Storm falls back to
+    # supervisor.worker.timeout.secs when this is unset; both are 30 s by default.)
+    "topology.subprocess.timeout.secs": 30,
+    # Input tuples a ShellBolt lets wait for its subprocess's stdin before execute waits.
+    "topology.shellbolt.max.pending": 100,
     # On Spark (squall.spark): when a worker dies, Spark aborts the topology's barrier job and
     # the driver resubmits it, at most this many times in a row; then the topology is FAILED.
     "topology.spark.max.restarts": 10,

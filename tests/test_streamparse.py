@@ -229,6 +229,50 @@ def test_reliable_spout_replays_failures_then_gives_up_and_manual_acks_count():
         assert cluster.get_topology_info("reliable")["components"]["counter"]["emitted"] == 2
 
 
+SHELL_BOLT = """
+import sys
+from pystorm import Bolt
+
+
+class Shout(Bolt):
+    def process(self, tup):
+        self.emit([tup.values[0].upper()])
+
+
+Shout(serializer=sys.argv[1]).run()
+"""
+
+
+@pytest.mark.parametrize("serializer", ["json", "msgpack"])
+def test_shell_specs_run_over_multilang_with_the_projects_serializer(tmp_path, serializer):
+    from streamparse import ShellBolt
+
+    script = tmp_path / "shout.py"
+    script.write_text(SHELL_BOLT)
+
+    class WithShell(Topology):
+        words = Reliable.spec()
+        shout = ShellBolt.spec(command=sys.executable, script=f"{script} {serializer}", inputs=[words],
+                               outputs=["loud"])
+
+    topology, config = from_streamparse(WithShell, {"serializer": serializer})
+    with LocalCluster() as cluster:
+        cluster.submit_topology("shell", config, topology)
+        components = lambda: cluster.get_topology_info("shell")["components"]  # noqa: E731
+        # the subprocess acks (pystorm's auto_ack) after emitting: ok, poison and fine all pass
+        wait_until(lambda: components()["words"]["acked"] == 3, timeout=20, message="every word acked")
+        assert components()["shout"]["emitted"] == 3
+
+
+def test_python_components_can_run_over_multilang_as_on_storm():
+    topology, config = from_streamparse(ReliableTopology, {"serializer": "msgpack"}, multilang=True)
+    with LocalCluster() as cluster:
+        cluster.submit_topology("reliable", config, topology)
+        spout = lambda: cluster.get_topology_info("reliable")["components"]["words"]  # noqa: E731
+        wait_until(lambda: spout()["failed"] == 3 and spout()["acked"] == 2, timeout=30,
+                   message="the same acks and fails as natively")
+
+
 # -- what cannot run ---------------------------------------------------------------------------------------
 
 

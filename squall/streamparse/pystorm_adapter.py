@@ -32,6 +32,7 @@ import pystorm.bolt
 from squall.bolt import Bolt
 from squall.component import OutputFieldsDeclarer
 from squall.context import TopologyContext
+from squall.multilang.protocol import handshake_context, log_from_subprocess
 from squall.spout import Spout
 from squall.tuple import Tuple
 
@@ -85,22 +86,6 @@ class _Messages:
         raise RuntimeError("a natively run pystorm component read from Storm: nothing is there to read")
 
 
-def _context(context: TopologyContext) -> dict[str, Any]:
-    """The multilang handshake's context for this task."""
-    this = context.get_this_component_id()
-    sources: dict[str, dict[str, list[str]]] = {}
-    for component, stream in context.get_this_sources():
-        sources.setdefault(component, {})[stream] = list(context.get_component_output_fields(component, stream))
-    return {
-        "taskid": context.get_this_task_id(),
-        "componentid": this,
-        "task->component": {str(t): context.get_component_id(t) for c in context.get_component_ids()
-                            for t in context.get_component_tasks(c)},
-        "source->stream->fields": sources,
-        "stream->outputfields": {s: list(context.get_this_output_fields(s)) for s in context.get_this_streams()},
-    }
-
-
 class _Hosted:
     """What a natively run pystorm component needs from Squall, for bolts and spouts alike."""
 
@@ -127,15 +112,15 @@ class _Hosted:
         self.name = context.get_this_component_id()
         self.task = context.get_this_task_id()
         storm_conf = {**conf, "topology.name": conf.get("topology.name", "")}
-        handshake_context = _context(context)
+        handshake = handshake_context(context)
         root = logging.getLogger()
         before = list(root.handlers)
-        self.component._setup_component(storm_conf, handshake_context)
+        self.component._setup_component(storm_conf, handshake)
         # pystorm hangs a handler sending every record of the process to Storm on the root
         # logger; natively, records already reach Squall's logging
         for handler in root.handlers[len(before):]:
             root.removeHandler(handler)
-        self.component.initialize(storm_conf, handshake_context)
+        self.component.initialize(storm_conf, handshake)
 
     def _run(self, command: dict[str, Any]) -> None:
         """Give the component one command, as its multilang loop would, and run one turn."""
@@ -144,11 +129,6 @@ class _Hosted:
             self.component._run()
         except Exception as e:  # noqa: BLE001 - pystorm's own handling: report, auto_fail
             self.component._handle_run_exception(e)
-
-    def _log(self, message: dict[str, Any]) -> None:
-        level = message.get("level", 2)
-        level = _NUMBERED_LEVELS.get(level, logging.INFO) if isinstance(level, int) else _LEVELS.get(level, 20)
-        logging.getLogger(f"squall.pystorm.{self.name}").log(level, "%s", message.get("msg", ""))
 
     def _emit(self, message: dict[str, Any], **reliability: Any) -> None:
         """An ``emit`` message (with the bolt's anchors or the spout's message id); the task ids
@@ -165,7 +145,7 @@ class _Hosted:
         """Handle the messages bolts and spouts share; False if ``message`` is not one."""
         command = message.get("command")
         if command == "log":
-            self._log(message)
+            log_from_subprocess(self.name, self.task, message)
         elif command == "error":
             self.collector.report_error(RuntimeError(message.get("msg", "")))
         elif command in ("metrics", "sync"):

@@ -18,6 +18,7 @@ applies: its ``serializer`` is the multilang components'.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pystorm
@@ -51,7 +52,7 @@ def _par(spec: Any, where: str) -> int:
     return par
 
 
-def _component(spec: Any, where: str, serializer: str) -> tuple[str, Any]:
+def _component(spec: Any, where: str, serializer: str, multilang: bool) -> tuple[str, Any]:
     """("spout" | "bolt", the Squall component) for one streamparse spec."""
     from streamparse.dsl.component import JavaComponentSpec, ShellComponentSpec
     from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
@@ -67,17 +68,19 @@ def _component(spec: Any, where: str, serializer: str) -> tuple[str, Any]:
     if not isinstance(spec, ShellComponentSpec):
         raise InvalidTopologyError(f"{where}: not a streamparse component spec: {spec!r}")
     shell = spec.component_object.shell
-    native = spec.component_cls
-    if shell.execution_command == _PYTHON_COMMAND and issubclass(native, (pystorm.Bolt, pystorm.Spout)):
-        if kind == "spout":
-            return kind, PystormSpout(native, _outputs(spec))
-        return kind, PystormBolt(native, _outputs(spec))
+    args = shell.script.split() if shell.script else []
+    python = shell.execution_command == _PYTHON_COMMAND and issubclass(spec.component_cls, (pystorm.Bolt, pystorm.Spout))
+    if python and not multilang:
+        hosted = PystormSpout if kind == "spout" else PystormBolt
+        return kind, hosted(spec.component_cls, _outputs(spec))
+    command = shell.execution_command
+    if python:  # streamparse_run, in this interpreter, speaking the project's serializer
+        command, args = sys.executable, ["-m", "streamparse.run", "--serializer", serializer, *args]
     from squall.multilang import ShellBolt, ShellSpout
 
-    args = shell.script.split() if shell.script else []
     outputs = {stream: fields for stream, (fields, _) in _outputs(spec).items()}
     shell_class = ShellSpout if kind == "spout" else ShellBolt
-    return kind, shell_class(shell.execution_command, *args, outputs=outputs, serializer=serializer)
+    return kind, shell_class(command, *args, outputs=outputs, serializer=serializer)
 
 
 def _subscribe(declarer: Any, source: str, stream: str, grouping: Any, where: str) -> None:
@@ -104,16 +107,18 @@ def _subscribe(declarer: Any, source: str, stream: str, grouping: Any, where: st
         )
 
 
-def from_streamparse(topology_class: type, project: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+def from_streamparse(topology_class: type, project: dict[str, Any] | None = None,
+                     multilang: bool = False) -> tuple[Any, dict[str, Any]]:
     """The Squall topology and topology config equivalent to ``topology_class`` (a
     ``streamparse.Topology`` subclass). ``project`` is the project's config.json: its
-    ``serializer`` ("json" or "msgpack") is the multilang components'. Raises
-    :class:`~squall.InvalidTopologyError` naming the component at fault."""
+    ``serializer`` ("json" or "msgpack") is the multilang components'. With ``multilang``,
+    Python components too run as subprocesses (``streamparse_run``, as on Storm) instead of
+    natively. Raises :class:`~squall.InvalidTopologyError` naming the component at fault."""
     serializer = (project or {}).get("serializer", "json")
     builder = TopologyBuilder()
     for spec in topology_class.specs:
         where = f"streamparse topology {topology_class.__name__!r}, component {spec.name!r}"
-        kind, component = _component(spec, where, serializer)
+        kind, component = _component(spec, where, serializer, multilang)
         par = _par(spec, where)
         if kind == "spout":
             declarer = builder.set_spout(spec.name, component, par)
