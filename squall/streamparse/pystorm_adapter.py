@@ -28,6 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pystorm.bolt
+import pystorm.spout
+from pystorm.component import Tuple as PystormTuple
 
 from squall.bolt import Bolt
 from squall.component import OutputFieldsDeclarer
@@ -109,6 +111,9 @@ class _Hosted:
         finally:
             thread.name = name  # TicklessBatchingBolt renames the thread it is created in
         self.component.serializer = _Messages(self._on_message)
+        self.component.send_message = self._on_message  # straight to Squall (pystorm's only checks it is a dict)
+        # a class that keeps pystorm's own _run gets each command as the call _run would make
+        self.plain = type(self.component)._run is type(self).pystorm_run
         self.name = context.get_this_component_id()
         self.task = context.get_this_task_id()
         storm_conf = {**conf, "topology.name": conf.get("topology.name", "")}
@@ -125,9 +130,14 @@ class _Hosted:
     def _run(self, command: dict[str, Any]) -> None:
         """Give the component one command, as its multilang loop would, and run one turn."""
         self.component._pending_commands.append(command)
+        self._call(self.component._run)
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> None:
+        """Run one turn of the component; an exception gets pystorm's own handling (report,
+        auto_fail), as in its run loop."""
         try:
-            self.component._run()
-        except Exception as e:  # noqa: BLE001 - pystorm's own handling: report, auto_fail
+            method(*args)
+        except Exception as e:  # noqa: BLE001 - handled as pystorm does
             self.component._handle_run_exception(e)
 
     def _emit(self, message: dict[str, Any], **reliability: Any) -> None:
@@ -160,6 +170,8 @@ class PystormBolt(_Hosted, Bolt):
     natively as a Squall bolt. ``outputs``: stream -> (fields, direct). One instance of the
     class per task, created in ``prepare``; ``initialize(conf, context)`` is called there."""
 
+    pystorm_run = pystorm.bolt.Bolt._run
+
     def __init__(self, component_class: type, outputs: dict[str, tuple[list[str], bool]]) -> None:
         _Hosted.__init__(self, component_class, outputs)
 
@@ -176,8 +188,27 @@ class PystormBolt(_Hosted, Bolt):
             self.collector.report_error(died[1])
         tup_id = next(self.ids)
         self.inflight[tup_id] = tup
-        self._run({"id": tup_id, "comp": tup.source_component, "stream": tup.source_stream_id,
-                   "task": -1 if tup.is_tick() else tup.source_task, "tuple": list(tup.values)})
+        task = -1 if tup.is_tick() else tup.source_task
+        if not self.plain:
+            self._run({"id": tup_id, "comp": tup.source_component, "stream": tup.source_stream_id,
+                       "task": task, "tuple": list(tup.values)})
+            return
+        # what pystorm's Bolt._run does with a tuple it read (read_tuple: values named after
+        # the source stream's fields)
+        component = self.component
+        named = component._source_tuple_types[tup.source_component].get(tup.source_stream_id)
+        values = tup.values
+        ptup = PystormTuple(tup_id, tup.source_component, tup.source_stream_id, task,
+                            tuple(values) if named is None else named(*values))
+        component._current_tups = [ptup]
+        self._call(self._process, component, ptup, task == -1)
+        component._current_tups = []
+
+    @staticmethod
+    def _process(component: Any, ptup: Any, tick: bool) -> None:
+        (component.process_tick if tick else component.process)(ptup)
+        if component.auto_ack:
+            component.ack(ptup)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         command = message.get("command")
@@ -199,6 +230,8 @@ class PystormSpout(_Hosted, Spout):
     ``next_tuple``, ``ack``, ``fail``, ``activate`` and ``deactivate`` become the multilang
     commands the class answers; its emits with a ``tup_id`` are reliable."""
 
+    pystorm_run = pystorm.spout.Spout._run
+
     def __init__(self, component_class: type, outputs: dict[str, tuple[list[str], bool]]) -> None:
         _Hosted.__init__(self, component_class, outputs)
 
@@ -207,19 +240,27 @@ class PystormSpout(_Hosted, Spout):
         self._start(conf, context)
 
     def next_tuple(self) -> None:
-        self._run({"command": "next"})
+        self._command("next", "next_tuple")
 
     def ack(self, msg_id: Any) -> None:
-        self._run({"command": "ack", "id": msg_id})
+        self._command("ack", "ack", msg_id)
 
     def fail(self, msg_id: Any) -> None:
-        self._run({"command": "fail", "id": msg_id})
+        self._command("fail", "fail", msg_id)
 
     def activate(self) -> None:
-        self._run({"command": "activate"})
+        self._command("activate", "activate")
 
     def deactivate(self) -> None:
-        self._run({"command": "deactivate"})
+        self._command("deactivate", "deactivate")
+
+    def _command(self, command: str, method: str, *msg_id: Any) -> None:
+        """pystorm's Spout._run calls ``method`` for ``command`` (and answers sync, which
+        natively is not needed): a class that keeps that _run has the call made directly."""
+        if self.plain:
+            self._call(getattr(self.component, method), *msg_id)
+        else:
+            self._run({"command": command, **({"id": msg_id[0]} if msg_id else {})})
 
     def _on_message(self, message: dict[str, Any]) -> None:
         command = message.get("command")
