@@ -15,7 +15,9 @@ import pytest
 
 streamparse = pytest.importorskip("streamparse")
 
-from streamparse import BatchingBolt, Bolt, Grouping, ReliableSpout, Spout, Stream, Topology  # noqa: E402
+from streamparse import (  # noqa: E402
+    BatchingBolt, Bolt, Grouping, ReliableSpout, Spout, Stream, TicklessBatchingBolt, Topology,
+)
 
 from squall import InvalidTopologyError, LocalCluster  # noqa: E402
 from squall.streamparse.project import find_project, project_config  # noqa: E402
@@ -161,6 +163,39 @@ class Notes(Bolt):
     def process(self, tup):
         self.logger.info("note: %s", tup.values[0])
         self.emit([tup.values[0]])
+
+
+class TimedBatches(TicklessBatchingBolt):
+    """Counts words per first letter in batches every 0.2 s (no tick tuples in pystorm)."""
+
+    secs_between_batches = 0.2
+    outputs = ["letter", "count"]
+
+    def group_key(self, tup):
+        return tup.values[0][0]
+
+    def process_batch(self, key, tups):
+        self.emit([key, len(tups)])
+
+
+class Tickless(Topology):
+    sentences = Sentences.spec()
+    splitter = Splitter.spec(inputs=[sentences])
+    lengths = Lengths.spec(inputs={splitter["lengths"]: Grouping.DIRECT})
+    batches = TimedBatches.spec(inputs={splitter: Grouping.fields("word")}, par=2)
+    config = {"test.sentences": [f"word{i} again{i}" for i in range(200)]}
+
+
+def test_tickless_batching_bolt_flushes_its_batches_and_acks_every_tuple():
+    topology, config = from_streamparse(Tickless)
+    with LocalCluster() as cluster:
+        cluster.submit_topology("tickless", config, topology)
+        components = lambda: cluster.get_topology_info("tickless")["components"]  # noqa: E731
+        wait_until(lambda: components()["sentences"]["acked"] == 200, timeout=20,
+                   message="every sentence acked once its words' batches were processed")
+        assert components()["batches"]["emitted"] >= 2  # the two letters, in one batch or more
+        errors = {cid: c["errors"] for cid, c in components().items() if c["errors"]}
+        assert not errors, errors
 
 
 class Reliable(ReliableSpout):

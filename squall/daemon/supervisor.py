@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,14 @@ def _log_tail(path: str, lines: int = 30) -> str:
         return ""
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a worker process and every process it started (its process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # gone already
+
+
 class ProcessSupervisor(TopologyMaster):
     def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState) -> None:
@@ -74,10 +83,13 @@ class ProcessSupervisor(TopologyMaster):
         paths = [os.path.abspath(p or os.curdir) for p in sys.path]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         for slot in slots:
+            # a process group of its own: killing a worker kills what it started too (a hung
+            # multilang subprocess would outlive it otherwise)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "squall.daemon.worker_process", "--master", self.address,
                  "--worker", str(slot.index)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,
             )
             self._procs[slot.index] = proc
             slot.reset(proc.pid)
@@ -93,7 +105,7 @@ class ProcessSupervisor(TopologyMaster):
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.warning("worker %d (pid %d) did not stop; killing it", index, proc.pid)
-                proc.kill()
+                _kill_group(proc)
                 proc.wait()
 
     def _supervise(self, now: float) -> None:
@@ -107,7 +119,7 @@ class ProcessSupervisor(TopologyMaster):
                 if silent_for > self.silence_limit(slot):
                     log.warning("worker %d (pid %d) silent for %.0fs; killing it", slot.index, proc.pid, silent_for)
                     slot.setup_error = slot.setup_error or f"no heartbeat for {silent_for:.0f}s"
-                    proc.kill()
+                    _kill_group(proc)
                 continue
             self._restart(slot, code)
 

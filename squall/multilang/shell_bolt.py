@@ -204,25 +204,29 @@ class ShellBolt(ShellComponent, Bolt):
             self._shared_command(msg)
 
     def _emit(self, process: ShellProcess, msg: dict[str, Any]) -> None:
-        anchors = []
-        with self._lock:
-            for anchor_id in msg.get("anchors") or ():
-                anchor = self._pending.get(_tuple_id(anchor_id))
-                if anchor is None:
-                    raise ProtocolError(f"emit anchored to id {anchor_id!r}, which is not pending (unknown, or "
-                                        f"already acked or failed): {msg!r}")
-                anchors.append(anchor)
         stream, direct_task = msg.get("stream") or "default", msg.get("task")
         tasks: list[int] = []
         try:
+            anchors = self._anchors(msg)
             if direct_task:  # Storm's task 0 means a regular emit
                 self._collector.emit_direct(direct_task, msg["tuple"], anchors, stream)
             else:
                 tasks = self._collector.emit(msg["tuple"], anchors, stream)
         except Exception as e:  # noqa: BLE001 - invalid emit: reported, no task got it
             self._collector.report_error(ShellProcessError(f"{self._describe}: emit {msg!r} failed: {e}"))
-        if not direct_task and msg.get("need_task_ids", True):  # Storm's default is to send them
-            process.send(list(tasks))
+        if not direct_task and msg.get("need_task_ids", True):  # Storm's default; sent even after a
+            process.send(list(tasks))  # bad emit, or the subprocess would wait for them until killed
+
+    def _anchors(self, msg: dict[str, Any]) -> list[Tuple]:
+        anchors = []
+        with self._lock:
+            for anchor_id in msg.get("anchors") or ():
+                anchor = self._pending.get(_tuple_id(anchor_id))
+                if anchor is None:
+                    raise ProtocolError(f"emit anchored to id {anchor_id!r}, which is not pending (unknown, or "
+                                        "already acked or failed)")
+                anchors.append(anchor)
+        return anchors
 
 
 def _tuple_id(value: Any) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import itertools
 import logging
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -41,11 +40,10 @@ from squall.tuple import Tuple
 log = logging.getLogger("squall.pystorm")
 
 
-class _WorkerSignals:
-    """What pystorm.bolt sees as ``signal`` and ``os``: ``TicklessBatchingBolt`` installs a
-    SIGUSR1 handler (only a main thread may; an executor is not one) and its batcher thread
-    signals the process when it dies (which would end a worker). Natively, neither is needed:
-    the batcher's exception stays in the component's ``exc_info``, which the bolt reports."""
+class _Signals:
+    """What pystorm.bolt sees as ``signal``: ``TicklessBatchingBolt`` installs a SIGUSR1 handler
+    (for its batcher thread's deaths), which only a main thread may; an executor is not one,
+    and natively there is no batcher thread (:class:`_BatcherThread`)."""
 
     SIGUSR1 = signal.SIGUSR1
 
@@ -53,16 +51,32 @@ class _WorkerSignals:
     def signal(signum: int, handler: Any) -> None:
         return None
 
-    @staticmethod
-    def kill(pid: int, signum: int) -> None:
-        if pid != os.getpid():
-            os.kill(pid, signum)
 
-    def __getattr__(self, name: str) -> Any:  # everything else pystorm.bolt uses from os
-        return getattr(os, name)
+class _BatcherThread:
+    """What a TicklessBatchingBolt starts natively as its batcher thread: nothing. Its batches
+    are processed in the executor thread on tick tuples every ``secs_between_batches``
+    (a thread of its own would emit while holding the batch lock that the executor thread,
+    holding the executor's lock, waits for: a deadlock)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.name, self.daemon = "", True
+
+    def start(self) -> None:
+        pass
 
 
-pystorm.bolt.signal = pystorm.bolt.os = _WorkerSignals()
+class _Threading:
+    """What pystorm.bolt sees as ``threading``: the real one, but for the batcher thread."""
+
+    Thread = _BatcherThread
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(threading, name)
+
+
+# natively run pystorm bolts are what this process runs pystorm for
+pystorm.bolt.signal = _Signals()
+pystorm.bolt.threading = _Threading()
 
 # pystorm's log levels (its ``log(message, level)``) in Python's terms
 _LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
@@ -181,17 +195,22 @@ class PystormBolt(_Hosted, Bolt):
         self.ids = (str(n) for n in itertools.count(1))
         self._start(conf, context)
 
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        if issubclass(self.component_class, pystorm.bolt.TicklessBatchingBolt):  # see _BatcherThread
+            return {"topology.tick.tuple.freq.secs": self.component_class.secs_between_batches}
+        return None
+
     def execute(self, tup: Tuple) -> None:
-        died = getattr(self.component, "exc_info", None)  # a TicklessBatchingBolt's batcher thread
-        if died:
-            self.component.exc_info = None
-            self.collector.report_error(died[1])
         tup_id = next(self.ids)
-        self.inflight[tup_id] = tup
-        task = -1 if tup.is_tick() else tup.source_task
+        tick = tup.is_tick()
+        if not tick:  # ticks are not tracked: acking one does nothing
+            self.inflight[tup_id] = tup
+        task = -1 if tick else tup.source_task
         if not self.plain:
             self._run({"id": tup_id, "comp": tup.source_component, "stream": tup.source_stream_id,
                        "task": task, "tuple": list(tup.values)})
+            if tick and isinstance(self.component, pystorm.bolt.TicklessBatchingBolt):
+                self._call(self._process_batches)
             return
         # what pystorm's Bolt._run does with a tuple it read (read_tuple: values named after
         # the source stream's fields)
@@ -203,6 +222,10 @@ class PystormBolt(_Hosted, Bolt):
         component._current_tups = [ptup]
         self._call(self._process, component, ptup, task == -1)
         component._current_tups = []
+
+    def _process_batches(self) -> None:
+        with self.component._batch_lock:
+            self.component.process_batches()
 
     @staticmethod
     def _process(component: Any, ptup: Any, tick: bool) -> None:
@@ -216,7 +239,7 @@ class PystormBolt(_Hosted, Bolt):
             self._emit(message, anchors=[self.inflight[a] for a in message.get("anchors", ()) if a in self.inflight])
         elif command in ("ack", "fail"):
             tup = self.inflight.pop(message["id"], None)
-            if tup is not None:  # acking twice (or a tick tuple, which Squall does not track) is harmless
+            if tup is not None:  # acking twice, or a tick tuple (not tracked), does nothing
                 (self.collector.ack if command == "ack" else self.collector.fail)(tup)
         elif not self._common(message):
             self.collector.report_error(ValueError(f"unknown pystorm command {command!r}: {message!r}"))
