@@ -53,7 +53,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2, help="seconds before measuring")
     parser.add_argument("--runs", type=int, default=2, help="runs of each variant; the best counts")
     args = parser.parse_args()
-    project = quickstart(tempfile.mkdtemp(prefix="squall-sparse-"))
+    with tempfile.TemporaryDirectory(prefix="squall-sparse-") as directory:
+        measure(quickstart(directory), args)
+    print("reproduce: python benchmarks/sparse_quickstart.py " + " ".join(sys.argv[1:]))
+
+
+def measure(project: str, args: argparse.Namespace) -> None:
     sys.path.insert(0, os.path.join(project, "src"))  # as sparse run (and squall run) have it
     spec = importlib.util.spec_from_file_location("quickstart_topology", os.path.join(project, "topologies",
                                                                                        "wordcount.py"))
@@ -73,7 +78,6 @@ def main() -> None:
     for label, rate in best.items():
         print(f"  {label:<20} {rate:>10,.0f} words/s   native / this: {best['native'] / rate:6.1f}x")
     print(f"  native / multilang JSON: {best['native'] / best['multilang, JSON']:.1f}x (target >= 50x)")
-    print("reproduce: python benchmarks/sparse_quickstart.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":
