@@ -67,6 +67,16 @@ def log_from_subprocess(component: str, task: int, msg: dict[str, Any]) -> None:
     logging.getLogger(f"squall.multilang.{component}").log(level, "[task %s] %s", task, msg.get("msg"))
 
 
+def command_of(msg: Any) -> Any:
+    """The ``command`` of a message from the subprocess; a malformed one (or the reader's
+    ProtocolError for it) raises ProtocolError."""
+    if isinstance(msg, ProtocolError):
+        raise msg
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"unexpected message {msg!r}")
+    return msg.get("command")
+
+
 class ShellComponent:
     """The command, outputs and serializer of a ShellBolt/ShellSpout, and what its task
     knows once set up (in ``prepare``/``open``)."""

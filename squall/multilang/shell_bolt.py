@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
 from squall.multilang.protocol import (
-    ShellComponent,
     HEARTBEAT_STREAM,
     RESTART_BACKOFF_SECS,
+    ShellComponent,
+    command_of,
 )
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import Exited, ShellProcess, ShellProcessError
@@ -184,11 +185,7 @@ class ShellBolt(ShellComponent, Bolt):
                 self._process = process
 
     def _handle(self, process: ShellProcess, msg: Any) -> None:
-        if not isinstance(msg, dict):
-            if isinstance(msg, ProtocolError):
-                raise msg
-            raise ProtocolError(f"unexpected message {msg!r}")
-        command = msg.get("command")
+        command = command_of(msg)
         if command == "emit":
             self._emit(process, msg)
         elif command in ("ack", "fail"):

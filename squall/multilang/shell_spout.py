@@ -8,8 +8,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from squall.multilang.protocol import (
-    ShellComponent,
     RESTART_BACKOFF_SECS,
+    ShellComponent,
+    command_of,
 )
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import Exited, ShellProcess, ShellProcessError
@@ -138,11 +139,7 @@ class ShellSpout(ShellComponent, Spout):
                 return  # "next" answered: next_tuple is done
 
     def _handle(self, process: ShellProcess, msg: Any) -> None:
-        if not isinstance(msg, dict):
-            if isinstance(msg, ProtocolError):
-                raise msg
-            raise ProtocolError(f"unexpected message {msg!r}")
-        command = msg.get("command")
+        command = command_of(msg)
         if command == "sync":
             if not self._outstanding:
                 raise ProtocolError("sync while no command was waiting for one")
