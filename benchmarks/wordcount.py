@@ -25,7 +25,7 @@ from collections import Counter
 import cloudpickle
 
 from squall import Config, LocalCluster, Spout, TopologyBuilder
-from squall.cli import parse_overrides
+from squall.command.overrides import parse_overrides
 from squall.testing import wait_until
 
 # the example's components, imported under a name of their own (this file is wordcount.py too)

@@ -12,8 +12,8 @@ from squall.config import Config
 from squall.context import TopologyContext
 from squall.dsl import Grouping, Topology
 from squall.errors import (
-    AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SerializationError,
-    TopologySetupError,
+    AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SecurityError,
+    SerializationError, TopologySetupError,
 )
 from squall.grouping import CustomStreamGrouping, GlobalStreamId
 from squall.local_cluster import LocalCluster
@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyAliveError", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "CustomStreamGrouping",
     "EmitError", "FailedException", "Fields", "GlobalStreamId", "Grouping", "InvalidTopologyError", "LocalCluster",
-    "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SerializationError", "ShellBolt", "ShellSpout",
+    "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SecurityError", "SerializationError", "ShellBolt", "ShellSpout",
     "Spout", "SpoutOutputCollector", "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError",
     "Tuple", "Values", "__version__",
 ]

@@ -27,6 +27,10 @@ class Config(dict):
     TOPOLOGY_STATS_SAMPLE_RATE = "topology.stats.sample.rate"
     TOPOLOGY_DEBUG = "topology.debug"
     TOPOLOGY_KRYO_REGISTER = "topology.kryo.register"
+    #: Storm's key: let values of other types travel pickled (only over secure links). Default False.
+    TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION = "topology.fall.back.on.java.serialization"
+    #: authenticate and encrypt every link with ZeroMQ CURVE, a key pair per topology. Default True.
+    TOPOLOGY_MESSAGING_SECURE = "topology.messaging.secure"
     SUPERVISOR_SLOTS_PORTS = "supervisor.slots.ports"
 
     def set_num_workers(self, n: int) -> Config:
@@ -49,10 +53,24 @@ class Config(dict):
         self[self.TOPOLOGY_DEBUG] = debug
         return self
 
+    def set_fall_back_on_java_serialization(self, fall_back: bool) -> Config:
+        """Let tuple values of types that are neither msgpack's own nor registered cross
+        workers pickled (cloudpickle). Unpickling runs code: only over authenticated links
+        (``topology.messaging.secure``, the default); prefer :meth:`register_serialization`."""
+        self[self.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION] = fall_back
+        return self
+
+    def set_messaging_secure(self, secure: bool) -> Config:
+        """Authenticate and encrypt the topology's links (ZeroMQ CURVE, the default), or not:
+        off, anyone who can reach a port can inject tuples or control messages."""
+        self[self.TOPOLOGY_MESSAGING_SECURE] = secure
+        return self
+
     def register_serialization(self, cls: type, serializer: Any) -> Config:
         """Serialize instances of ``cls`` that cross workers with ``serializer`` (an object,
         or a class to instantiate, with ``serialize(obj) -> bytes`` and
-        ``deserialize(data) -> obj``) instead of cloudpickle: Storm's Kryo registration."""
+        ``deserialize(data) -> obj``): Storm's Kryo registration. Without one, such values
+        cannot cross workers unless ``topology.fall.back.on.java.serialization`` is on."""
         if not isinstance(cls, type):
             raise ValueError(f"register_serialization: {cls!r} is not a class")
         if isinstance(serializer, type):
@@ -71,6 +89,11 @@ def _positive_int(key: str, value: Any, allow_none: bool = False, allow_zero: bo
     low = 0 if allow_zero else 1
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"config {key!r} must be an integer >= {low}, got {value!r}")
+
+
+def _boolean(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"config {key!r} must be true or false, got {value!r}")
 
 
 def _positive_number(key: str, value: Any, allow_none: bool = False) -> None:
@@ -92,6 +115,8 @@ _CHECKS = {
     Config.TOPOLOGY_RECEIVER_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
     Config.TOPOLOGY_PRODUCER_BATCH_SIZE: lambda k, v: _positive_int(k, v),
     Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE: lambda k, v: _positive_int(k, v),
+    Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION: _boolean,
+    Config.TOPOLOGY_MESSAGING_SECURE: _boolean,
     "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
     "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),
     "worker.heartbeat.frequency.secs": lambda k, v: _positive_number(k, v),
@@ -114,4 +139,10 @@ def merged_config(*layers: dict[str, Any] | None) -> dict[str, Any]:
             conf.update(layer)
     for key, check in _CHECKS.items():
         check(key, conf[key])
+    if conf[Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION] and not conf[Config.TOPOLOGY_MESSAGING_SECURE]:
+        raise ValueError(
+            f"config {Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION!r} is true but "
+            f"{Config.TOPOLOGY_MESSAGING_SECURE!r} is false: pickled values are only accepted over "
+            "authenticated links (unpickling runs code); turn one of them around"
+        )
     return conf

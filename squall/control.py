@@ -6,7 +6,7 @@ long-lived daemon: each ``squall run`` (or ``squall submit``) process is the Nim
 topology. So that process
 
 * registers the topology in a registry of this machine's running topologies: one JSON file
-  per topology name, ``{"name", "pid", "address", "mode", "started"}``, in
+  per topology name, ``{"name", "pid", "address", "mode", "started", "public", "secret"}``, in
   :func:`registry_dir` — written before the topology is submitted, removed when it stops;
 * answers control requests at ``address``, a ZeroMQ socket bound to 127.0.0.1 only
   (:class:`ControlServer`).
@@ -15,9 +15,15 @@ The commands find a topology's address in the registry (:func:`running_topologie
 :func:`lookup`) and send it a request (:func:`request`, :func:`kill`). An entry whose process
 is gone (``kill -9``, a crash, a closed terminal) is stale: readers ignore and remove it.
 
-On the wire, requests and replies are msgpack maps. Requests: ``{"op": "info"}``,
-``{"op": "activate"}``, ``{"op": "deactivate"}``, ``{"op": "kill", "wait_secs": float | None}``.
-Replies: ``{"ok": True, ...}``, or ``{"ok": False, "error": str}`` when the request failed.
+Only the user who started a topology can control or read it: the control socket is a ZeroMQ
+CURVE server (:mod:`squall.messaging.security`) with a key pair of its own, generated when
+the topology registers, and the pair is kept in its registry entry only — a file of mode 0600
+in a directory of mode 0700. A client without it is refused before any byte it sends is
+decoded; an entry that others could have written or read (wrong owner or mode) is ignored.
+
+On the wire, requests and replies are the control schemas of :mod:`squall.messaging.schema`:
+``info``, ``activate``, ``deactivate``, ``kill`` (with ``wait_secs``); replies say ``ok``, or
+carry the ``error``. A request that does not fit is answered with an error and logged.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
+import logging
 import os
+import stat
 import threading
 import time
 import urllib.parse
@@ -36,10 +43,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import msgpack
 import zmq
 
 from squall.errors import AlreadyAliveError, NotAliveError
+from squall.messaging import schema
+from squall.messaging.security import LinkKeys, LinkSecurity
+
+log = logging.getLogger("squall.control")
 
 # How long a client waits for the reply to info, activate or deactivate: each is one call on
 # the cluster, which returns at once.
@@ -79,6 +89,12 @@ class Registration:
     address: str  # its control socket, tcp://127.0.0.1:PORT
     mode: str  # how its workers run: "processes", "in-process", "spark local[*]", ...
     started: float  # epoch seconds
+    public: str | None = None  # the control socket's CURVE key pair (None: not secured)
+    secret: str | None = None
+
+    @property
+    def keys(self) -> LinkKeys | None:
+        return None if self.public is None or self.secret is None else LinkKeys(self.public, self.secret)
 
 
 def _path(name: str) -> Path:
@@ -97,15 +113,23 @@ def _alive(pid: int) -> bool:
 
 
 def _read(path: Path) -> Registration | None:
-    """The entry at ``path``; None if there is none or it cannot be read (treated as stale).
+    """The entry at ``path``; None if there is none, it cannot be read (treated as stale), or
+    it is not this user's own private file (another user could have planted or read it).
 
     Keys it does not know are ignored, so that an entry of another Squall version is not
     taken for a broken one."""
     try:
-        data = json.loads(path.read_text())
+        with open(path) as f:
+            info = os.fstat(f.fileno())
+            if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+                log.warning("ignoring registry entry %s: not a private file of this user", path)
+                return None
+            data = json.load(f)
+        keys = LinkKeys.from_json(json.dumps(data.get("keys")))
         return Registration(name=str(data["name"]), pid=int(data["pid"]), address=str(data["address"]),
-                            mode=str(data["mode"]), started=float(data["started"]))
-    except (OSError, ValueError, TypeError, KeyError):
+                            mode=str(data["mode"]), started=float(data["started"]),
+                            public=keys and keys.public, secret=keys and keys.secret)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
@@ -116,6 +140,7 @@ def _locked() -> Iterator[None]:
     stale entry could remove the live entry that just replaced it."""
     directory = registry_dir()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory.chmod(0o700)  # an older or hand-made directory: its entries hold control keys
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield  # the lock goes with the file's closing
@@ -135,7 +160,11 @@ def register(entry: Registration) -> None:
                 f"'squall kill {entry.name}' stops it"
             )
         temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(asdict(entry)))
+        data = asdict(entry)
+        data["keys"] = {"public": data.pop("public"), "secret": data.pop("secret")} if entry.keys else None
+        # created private: the control keys are in it
+        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(data, f)
         os.replace(temp, path)
 
 
@@ -152,16 +181,19 @@ def _drop_if_stale(path: Path) -> None:
     with _locked():
         existing = _read(path)  # read again: it may have been replaced since
         if existing is None or not _alive(existing.pid):
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # e.g. another user's file in a shared directory
+                path.unlink(missing_ok=True)
 
 
 def running_topologies() -> list[Registration]:
     """The live entries, sorted by name; stale ones are removed on the way."""
     directory = registry_dir()
-    if not directory.is_dir():
+    try:
+        paths = list(directory.glob("*" + _SUFFIX))
+    except OSError:  # none yet, or another user's
         return []
     live = []
-    for path in directory.glob("*" + _SUFFIX):
+    for path in paths:
         entry = _read(path)
         if entry is not None and _alive(entry.pid):
             live.append(entry)
@@ -175,8 +207,9 @@ def lookup(name: str) -> Registration:
     path = _path(name)
     entry = _read(path)
     if entry is None or not _alive(entry.pid):
-        if path.exists():
-            _drop_if_stale(path)
+        with contextlib.suppress(OSError):  # another user's registry: nothing of it is ours to drop
+            if path.exists():
+                _drop_if_stale(path)
         raise NotAliveError(
             f"no topology named {name!r} is running on this machine (squall list shows those that are)"
         )
@@ -186,28 +219,52 @@ def lookup(name: str) -> Registration:
 # -- the client --------------------------------------------------------------------------------
 
 
-def request(name: str, message: dict[str, Any], timeout: float = REPLY_TIMEOUT_SECS) -> dict[str, Any]:
-    """Send ``message`` to the topology ``name`` and return its reply (``{"ok": True, ...}``).
+def request(name: str, message: schema.ControlRequest, timeout: float = REPLY_TIMEOUT_SECS) -> schema.ControlReply:
+    """Send ``message`` (e.g. ``schema.InfoRequest()``) to the topology ``name`` and return its
+    reply, whose ``ok`` is true.
 
     Blocks until the reply comes, at most ``timeout`` seconds. Raises ``NotAliveError`` if
     no such topology is registered, ``ControlError`` if it replied with an error or did not
     reply in time."""
     entry = lookup(name)
-    socket = zmq.Context.instance().socket(zmq.REQ)
+    context = zmq.Context()
+    security = LinkSecurity(context, entry.keys, f"the control client of {name!r}")
+    socket = context.socket(zmq.REQ)
     socket.setsockopt(zmq.LINGER, 0)  # an unanswered request must not hold up our exit
     try:
+        security.client(socket)
         socket.connect(entry.address)
-        socket.send(msgpack.packb(message))
+        socket.send(schema.encode(message))
         if not socket.poll(timeout * 1000):
             state = "is still running" if _alive(entry.pid) else "has exited"
             raise ControlError(f"topology {name!r} did not answer within {timeout:g}s (its process, "
                                f"pid {entry.pid}, {state})")
-        reply = msgpack.unpackb(socket.recv())
+        try:
+            reply = schema.decode(socket.recv(), schema.ControlReply)
+        except schema.MalformedMessage as e:
+            raise ControlError(f"topology {name!r} sent a malformed reply: {e}") from None
     finally:
         socket.close()
-    if not reply.get("ok"):
-        raise ControlError(reply.get("error") or f"topology {name!r}: the request failed")
+        security.close()
+        context.term()
+    if not reply.ok:
+        raise ControlError(reply.error or f"topology {name!r}: the request failed")
     return reply
+
+
+def info(name: str) -> dict[str, Any]:
+    """The topology's ``get_topology_info`` (its status is KILLED while a kill is under way)."""
+    return request(name, schema.InfoRequest()).info or {}
+
+
+def activate(name: str) -> None:
+    """Activate the topology's spouts (``storm activate``)."""
+    request(name, schema.ActivateRequest())
+
+
+def deactivate(name: str) -> None:
+    """Deactivate the topology's spouts: ``next_tuple`` is no longer called (``storm deactivate``)."""
+    request(name, schema.DeactivateRequest())
 
 
 def kill(name: str, wait_secs: float | None = None) -> None:
@@ -219,16 +276,11 @@ def kill(name: str, wait_secs: float | None = None) -> None:
     :func:`request` does."""
     if wait_secs is None:
         # the client's timeout depends on the wait, and only the topology knows its default
-        wait_secs = request(name, {"op": "info"})["message_timeout_secs"]
-    request(name, {"op": "kill", "wait_secs": wait_secs}, timeout=wait_secs + KILL_MARGIN_SECS)
+        wait_secs = request(name, schema.InfoRequest()).message_timeout_secs
+    request(name, schema.KillRequest(wait_secs), timeout=wait_secs + KILL_MARGIN_SECS)
 
 
 # -- the server --------------------------------------------------------------------------------
-
-
-def _is_seconds(value: Any) -> bool:
-    """Whether ``value`` is a usable wait: a finite number >= 0 (msgpack's booleans are not)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 class ControlServer:
@@ -251,36 +303,47 @@ class ControlServer:
       socket is a ROUTER, not a REP, so that one reply can be held back); a second kill
       gets its reply at the same time as the first.
 
-    A request that fails gets an error reply; the thread goes on serving.
+    A request that fails, or does not fit its schema, gets an error reply; the thread goes on
+    serving. Only holders of the entry's keys get through (see the module's docstring);
+    refused connections are logged.
 
     ``message_timeout_secs`` is the topology's ``topology.message.timeout.secs``: a kill's
-    default wait.
+    default wait. ``secure`` is its ``topology.messaging.secure``.
     """
 
-    def __init__(self, cluster: Any, name: str, mode: str, message_timeout_secs: float) -> None:
+    def __init__(self, cluster: Any, name: str, mode: str, message_timeout_secs: float, secure: bool = True) -> None:
         self.cluster = cluster
         self.name = name
         self.mode = mode
         self.message_timeout_secs = message_timeout_secs
         self.kill_requested = threading.Event()
         self.kill_wait_secs = message_timeout_secs  # set with kill_requested
+        self._keys = LinkKeys.generate() if secure else None
         self._context = zmq.Context()
+        self._security = LinkSecurity(self._context, self._keys, f"the control socket of topology {name!r}")
         self._socket = self._context.socket(zmq.ROUTER)
+        self._security.server(self._socket, "control port")
         self._closing = threading.Event()
         self._kill_clients: list[bytes] = []  # identities of the clients waiting for the kill
-        self._outcome: dict[str, Any] = {"ok": True}  # the kill's reply, once the block is left
+        self._outcome = schema.ControlReply(ok=True)  # the kill's reply, once the block is left
         self._thread = threading.Thread(target=self._serve, name=f"control-{name}", daemon=True)
 
     def __enter__(self) -> Self:
         port = self._socket.bind_to_random_port("tcp://127.0.0.1")  # this machine only
+        keys = self._keys
         try:
-            register(Registration(self.name, os.getpid(), f"tcp://127.0.0.1:{port}", self.mode, time.time()))
+            register(Registration(self.name, os.getpid(), f"tcp://127.0.0.1:{port}", self.mode, time.time(),
+                                  keys and keys.public, keys and keys.secret))
         except BaseException:
-            self._socket.close(linger=0)
-            self._context.term()
+            self._close()
             raise
         self._thread.start()
         return self
+
+    def _close(self) -> None:
+        self._socket.close(linger=_LINGER_MS)  # long enough for the kill replies to go out
+        self._security.close()
+        self._context.term()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -288,59 +351,67 @@ class ControlServer:
         # return sees the name free
         unregister(self.name)
         if exc is not None:
-            self._outcome = {"ok": False,
-                             "error": f"topology {self.name!r} stopped on {type(exc).__name__}: {exc}"}
+            self._outcome = schema.ControlReply(
+                ok=False, error=f"topology {self.name!r} stopped on {type(exc).__name__}: {exc}")
         self._closing.set()
         # bounded: a thread stuck in a cluster call must not keep this process from exiting
         self._thread.join(_POLL_MS / 1000 + _LINGER_MS / 1000 + 5.0)
 
     def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        for monitor in self._security.monitors:
+            poller.register(monitor, zmq.POLLIN)
         try:
             while not self._closing.is_set():
-                if not self._socket.poll(_POLL_MS):
+                events = dict(poller.poll(_POLL_MS))
+                for monitor in self._security.monitors:
+                    if monitor in events:
+                        self._security.log_refusals(monitor)
+                if self._socket not in events:
                     continue
                 frames = self._socket.recv_multipart()
                 if len(frames) != 3 or frames[1] != b"":
+                    log.warning("control socket of %r: dropped a message that is not a request", self.name)
                     continue  # not a REQ client's envelope: there is no one to answer
                 client, _, payload = frames
                 reply = self._handle(client, payload)
                 if reply is not None:
-                    self._socket.send_multipart([client, b"", reply])
+                    self._socket.send_multipart([client, b"", schema.encode(reply)])
             for client in self._kill_clients:
-                self._socket.send_multipart([client, b"", msgpack.packb(self._outcome)])
+                self._socket.send_multipart([client, b"", schema.encode(self._outcome)])
         finally:
-            self._socket.close(linger=_LINGER_MS)  # long enough for the kill replies to go out
-            self._context.term()
+            self._close()
 
-    def _handle(self, client: bytes, payload: bytes) -> bytes | None:
-        """The packed reply to one request, or None for a kill (answered when leaving)."""
+    def _handle(self, client: bytes, payload: bytes) -> schema.ControlReply | None:
+        """The reply to one request, or None for a kill (answered when leaving)."""
         try:
-            message = msgpack.unpackb(payload)
-            op = message.get("op") if isinstance(message, dict) else None
-            if op == "kill":
-                wait_secs = message.get("wait_secs")
-                if wait_secs is not None and not _is_seconds(wait_secs):
-                    raise ValueError(f"wait_secs must be a finite number >= 0 or None, got {wait_secs!r}")
-                if not self.kill_requested.is_set():
-                    self.kill_wait_secs = self.message_timeout_secs if wait_secs is None else wait_secs
-                    self.kill_requested.set()
-                self._kill_clients.append(client)
-                return None
-            if op == "info":
-                info = self.cluster.get_topology_info(self.name)
-                if self.kill_requested.is_set():
-                    info["status"] = "KILLED"
-                reply = {"ok": True, "info": info, "message_timeout_secs": self.message_timeout_secs}
-            elif op in ("activate", "deactivate"):
-                if self.kill_requested.is_set():
-                    raise NotAliveError(f"topology {self.name!r} is being killed")
-                getattr(self.cluster, op)(self.name)
-                reply = {"ok": True}
-            else:
-                raise ValueError(f"unknown request {message!r}: expected a map with 'op' one of "
-                                 "'info', 'activate', 'deactivate', 'kill'")
-            return msgpack.packb(reply)
+            message = schema.decode(payload, schema.ControlRequest)
+        except schema.MalformedMessage as e:
+            log.warning("control socket of %r: malformed request: %s", self.name, e)
+            return schema.ControlReply(ok=False, error=f"topology {self.name!r}: malformed request: {e}")
+        try:
+            match message:
+                case schema.KillRequest(wait_secs=wait_secs):
+                    if not self.kill_requested.is_set():
+                        self.kill_wait_secs = self.message_timeout_secs if wait_secs is None else wait_secs
+                        self.kill_requested.set()
+                    self._kill_clients.append(client)
+                    return None
+                case schema.InfoRequest():
+                    info = self.cluster.get_topology_info(self.name)
+                    if self.kill_requested.is_set():
+                        info["status"] = "KILLED"
+                    return schema.ControlReply(ok=True, info=info, message_timeout_secs=self.message_timeout_secs)
+                case _:
+                    if self.kill_requested.is_set():
+                        raise NotAliveError(f"topology {self.name!r} is being killed")
+                    if isinstance(message, schema.ActivateRequest):
+                        self.cluster.activate(self.name)
+                    else:
+                        self.cluster.deactivate(self.name)
+                    return schema.ControlReply(ok=True)
         except NotAliveError as e:  # its message names the topology
-            return msgpack.packb({"ok": False, "error": str(e)})
+            return schema.ControlReply(ok=False, error=str(e))
         except Exception as e:  # noqa: BLE001 - a bad request must not stop the server
-            return msgpack.packb({"ok": False, "error": f"topology {self.name!r}: {type(e).__name__}: {e}"})
+            return schema.ControlReply(ok=False, error=f"topology {self.name!r}: {type(e).__name__}: {e}")

@@ -44,6 +44,16 @@ DEFAULTS: dict[str, Any] = {
     "topology.debug": False,
     # (class, serializer) pairs for values crossing workers; see Config.register_serialization.
     "topology.kryo.register": [],
+    # Values of types that are neither msgpack's own nor registered travel pickled
+    # (cloudpickle) when this is on, and only over authenticated links
+    # (topology.messaging.secure); off, emitting one to another worker is an EmitError naming
+    # the component, stream and type. Storm 2's key and default: unpickling runs code.
+    "topology.fall.back.on.java.serialization": False,
+    # Authenticate and encrypt every link of the topology (master <-> workers, worker <->
+    # worker data and backpressure, CLI <-> control socket) with ZeroMQ CURVE and a key pair
+    # per topology: a peer without the keys is refused before any byte of it is decoded.
+    # Off only for measuring what it costs, on a machine nobody else can reach.
+    "topology.messaging.secure": True,
     # Ports the local supervisor hands to workers, one per worker.
     "supervisor.slots.ports": [6700, 6701, 6702, 6703],
     "storm.zookeeper.servers": None,

@@ -38,3 +38,9 @@ class SerializationError(EmitError):
 class TopologySetupError(RuntimeError):
     """The topology could not start (a component's ``open``/``prepare`` raised, or a worker
     process could not start); it was stopped. The message says which and why."""
+
+
+class SecurityError(RuntimeError):
+    """A topology's links cannot be secured as configured (no CURVE in this ZeroMQ, or the
+    pickle fallback asked for over links that are not authenticated); the message says how to
+    fix it."""

@@ -175,7 +175,7 @@ class Executor:
         self.setup_error: BaseException | None = None
         # the outgoing side: a destination's batch is handed on at this many tuples
         self._batch_size = min(self.conf["topology.producer.batch.size"], self.conf["topology.executor.send.buffer.size"])
-        self._serializer = Serializer(self.conf["topology.kryo.register"])
+        self._serializer = Serializer.for_config(self.conf)
         self._outboxes: dict[int, _Outbox] = {}
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._sample_tup: Tuple | None = None
@@ -212,8 +212,7 @@ class Executor:
         try:
             self.loop()
         except BaseException as e:  # noqa: BLE001 - an executor must never die silently
-            self.report_error(self.task_ids[0], e)
-            log.exception("executor %s%s died", self.component, self.task_ids)
+            self.worker.fail(self, f"executor {self.component}{self.task_ids}", e)
         finally:
             self.teardown()
 

@@ -19,9 +19,10 @@ _SETUP_TIMEOUT_SECS = 60.0
 
 
 class _InProcessRunner:
-    """Every worker as objects in this process, joined by the in-process transport."""
+    """Every worker as objects in this process, joined by the in-process transport.
 
-    failure = None  # threads do not die on their own: nothing to give up on
+    There is no process to restart: when a thread of a worker dies (see
+    :attr:`Worker.failure`), the topology is FAILED with that cause."""
 
     def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState) -> None:
@@ -43,6 +44,10 @@ class _InProcessRunner:
                 f"topology {self._name!r}: component {executor.component!r} (task {executor.task_ids[0]}) "
                 f"failed to start: {type(error).__name__}: {error}"
             ) from error
+
+    @property
+    def failure(self) -> str | None:
+        return next((w.failure for w in self.workers if w.failure is not None), None)
 
     def set_active(self, active: bool) -> None:
         for worker in self.workers:

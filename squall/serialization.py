@@ -1,11 +1,19 @@
-"""Serialization of tuple values crossing workers: msgpack, a registry, cloudpickle as fallback.
+"""Serialization of tuple values crossing workers: msgpack, registered serializers, and —
+only when asked for — cloudpickle.
 
-Common types (None, bool, int within 64 bits, float, str, bytes, list, dict) are msgpack's
-own; tuples keep their type; types registered with ``Config.register_serialization``
-(Storm's Kryo registrations) use their serializer; anything else travels as cloudpickle,
-except ``bytearray`` and ``memoryview``, which msgpack packs natively and which therefore
-arrive as ``bytes``. A value that cannot be encoded raises
-:class:`~squall.errors.SerializationError` at emit, in the emitting component.
+Values that travel natively: None, bool, int (of any size), float, str, bytes, and lists,
+tuples, dicts, sets and frozensets of them (each keeps its type; ``bytearray`` and
+``memoryview`` arrive as ``bytes``). Instances of classes registered with ``Config.register_serialization`` (Storm's
+Kryo registrations) travel with their serializer. Any other type needs the pickle fallback,
+``topology.fall.back.on.java.serialization`` (Storm's key; off by default, as in Storm 2):
+
+* off, such a value raises :class:`~squall.errors.SerializationError` at emit, in the
+  emitting component, naming its type; a pickled value arriving from the wire is never
+  unpickled (dropped, with an error recorded);
+* on, it travels as cloudpickle — unpickling runs code, so the topology must run on
+  authenticated links (``topology.messaging.secure``, checked when it is submitted).
+
+A value that cannot be encoded raises :class:`SerializationError` at emit.
 A :class:`Serializer` is not thread-safe: make one per thread.
 """
 
@@ -22,10 +30,13 @@ from squall.errors import SerializationError
 _EXT_PICKLE = 0
 _EXT_TUPLE = 1
 _EXT_PACKED = 2  # a tuple's values, packed at emit
+_EXT_BIG_INT = 3  # beyond msgpack's 64 bits: two's complement, big-endian
+_EXT_SET = 4
+_EXT_FROZENSET = 5
 _EXT_FIRST_REGISTERED = 16
 
 # Values of only these types need no checking at emit; they are packed with their batch.
-_PLAIN = frozenset({str, int, float, bytes, bool, type(None)})
+PLAIN_TYPES = frozenset({str, int, float, bytes, bool, type(None)})
 
 
 class Packed:
@@ -49,14 +60,26 @@ class TypeSerializer(Protocol):
     def deserialize(self, data: bytes) -> Any: ...
 
 
+# The config key that lets other types travel pickled (Storm's name).
+PICKLE_FALLBACK_KEY = "topology.fall.back.on.java.serialization"
+
+
 class Serializer:
     """Packs and unpacks values; one instance per thread.
 
     ``registrations`` are ``(class, serializer)`` pairs, in the same order in every worker
-    (they come from the topology's config).
+    (they come from the topology's config); ``pickle_fallback`` lets other types travel as
+    cloudpickle (see the module's docstring).
     """
 
-    def __init__(self, registrations: list[tuple[type, TypeSerializer]] | None = None) -> None:
+    @classmethod
+    def for_config(cls, conf: dict[str, Any]) -> Serializer:
+        """The serializer a topology's config asks for."""
+        return cls(conf[REGISTRATIONS_KEY], conf[PICKLE_FALLBACK_KEY])
+
+    def __init__(self, registrations: list[tuple[type, TypeSerializer]] | None = None,
+                 pickle_fallback: bool = False) -> None:
+        self._pickle_fallback = pickle_fallback
         registrations = list(registrations or [])
         self._by_type = {cls: (_EXT_FIRST_REGISTERED + i, s) for i, (cls, s) in enumerate(registrations)}
         self._by_code = {code: s for code, s in self._by_type.values()}
@@ -67,12 +90,24 @@ class Serializer:
         self.decode_errors: list[str] = []
 
     def _default(self, obj: Any) -> msgpack.ExtType:
-        if type(obj) is tuple:
+        cls = type(obj)
+        if cls is int:
+            return msgpack.ExtType(_EXT_BIG_INT, obj.to_bytes(obj.bit_length() // 8 + 1, "big", signed=True))
+        container = _CONTAINER_CODES.get(cls)
+        if container is not None:
             # a fresh packer: this one is in the middle of packing the enclosing value
             return msgpack.ExtType(
-                _EXT_TUPLE, msgpack.packb(list(obj), default=self._default, strict_types=True, use_bin_type=True)
+                container, msgpack.packb(list(obj), default=self._default, strict_types=True, use_bin_type=True)
             )
         registered = self._by_type.get(type(obj))
+        if registered is None and not self._pickle_fallback:
+            raise SerializationError(
+                f"value of type {_type_name(obj)} cannot travel to another worker: it is not a native type "
+                f"(None, bool, int, float, str, bytes, list, tuple, dict, set, frozenset) and has no registered "
+                f"serializer; "
+                f"register one with Config.register_serialization({type(obj).__name__}, serializer), or set "
+                f"{PICKLE_FALLBACK_KEY}=true to send it pickled"
+            )
         try:
             if registered is not None:
                 return msgpack.ExtType(registered[0], registered[1].serialize(obj))
@@ -95,7 +130,7 @@ class Serializer:
         value is of a plain type (str, int, float, bytes, bool, None), else packed now (raising
         :class:`SerializationError` for a value that cannot be)."""
         for value in values:
-            if value.__class__ not in _PLAIN:
+            if value.__class__ not in PLAIN_TYPES:
                 return msgpack.ExtType(_EXT_PACKED, self.dumps(values))
         return values
 
@@ -123,16 +158,25 @@ class Serializer:
 
     @staticmethod
     def _batch_ext_hook(code: int, data: bytes) -> Any:
-        return Packed(data) if code == _EXT_PACKED else msgpack.ExtType(code, data)
+        # a batch's only extension type is values packed at emit: anything else is forged
+        if code != _EXT_PACKED:
+            raise ValueError(f"a batch holds an extension type {code} where only packed values go")
+        return Packed(data)
 
     def loads(self, data: bytes) -> Any:
         return msgpack.unpackb(data, ext_hook=self._ext_hook, strict_map_key=False, raw=False)
 
     def _ext_hook(self, code: int, data: bytes) -> Any:
-        if code == _EXT_TUPLE:
-            return tuple(self.loads(data))
         try:
+            container = _CONTAINERS.get(code)
+            if container is not None:
+                return container(self.loads(data))
+            if code == _EXT_BIG_INT:
+                return int.from_bytes(data, "big", signed=True)
             if code == _EXT_PICKLE:
+                if not self._pickle_fallback:
+                    raise SerializationError(f"a pickled value arrived but {PICKLE_FALLBACK_KEY} is off: "
+                                             "not unpickled")
                 return cloudpickle.loads(data)
             serializer = self._by_code.get(code)
             if serializer is not None:
@@ -141,3 +185,12 @@ class Serializer:
             self.decode_errors.append(f"{type(e).__name__}: {e}")
             return None
         return msgpack.ExtType(code, data)
+
+
+_CONTAINERS: dict[int, type] = {_EXT_TUPLE: tuple, _EXT_SET: set, _EXT_FROZENSET: frozenset}
+_CONTAINER_CODES = {cls: code for code, cls in _CONTAINERS.items()}
+
+
+def _type_name(obj: Any) -> str:
+    cls = type(obj)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"

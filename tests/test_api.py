@@ -764,7 +764,7 @@ def test_cli_plan_with_override(tmp_path):
 
 
 def test_cli_run_prints_per_component_summary(tmp_path):
-    path = tmp_path / "numbers.py"
+    path = tmp_path / "counting.py"  # not numbers.py: python -m squall would import it for the stdlib numbers
     path.write_text(CLI_TOPOLOGY)
     proc = squall_cli("run", str(path), "--duration", "2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -791,7 +791,7 @@ def test_cli_run_prints_per_component_summary(tmp_path):
 
 
 def test_cli_run_rejects_bad_config_naming_the_key(tmp_path):
-    path = tmp_path / "numbers.py"
+    path = tmp_path / "counting.py"  # not numbers.py: python -m squall would import it for the stdlib numbers
     path.write_text(CLI_TOPOLOGY)
     proc = squall_cli("run", str(path), "--duration", "1", "-c", "topology.workers=0", cwd=tmp_path)
     assert proc.returncode != 0

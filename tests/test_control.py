@@ -24,7 +24,7 @@ from helpers import stays
 from squall import control
 from squall.testing import wait_until
 
-NAME = "numbers"
+NAME = "counting"
 
 # A spout counting up (reliable, throttled by max spout pending) into a bolt that acks. The
 # spout's open leaves a file named by its pid in MARKS: which processes got as far as running it.
@@ -172,7 +172,7 @@ def list_output(cwd) -> str:
 
 
 def info(name: str = NAME) -> dict:
-    return control.request(name, {"op": "info"})["info"]
+    return control.info(name)
 
 
 def spout_emitted() -> int:

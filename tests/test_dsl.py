@@ -15,7 +15,9 @@ from squall import (
     BasicBolt, Bolt, Config, CustomStreamGrouping, Fields, Grouping, InvalidTopologyError, Spout, StormTopology,
     Topology, TopologyBuilder,
 )
-from squall.cli import UsageError, load_topology_file, main
+from squall.cli import main
+from squall.command import UsageError
+from squall.command.topology_file import load_topology_file
 from squall.component import Component  # noqa: F401 - named in the declarations under test
 from squall.config import merged_config
 from squall.scheduler import assign
@@ -441,4 +443,6 @@ def test_a_file_with_several_topology_classes_and_no_topology_is_refused_listing
 def test_a_bad_class_in_a_file_fails_the_command_with_its_message(tmp_path, capsys):
     path = write(tmp_path, TOPOLOGY_FILE.replace("par=3)", "par=0)"))
     assert main(["plan", path]) == 2
-    assert "squall: error: Parities.tally: par must be an integer >= 1, got 0" in capsys.readouterr().err
+    line = TOPOLOGY_FILE.splitlines().index("class Parities(Topology):") + 1  # where the class is made
+    assert capsys.readouterr().err == (f"squall: error: {path}:{line}: InvalidTopologyError: Parities.tally: par "
+                                       "must be an integer >= 1, got 0\n")

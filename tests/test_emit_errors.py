@@ -288,7 +288,8 @@ def same(a, b) -> bool:
     return a == b
 
 
-CROSSING_VALUES = {
+# Types that travel natively (msgpack and Squall's own extension types).
+NATIVE_VALUES = {
     "tuple": (1, "two", 3.0),
     "empty-tuple": (),
     "tuple-in-list": [(1, 2), [3, (4,)]],
@@ -304,21 +305,26 @@ CROSSING_VALUES = {
     "none": None,
     "set": {1, 2, 3},
     "frozenset": frozenset({"a", "b"}),
+    "set-in-tuple": ({(1, 2), frozenset({3})}, [{"x"}]),
+    "nested": {"a": [1, (2, {3: b"x", 4: (5, [6, {"deep": (7,)}])})], "b": {"c": None, 9: 2**70}},
+}
+# Types that need topology.fall.back.on.java.serialization (cloudpickle).
+PICKLED_VALUES = {
     "custom-class": Point(3, [Point(4, None)]),
     "plain-class": Opaque({"k": (1, b"v")}),
     "namedtuple": Pair(1, (2, 3)),
     "enum": Color.BLUE,
     "fraction": fractions.Fraction(1, 3),
-    "nested": {"a": [1, (2, {3: b"x", 4: (5, [6, {"deep": (7,)}])})], "b": {"c": None, 9: 2**70}},
+    "in-a-list": [1, fractions.Fraction(2, 3)],
 }
 
 
-def submit_sinks_on_both_sides(cluster, name: str) -> tuple[FeederSpout, int, int]:
+def submit_sinks_on_both_sides(cluster, name: str, conf: Config | None = None) -> tuple[FeederSpout, int, int]:
     """feeder -> "sink" (all grouping, 2 tasks) on two workers, submitted; returns the feeder,
     the sink task in the feeder's worker and the one in the other worker."""
     feeder, b = feeder_builder(["name", "value"], "feeder")
     b.set_bolt("sink", Recorder(), 2).all_grouping("feeder")
-    cluster.submit_topology(name, Config().set_num_workers(2), b.create_topology())
+    cluster.submit_topology(name, (conf or Config()).set_num_workers(2), b.create_topology())
     feeder_task = tasks_of(cluster, name, "feeder")[0]
     sinks = prepared("sink")
     remote = [p["task"] for p in sinks if feeder_task not in p["worker_tasks"]]
@@ -343,19 +349,23 @@ def test_unserializable_value_emitted_by_a_spout_is_recorded_for_the_spout(clust
     assert feeder.failed.count("lock") == 1 and "lock" not in feeder.acked
 
 
-def test_values_crossing_workers_keep_their_types(cluster):
-    feeder, local, remote = submit_sinks_on_both_sides(cluster, "types")
+@pytest.mark.parametrize("fallback", [False, True], ids=["native", "pickle-fallback"])
+def test_values_crossing_workers_keep_their_types(cluster, fallback):
+    """Native types cross as they are; the others too when the pickle fallback is on."""
+    values = {**NATIVE_VALUES, **PICKLED_VALUES} if fallback else NATIVE_VALUES
+    conf = Config().set_fall_back_on_java_serialization(fallback)
+    feeder, local, remote = submit_sinks_on_both_sides(cluster, "types", conf)
 
-    for name, value in CROSSING_VALUES.items():
+    for name, value in values.items():
         feeder.feed([name, value], msg_id=name)
-    wait_until(lambda: len(feeder.acked) + len(feeder.failed) == len(CROSSING_VALUES), timeout=5)
+    wait_until(lambda: len(feeder.acked) + len(feeder.failed) == len(values), timeout=5)
     assert feeder.failed == []
     assert errors_of(cluster, "types", "feeder") == []
 
     got = {(r["task"], r["values"][0]): r["values"][1] for r in received("sink")}
-    assert len(got) == 2 * len(CROSSING_VALUES)
+    assert len(got) == 2 * len(values)
     wrong = []
-    for name, value in CROSSING_VALUES.items():
+    for name, value in values.items():
         crossed = got[(remote, name)]
         if not same(value, crossed):
             wrong.append(f"{name}: sent {value!r} ({type(value).__name__}), got {crossed!r} "
@@ -363,6 +373,31 @@ def test_values_crossing_workers_keep_their_types(cluster):
         # within the emitter's worker the value is not copied at all
         assert got[(local, name)] is value, name
     assert not wrong, "\n".join(wrong)
+
+
+def test_value_needing_the_pickle_fallback_fails_its_emit_when_it_is_off(cluster):
+    """Off by default: each such value fails its tuple, with an error naming component,
+    stream and type; nothing reaches either sink task, and the topology goes on."""
+    feeder, _, _ = submit_sinks_on_both_sides(cluster, "no-pickle")
+    for name, value in PICKLED_VALUES.items():
+        feeder.feed([name, value], msg_id=name)
+    feed_and_wait(feeder, ["fine", 1], "fine")
+    wait_until(lambda: len(feeder.failed) == len(PICKLED_VALUES), timeout=5)
+    assert sorted(feeder.failed) == sorted(PICKLED_VALUES) and feeder.acked == ["fine"]
+    assert {r["values"][0] for r in received("sink")} == {"fine"}
+    errors = [e["error"] for e in errors_of(cluster, "no-pickle", "feeder")]
+    assert len(errors) == len(PICKLED_VALUES)
+    for type_name in ("Point", "Opaque", "Pair", "Color", "fractions.Fraction"):
+        error = next((e for e in errors if type_name in e), None)
+        assert error is not None, (type_name, errors)
+        assert "component 'feeder', stream 'default'" in error
+        assert "topology.fall.back.on.java.serialization" in error
+
+
+def test_pickle_fallback_needs_secure_links(cluster):
+    conf = Config().set_fall_back_on_java_serialization(True).set_messaging_secure(False)
+    with pytest.raises(ValueError, match="topology.fall.back.on.java.serialization.*topology.messaging.secure"):
+        cluster.submit_topology("insecure-pickle", conf, feeder_builder()[1].create_topology())
 
 
 def test_bytearray_arrives_as_bytes_across_workers(cluster):

@@ -406,7 +406,7 @@ def test_submit_from_a_shell_ships_the_project_runs_on_the_extras_jdk_and_obeys_
 
         wait_until(lambda: any(line.split()[:3] == ["topo", "ACTIVE", "spark"] for line in listed()),
                    timeout=60, interval=0.5, message="squall list shows the submitted topology")
-        acked = lambda: control.request("topo", {"op": "info"})["info"]["components"]["lines"]["acked"]  # noqa: E731
+        acked = lambda: control.info("topo")["components"]["lines"]["acked"]  # noqa: E731
         wait_until(lambda: acked() == len(lines), timeout=30, interval=0.2, message="every line acked")
         killed = squall_cli("kill", "topo", "-w", "0", env=env)
         assert killed.returncode == 0, killed.stderr

@@ -18,7 +18,13 @@ A worker names itself ``index/generation``: a subclass that relaunches every wor
 bumps :attr:`generation`, and the master tells a worker of an older generation to stop.
 
 All ZeroMQ traffic with the workers goes through the ROUTER socket, owned by the master
-thread; API calls reach that thread through a command queue.
+thread; API calls reach that thread through a command queue. The socket is a CURVE server
+(:mod:`squall.messaging.security`) that admits only holders of the topology's keys
+(:attr:`TopologyMaster.keys`, generated here and handed to the workers by whoever launches them),
+so the topology and its config go to the topology's own workers only. Messages are the
+schemas of :mod:`squall.messaging.schema`: one that does not fit, or comes from an identity that
+is not a worker of this topology, is logged and dropped, and the master thread goes on — no
+single message can stop it.
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import cloudpickle
-import msgpack
 import zmq
 
 from squall.cluster_state import TopologyState
 from squall.errors import TopologySetupError
+from squall.messaging import schema
+from squall.messaging.security import LinkKeys, LinkSecurity
 from squall.messaging.zmq_transport import LOOPBACK
 from squall.scheduler import Assignment
 from squall.topology import StormTopology
@@ -45,6 +52,8 @@ log = logging.getLogger("squall.master")
 _POLL_SECS = 0.02
 # How long stop() waits for the workers to close their executors before killing them.
 KILL_GRACE_SECS = 10.0
+# How long, once every worker process is gone, the master still waits for their final figures.
+_STOPPED_GRACE_SECS = 1.0
 
 
 class WorkerStartError(TopologySetupError):
@@ -68,9 +77,10 @@ class WorkerSlot:
         self.port = 0
         self.bp_port = 0
         self.ready = False
+        self.stopped = False  # said ``stopped``: its snapshots are final
         self.started_at = time.monotonic()
         self.last_heartbeat = 0.0
-        self.snapshots: list[dict[str, Any]] = []
+        self.snapshots: list[schema.ExecutorReport] = []
         self.setup_error: str | None = None
 
     def silent_for(self, now: float) -> float:
@@ -98,10 +108,15 @@ class TopologyMaster(ABC):
         self._assignment = assignment
         self._state = state
         self._active = True
+        #: the topology's link keys (None when topology.messaging.secure is off): hand them to
+        #: each worker through what launches it, never over a socket
+        self.keys = LinkKeys.for_topology(conf)
         self._context = zmq.Context()
+        self._security = LinkSecurity(self._context, self.keys, f"the master of topology {name!r}")
         self._router = self._context.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted worker takes over its identity
         self._router.setsockopt(zmq.LINGER, 0)
+        self._security.server(self._router, "master port")
         self.address = f"tcp://{host}:{self._router.bind_to_random_port(f'tcp://{bind_host or host}')}"
         self.slots = [WorkerSlot(w.index, w.port) for w in assignment.workers]
         self.generation = 0
@@ -112,6 +127,7 @@ class TopologyMaster(ABC):
         self.starting = True
         self._lifecycle = threading.Lock()
         self._stopped = False
+        self._gone_at: float | None = None
         self._thread = threading.Thread(target=self._loop, name=f"master-{name}", daemon=True)
 
     # -- API (any thread) -------------------------------------------------------------------
@@ -144,28 +160,32 @@ class TopologyMaster(ABC):
     def set_active(self, active: bool) -> None:
         """Activate or deactivate every worker's spouts (also those launched later)."""
         self._active = active
-        self._commands.append((None, {"type": "activate" if active else "deactivate"}))
+        self._commands.append((None, schema.Activate() if active else schema.Deactivate()))
 
     def stop(self) -> None:
         """Tell every worker to stop, wait for their processes (killing stragglers after
-        :data:`KILL_GRACE_SECS`), then stop the master. Calling it again does nothing."""
+        :data:`KILL_GRACE_SECS`) and for their final figures, then stop the master. Calling it
+        again does nothing."""
         with self._lifecycle:
             if self._stopped:
                 return
             self._stopped = self.stopping = True
-        self._commands.append((None, {"type": "kill"}))
+        self._commands.append((None, schema.Kill()))
         self._wait_stopped(time.monotonic() + KILL_GRACE_SECS)
         if self._thread.is_alive():
             self._thread.join()
         self._router.close(linger=0)
+        self._security.close()
         self._context.term()
 
     def workers_info(self) -> list[dict[str, Any]]:
-        """Per worker: host, port, pid, restarts and its executors (get_topology_info's shape)."""
+        """Per worker: host, port, backpressure port, pid, restarts and its executors
+        (get_topology_info's shape)."""
         return [
             {
                 "host": slot.host or None,
                 "port": slot.port or slot.assigned_port,
+                "backpressure_port": slot.bp_port or None,
                 "pid": slot.pid,
                 "restarts": slot.restarts,
                 "executors": [{"component": e.component, "tasks": list(e.tasks)}
@@ -175,8 +195,9 @@ class TopologyMaster(ABC):
         ]
 
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
-        """(component, figures) of every executor, as of its worker's last heartbeat."""
-        return [(e["component"], e["stats"]) for slot in self.slots for e in slot.snapshots]
+        """(component, figures) of every executor, as of its worker's last heartbeat — or its
+        final ``stopped`` message, once :meth:`stop` returned."""
+        return [(e.component, schema.to_dict(e.stats)) for slot in self.slots for e in slot.snapshots]
 
     # -- for subclasses ------------------------------------------------------------------------
 
@@ -217,59 +238,105 @@ class TopologyMaster(ABC):
 
     # -- the master thread -------------------------------------------------------------------
 
-    def _send(self, identity: bytes, message: dict[str, Any]) -> None:
-        self._router.send_multipart([identity, msgpack.packb(message, use_bin_type=True)])
+    def _send(self, identity: bytes, message: schema.MasterMessage) -> None:
+        self._router.send_multipart([identity, schema.encode(message)])
 
     def _identity(self, slot: WorkerSlot) -> bytes:
         return f"{slot.index}/{self.generation}".encode()
 
     def _loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        for monitor in self._security.monitors:
+            poller.register(monitor, zmq.POLLIN)
         while True:
-            if self._router.poll(_POLL_SECS * 1000):
-                while True:
-                    try:
-                        identity, data = self._router.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._handle(identity, msgpack.unpackb(data, raw=False))
+            events = dict(poller.poll(_POLL_SECS * 1000))
+            for monitor in self._security.monitors:
+                if monitor in events:
+                    self._security.log_refusals(monitor)
+            if self._router in events:
+                self._receive_all()
             while self._commands:
                 target, message = self._commands.popleft()
                 for slot in self.slots if target is None else [self.slots[target]]:
                     self._send(self._identity(slot), message)
             with self._lifecycle:
                 if self.stopping:
-                    if self._gone():
+                    if self._all_stopped():
                         return
                     continue
-                self._supervise(time.monotonic())
+                try:
+                    self._supervise(time.monotonic())
+                except Exception:  # noqa: BLE001 - the master must go on supervising the others
+                    log.exception("topology %r: supervising its workers failed", self.name)
 
-    def _handle(self, identity: bytes, message: dict[str, Any]) -> None:
-        index, _, generation = identity.decode().partition("/")
-        kind = message["type"]
-        if int(generation) != self.generation:
-            if kind != "stopped":
-                self._send(identity, {"type": "kill"})  # left over from a relaunched generation
+    def _all_stopped(self) -> bool:
+        """Whether every worker process is gone and has said ``stopped`` (or had time to)."""
+        if not self._gone():
+            return False
+        now = time.monotonic()
+        if self._gone_at is None:
+            self._gone_at = now
+        return all(s.stopped or not s.ready for s in self.slots) or now - self._gone_at > _STOPPED_GRACE_SECS
+
+    def _receive_all(self) -> None:
+        while True:
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                if len(frames) != 2:
+                    raise schema.MalformedMessage(f"{len(frames)} frames, expected 2")
+                identity, data = frames
+                slot, generation = self._worker_of(identity)
+                message = schema.decode(data, schema.WorkerMessage)
+            except schema.MalformedMessage as e:
+                log.warning("topology %r: the master dropped a malformed message from %r: %s",
+                            self.name, frames[0][:64], e)
+                continue
+            try:
+                self._handle(identity, slot, generation, message)
+            except Exception:  # noqa: BLE001 - one message must not stop the master thread
+                log.exception("topology %r: the master could not handle %r from worker %d", self.name,
+                              type(message).__name__, slot.index)
+
+    def _worker_of(self, identity: bytes) -> tuple[WorkerSlot, int]:
+        """The slot and generation an identity ``index/generation`` names."""
+        try:
+            index, generation = (int(part) for part in identity.decode("ascii").split("/"))
+        except ValueError:
+            raise schema.MalformedMessage("not a worker's identity") from None
+        if not 0 <= index < len(self.slots):
+            raise schema.MalformedMessage(f"no worker {index} in this topology")
+        return self.slots[index], generation
+
+    def _handle(self, identity: bytes, slot: WorkerSlot, generation: int, message: schema.WorkerMessage) -> None:
+        if generation != self.generation:
+            if not isinstance(message, schema.Stopped):
+                self._send(identity, schema.Kill())  # left over from a relaunched generation
             return
-        slot = self.slots[int(index)]
-        if kind == "hello" and self.stopping:
-            self._send(identity, {"type": "kill"})  # launched just before stop(): missed the broadcast
-        elif kind == "hello":
-            slot.pid = message["pid"]
-            payload = cloudpickle.dumps((self.name, self._topology, self._conf, self._assignment, self._active))
-            self._send(identity, {"type": "bootstrap", "payload": payload})
-        elif kind == "bound":
-            slot.host, slot.port, slot.bp_port = message["host"], message["port"], message["bp_port"]
-            if self.peers_from_master and all(s.port for s in self.slots):
-                peers = {str(s.index): [s.host, s.port, s.bp_port] for s in self.slots}
-                for s in self.slots:
-                    self._send(self._identity(s), {"type": "peers", "peers": peers})
-        elif kind == "ready":
-            slot.ready = True
-            slot.last_heartbeat = time.monotonic()
-        elif kind == "heartbeat":
-            slot.last_heartbeat = time.monotonic()
-            slot.snapshots = message["executors"]
-            for error in message["errors"]:
-                self._state.report_error(error["component"], error["task"], error["error"], error["time"])
-        elif kind == "setup_error":
-            slot.setup_error = message["error"]
+        match message:
+            case schema.Hello() if self.stopping:
+                self._send(identity, schema.Kill())  # launched just before stop(): missed the broadcast
+            case schema.Hello(pid=pid):
+                slot.pid = pid
+                payload = cloudpickle.dumps((self.name, self._topology, self._conf, self._assignment, self._active))
+                self._send(identity, schema.Bootstrap(payload))
+            case schema.Bound(host=host, port=port, bp_port=bp_port):
+                slot.host, slot.port, slot.bp_port = host, port, bp_port
+                if self.peers_from_master and all(s.port for s in self.slots):
+                    peers = schema.Peers({s.index: (s.host, s.port, s.bp_port) for s in self.slots})
+                    for s in self.slots:
+                        self._send(self._identity(s), peers)
+            case schema.Ready():
+                slot.ready = True
+                slot.last_heartbeat = time.monotonic()
+            case schema.Heartbeat():  # or Stopped, the last one
+                slot.last_heartbeat = time.monotonic()
+                slot.snapshots = message.executors
+                slot.stopped = isinstance(message, schema.Stopped)
+                for error in message.errors:
+                    self._state.report_error(error.component, error.task, error.error, error.time)
+            case schema.SetupFailed(error=error):
+                slot.setup_error = error

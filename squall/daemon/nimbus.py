@@ -7,7 +7,8 @@ processes of this machine, or tasks of a Spark barrier job
 (:class:`~squall.spark.SparkCluster`). A runner has ``start()`` (returns once every
 open/prepare has run; raises :class:`~squall.errors.TopologySetupError` otherwise),
 ``set_active(bool)``, ``stop()`` (returns once every worker is gone), ``workers_info()``,
-``executor_snapshots()`` and ``failure`` (why the topology can no longer run, or None).
+``executor_snapshots()`` (after ``stop()``: the figures every worker had when it stopped) and
+``failure`` (why the topology can no longer run, or None).
 """
 
 from __future__ import annotations
@@ -146,10 +147,21 @@ class Nimbus(ABC):
 
         Under :func:`~squall.testing.simulated_time` the wait is skipped: nothing would
         move the clock while this call blocks the test."""
+        self.kill_topology_and_get_info(name, wait_secs)
+
+    def kill_topology_and_get_info(self, name: str, wait_secs: float | None = None) -> dict[str, Any]:
+        """:meth:`kill_topology`, returning the topology's final :meth:`get_topology_info`:
+        taken once every worker has stopped, so its figures are the executors' last, counting
+        what they did between the last heartbeat and their close/cleanup. Its status is
+        ``FAILED`` if the topology had failed when the kill began, else ``KILLED``.
+
+        Squall's addition to Storm's API, whose Nimbus forgets a killed topology: what
+        ``squall run`` and ``squall submit`` print at exit."""
         running = self._get(name)
         with running.lock:
             if running.status == KILLED:
                 raise NotAliveError(f"topology {name!r} is already being killed")
+            final_status = FAILED if self._status(running) == FAILED else KILLED
             previous, running.status = running.status, KILLED
         if wait_secs is None:
             wait_secs = running.conf["topology.message.timeout.secs"]
@@ -158,6 +170,7 @@ class Nimbus(ABC):
         if wait_secs > 0 and not clock.is_simulating():
             time.sleep(wait_secs)
         self._stop(running)
+        return self._info(running, final_status)
 
     def _stop(self, running: _Running) -> None:
         running.status = KILLED
@@ -181,6 +194,18 @@ class Nimbus(ABC):
     def get_topology_info(self, name: str) -> dict[str, Any]:
         """Status, workers/executors/tasks and per-component statistics and errors."""
         running = self._get(name)
+        return self._info(running, self._status(running))
+
+    @staticmethod
+    def _status(running: _Running) -> str:
+        """``FAILED`` once the runner gave up on the topology (unless it is being killed), else
+        the status activate/deactivate/kill set."""
+        return FAILED if running.runner.failure and running.status != KILLED else running.status
+
+    @staticmethod
+    def _info(running: _Running, status: str) -> dict[str, Any]:
+        """:meth:`get_topology_info`'s dict for ``running``, with ``status``: the figures are the
+        runner's ``executor_snapshots()`` as of now."""
         snapshots: dict[str, list[dict[str, Any]]] = {}
         for component, snapshot in running.runner.executor_snapshots():
             snapshots.setdefault(component, []).append(snapshot)
@@ -192,8 +217,8 @@ class Nimbus(ABC):
             summary["errors"] = running.state.errors(cid)
             components[cid] = summary
         return {
-            "name": name,
-            "status": FAILED if running.runner.failure and running.status != KILLED else running.status,
+            "name": running.name,
+            "status": status,
             "uptime_secs": max(0.0, clock.now() - running.started),
             "workers": running.runner.workers_info(),
             "components": components,

@@ -3,7 +3,9 @@
 :class:`ProcessSupervisor` is the :class:`~squall.daemon.master.TopologyMaster` of
 ``LocalCluster(processes=True)`` and ``squall run``. It
 
-* starts one worker process per worker slot (``python -m squall.daemon.worker_process``);
+* starts one worker process per worker slot (``python -m squall.daemon.worker_process``),
+  writing the topology's link keys to its stdin (not its environment or command line, which
+  other processes and the worker's children could see);
 * restarts, with the same assignment, a worker that exits (``kill -9`` included) or stays
   silent for ``supervisor.worker.timeout.secs``; the other workers reconnect to it;
 * gives up on a worker that cannot start (at submission: at once, raising the cause;
@@ -27,6 +29,7 @@ from typing import Any
 
 from squall.cluster_state import TopologyState
 from squall.daemon.master import TopologyMaster, WorkerSlot
+from squall.messaging.security import keys_json
 from squall.scheduler import Assignment
 from squall.topology import StormTopology
 
@@ -88,9 +91,14 @@ class ProcessSupervisor(TopologyMaster):
             proc = subprocess.Popen(
                 [sys.executable, "-m", "squall.daemon.worker_process", "--master", self.address,
                  "--worker", str(slot.index)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True,
             )
+            try:
+                proc.stdin.write(f"{keys_json(self.keys)}\n".encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # it died at once: supervised like any worker that exits
             self._procs[slot.index] = proc
             slot.reset(proc.pid)
             threading.Thread(target=_relay_output, args=(proc.stdout, self._log_path(slot)),

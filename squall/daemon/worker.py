@@ -13,6 +13,11 @@
   blocks on a full executor queue (senders wait for room before sending instead), so two
   workers sending to each other cannot deadlock.
 * **Timer**: tick tuples for bolts and the timeout rotation of spouts and ackers.
+
+Fail-fast, as Storm's workers: a thread of the worker (an executor, the receive, transfer or
+timer thread) that dies sets :attr:`Worker.failure` with the cause, recorded as an error of
+the component; whoever runs the worker then stops it — a worker process exits so that its
+supervisor restarts it, an in-process topology is FAILED. A worker never goes on half alive.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 from squall.acker import ACKER_COMPONENT, system_sources
@@ -27,7 +34,7 @@ from squall.cluster_state import TopologyState
 from squall.executor import AckerExecutor, BoltExecutor, Control, Executor, SpoutExecutor
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
-from squall.serialization import Packed, Serializer
+from squall.serialization import PLAIN_TYPES, Packed, Serializer
 from squall.topology import StormTopology
 from squall.tuple import StreamSource, Tuple
 from squall.utils.batch_queue import BatchQueue
@@ -60,6 +67,9 @@ class Worker:
         self.state = state
         self.active = active
         self.stopping = False
+        #: why the worker cannot go on (a thread of it died), or None; set once
+        self.failure: str | None = None
+        self.on_failure: Callable[[], None] | None = None  # called (once) by the thread that failed
         self.sources: dict[tuple[str, str], StreamSource] = {}
         for cid, spec in topology.components.items():
             for stream, stream_spec in spec.outputs.items():
@@ -79,10 +89,38 @@ class Worker:
         self.executors: list[Executor] = [self._make_executor(ea) for ea in assignment.workers[index].executors]
         self.transfer_queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer")
         self._threads = [
-            threading.Thread(target=self._transfer_loop, name=f"worker-{index}-transfer", daemon=True),
-            threading.Thread(target=self._receive_loop, name=f"worker-{index}-receive", daemon=True),
+            threading.Thread(target=self.guarded(self._transfer_loop, "transfer thread"),
+                             name=f"worker-{index}-transfer", daemon=True),
+            threading.Thread(target=self.guarded(self._receive_loop, "receive thread"),
+                             name=f"worker-{index}-receive", daemon=True),
         ]
-        self._timer = Timer(f"worker-{index}-timer")
+        self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
+
+    def guarded(self, loop: Callable[[], None], what: str) -> Callable[[], None]:
+        """``loop`` as a thread target that fails the worker if it raises."""
+        def run() -> None:
+            try:
+                loop()
+            except BaseException as e:  # noqa: BLE001 - a dead thread takes its worker down
+                self.fail(None, what, e)
+        return run
+
+    def fail(self, executor: Executor | None, what: str, error: BaseException) -> None:
+        """A thread of this worker died of ``error``: record it (for ``executor``'s component,
+        or every user component of the worker), set :attr:`failure` and call
+        :attr:`on_failure`. Only the first failure counts; later ones are logged."""
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        text = f"worker {self.index}: {what} died, so the worker stops: {type(error).__name__}: {error}"
+        log.error("%s\n%s", text, trace)
+        if self.failure is not None:
+            return
+        self.failure = text
+        executors = [executor] if executor is not None else [
+            e for e in self.executors if not e.component.startswith("__")] or self.executors
+        for e in executors:
+            self.state.report_error(e.component, e.task_ids[0], f"{text}\n{trace}")
+        if self.on_failure is not None:
+            self.on_failure()
 
     def single_task_queue(self, queue: BatchQueue) -> bool:
         """Whether ``queue`` feeds an executor of one task (its batches hold bare tuples)."""
@@ -176,7 +214,7 @@ class Worker:
         return True
 
     def _transfer_loop(self) -> None:
-        serializer = Serializer(self.conf["topology.kryo.register"])
+        serializer = Serializer.for_config(self.conf)
         backlog = False
         while not self.stopping:
             # with a backlog (a peer that cannot take more yet), come back soon to retry it
@@ -196,46 +234,73 @@ class Worker:
     # -- receive path ---------------------------------------------------------------
 
     def _receive_loop(self) -> None:
-        # stream sources by emitting task, then stream id
-        task_sources = {
-            task: {stream: source for (cid, stream), source in self.sources.items() if cid == component}
+        # emitting task -> stream id -> (source, number of fields, whether the values must be ints)
+        task_streams = {
+            task: {stream: (source, len(source.fields), stream.startswith("__"))
+                   for (cid, stream), source in self.sources.items() if cid == component}
             for task, component in self.assignment.task_component.items()
         }
         # task -> (its executor's queue, whether that executor runs this task alone)
         dispatch = {t: (q, id(q) in self._single_task_queues) for t, q in self.task_queues.items()}
-        serializer = Serializer(self.conf["topology.kryo.register"])
-        task_component = self.assignment.task_component
+        serializer = Serializer.for_config(self.conf)
         while not self.stopping:
             for payload in self.transport.receive(self.index, _POLL_SECS):
                 batches: dict[BatchQueue, list[Any]] = {}
+                malformed: list[str] = []
                 try:
                     for task, src, stream, values, ids in serializer.load_batches(payload):
+                        try:
+                            source, arity, system = task_streams[src][stream]
+                            q, single = dispatch[task]
+                        except (KeyError, TypeError):
+                            malformed.append(f"task {task!r} from task {src!r} on stream {stream!r} is not "
+                                             f"in this worker's topology")
+                            continue
                         if values.__class__ is Packed:
                             values = serializer.loads(values.data)
                             if serializer.decode_errors:
                                 # dropped, not delivered half-decoded: a tracked tree times out and is replayed
-                                self._report_undecodable(task_component[task], task, src, stream,
-                                                         "; ".join(serializer.decode_errors))
+                                self._report_undecodable(task, src, stream, "; ".join(serializer.decode_errors))
                                 serializer.decode_errors.clear()
                                 continue
-                        tup = Tuple(values, task_sources[src][stream], src, ids)
-                        q, single = dispatch[task]
+                        elif values.__class__ is list and not all(v.__class__ in PLAIN_TYPES for v in values):
+                            values = None  # unpacked values are plain: anything else is forged
+                        # checked here, so that a forged tuple cannot kill the executor (or acker) it reaches
+                        if (values.__class__ is not list or len(values) != arity
+                                or (system and not all(v.__class__ is int for v in values))
+                                or (ids and not _is_anchors(ids))):
+                            malformed.append(f"task {task} from task {src} on stream {stream!r}: values "
+                                             f"{values!r:.80} / anchors {ids!r:.80} do not fit the stream")
+                            continue
+                        tup = Tuple(values, source, src, ids)
                         batch = batches.get(q)
                         if batch is None:
                             batch = batches[q] = []
                         batch.append(tup if single else (task, tup))
                 except Exception as e:  # noqa: BLE001 - a corrupt payload must not stop the receive path
-                    text = f"worker {self.index} received a payload it cannot read ({len(payload)} bytes): {e!r}"
-                    log.warning(text)
-                    for ea in self.assignment.workers[self.index].executors:
-                        if not ea.component.startswith("__"):
-                            self.state.report_error(ea.component, ea.tasks[0], text)
+                    malformed.append(f"unreadable: {e!r}")
                 for q, batch in batches.items():
                     q.force_put(batch, len(batch))
+                if malformed:
+                    self._report_malformed(len(payload), malformed)
 
-    def _report_undecodable(self, component: str, task: int, src: int, stream: str, why: str) -> None:
+    def _report_malformed(self, size: int, malformed: list[str]) -> None:
+        text = (f"worker {self.index} dropped {len(malformed)} malformed tuple record(s) of a payload of {size} "
+                f"bytes; the first: {malformed[0]}")
+        log.warning(text)
+        for ea in self.assignment.workers[self.index].executors:
+            if not ea.component.startswith("__"):
+                self.state.report_error(ea.component, ea.tasks[0], text)
+
+    def _report_undecodable(self, task: int, src: int, stream: str, why: str) -> None:
+        component = self.assignment.task_component
         self.state.report_error(
-            component, task,
-            f"a tuple for task {task} from {self.assignment.task_component[src]!r} (task {src}), stream "
+            component[task], task,
+            f"a tuple for task {task} from {component[src]!r} (task {src}), stream "
             f"{stream!r}, could not be deserialized and was dropped: {why}",
         )
+
+
+def _is_anchors(ids: Any) -> bool:
+    """Whether ``ids`` is a tuple's anchors-to-ids map as senders make it: ints to ints."""
+    return ids.__class__ is dict and all(k.__class__ is int and v.__class__ is int for k, v in ids.items())

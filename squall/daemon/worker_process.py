@@ -1,11 +1,14 @@
 """A worker process: one worker of a topology in an OS process of its own.
 
 Started by the local supervisor as ``python -m squall.daemon.worker_process --master ADDR
---worker N``, or by a Spark barrier task calling :func:`run`. It talks to the topology
-master (:mod:`squall.daemon.master`) over one ZeroMQ DEALER socket:
+--worker N`` with the topology's link keys as one line of JSON on its stdin, or by a Spark
+barrier task calling :func:`run` with the keys from its closure: keys never travel over a
+socket. It talks to the topology master (:mod:`squall.daemon.master`) over one ZeroMQ DEALER
+socket, authenticated and encrypted with those keys (:mod:`squall.messaging.security`), in the
+messages of :mod:`squall.messaging.schema`:
 
 1. ``hello`` (pid) → the master answers ``bootstrap`` (the pickled topology, config and
-   assignment);
+   assignment: unpickled only because the master proved it holds the topology's keys);
 2. it binds its worker and backpressure ports and says ``bound``; the others' addresses come
    from the master (``peers``, now and whenever a worker restarts elsewhere) or, in a Spark
    barrier stage, from an exchange among the workers;
@@ -13,15 +16,20 @@ master (:mod:`squall.daemon.master`) over one ZeroMQ DEALER socket:
    traceback and exits;
 4. then, every ``worker.heartbeat.frequency.secs``, a ``heartbeat`` with every executor's
    figures and the errors recorded since the last one; it obeys ``activate``,
-   ``deactivate`` and ``kill`` (stop the executors, calling close/cleanup, and exit).
+   ``deactivate`` and ``kill`` (stop the executors, calling close/cleanup, say ``stopped``
+   with the final figures, and exit).
 
-Its control thread (the main thread) also publishes which of its tasks are backpressured
-and reads the other workers' states. It exits when its parent (the supervisor) is gone.
+Its control thread (the main thread) also publishes which of its tasks are backpressured,
+reads the other workers' states and logs refused connections. A message from the master that
+does not fit its schema is logged and dropped. It exits when its parent (the supervisor) is
+gone, and — fail-fast — with code 1 after a last heartbeat when a thread of its worker died
+(:attr:`Worker.failure`), so that it is restarted.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -31,12 +39,16 @@ from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
-import msgpack
+import msgspec
 import zmq
 
 from squall.cluster_state import TopologyState
 from squall.daemon.worker import Worker
+from squall.messaging import schema
+from squall.messaging.security import LinkKeys, LinkSecurity
 from squall.messaging.zmq_transport import LOOPBACK, ZmqTransport
+
+log = logging.getLogger("squall.worker")
 
 # How often the control thread looks at its queues' backpressure and its peers' messages.
 _CONTROL_TICK_SECS = 0.005
@@ -53,9 +65,9 @@ class _ForwardingState(TopologyState):
         when = time.time() if when is None else when
         super().report_error(component, task, text, when)
         with self._lock:
-            self.unsent.append({"component": component, "task": task, "error": text, "time": when})
+            self.unsent.append(schema.ErrorReport(component, task, text[:schema.MAX_TEXT], when))
 
-    def take_unsent(self) -> list[dict[str, Any]]:
+    def take_unsent(self) -> list[schema.ErrorReport]:
         with self._lock:
             unsent, self.unsent = self.unsent, []
         return unsent
@@ -64,8 +76,8 @@ class _ForwardingState(TopologyState):
 Peers = dict[int, tuple[str, int, int]]  # worker index -> (host, port, backpressure port)
 
 
-def _peers(message: dict[str, Any]) -> Peers:
-    return {int(i): tuple(a) for i, a in message["peers"].items()}
+def _figures(worker: Worker) -> list[schema.ExecutorReport]:
+    return msgspec.convert(worker.executor_snapshots(), list[schema.ExecutorReport])
 
 
 class _Killed(Exception):
@@ -73,69 +85,79 @@ class _Killed(Exception):
 
 
 class _Control:
-    def __init__(self, master: str, index: int, generation: int) -> None:
-        self.deferred: list[dict[str, Any]] = []  # commands that came while setting up
+    def __init__(self, master: str, index: int, generation: int, keys: LinkKeys | None) -> None:
+        self.deferred: list[schema.MasterMessage] = []  # commands that came while setting up
         self.context = zmq.Context()
+        self.security = LinkSecurity(self.context, keys, f"worker {index}")
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.IDENTITY, f"{index}/{generation}".encode())
         self.socket.setsockopt(zmq.LINGER, 2000)
+        self.security.client(self.socket)
         self.socket.connect(master)
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.socket.send(msgpack.packb(message, use_bin_type=True))
+    def send(self, message: schema.WorkerMessage) -> None:
+        self.socket.send(schema.encode(message))
 
-    def receive(self, timeout: float) -> dict[str, Any] | None:
-        if self.socket.poll(timeout * 1000):
-            return msgpack.unpackb(self.socket.recv(), raw=False, strict_map_key=False)
+    def receive(self, timeout: float) -> schema.MasterMessage | None:
+        """The next well-formed message within ``timeout``; malformed ones are logged and dropped."""
+        deadline = time.monotonic() + timeout
+        while self.socket.poll(max(0.0, deadline - time.monotonic()) * 1000):
+            data = self.socket.recv()
+            try:
+                return schema.decode(data, schema.MasterMessage)
+            except schema.MalformedMessage as e:
+                log.warning("dropped a malformed message from the master: %s", e)
         return None
 
-    def expect(self, kind: str, timeout: float, parent: int) -> dict[str, Any]:
-        """The next message of ``kind``; others are kept for later (``kill`` raises _Killed)."""
+    def expect(self, kind: type[schema.MasterMessage], timeout: float, parent: int) -> Any:
+        """The next message of type ``kind``; others are kept for later (``kill`` raises _Killed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             message = self.receive(0.1)
             if message is not None:
-                if message["type"] == kind:
+                if isinstance(message, kind):
                     return message
-                if message["type"] == "kill":
+                if isinstance(message, schema.Kill):
                     raise _Killed
                 self.deferred.append(message)
             if os.getppid() != parent:
                 raise SystemExit("the supervisor is gone")
-        raise TimeoutError(f"no {kind!r} from the master within {timeout}s")
+        raise TimeoutError(f"no {kind.__name__.lower()!r} from the master within {timeout}s")
 
     def close(self) -> None:
         """Close the socket (after up to 2 s for what is queued) and the context: a Spark
         task's Python process lives on after its worker."""
         self.socket.close(linger=2000)
+        self.security.close()
         self.context.term()
 
 
-def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
+def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, host: str = LOOPBACK,
         exchange_peers: Callable[[tuple[str, int, int]], Peers] | None = None) -> int:
     """Be worker ``index`` of the topology whose master listens at ``master`` until the
-    master says ``kill`` (return 0), or the parent process dies (return 1); return 1 at once
-    if the worker cannot start (the master hears the cause). Listens on ``host``.
+    master says ``kill`` (return 0), the parent process dies or a thread of the worker dies
+    (return 1); return 1 at once if the worker cannot start (the master hears the cause).
+    ``keys`` are the topology's link keys (None: links not secure). Listens on ``host``.
     ``exchange_peers`` takes this worker's (host, port, backpressure port) and returns every
     worker's, blocking until all have called it; None: the master sends them."""
     parent = os.getppid()
-    control = _Control(master, index, generation)
-    control.send({"type": "hello", "pid": os.getpid()})
+    control = _Control(master, index, generation, keys)
+    control.send(schema.Hello(os.getpid()))
     worker: Worker | None = None
     transport: ZmqTransport | None = None
+    state = _ForwardingState()
     started = ready = False
     try:
-        boot = control.expect("bootstrap", 60, parent)
-        name, topology, conf, assignment, active = cloudpickle.loads(boot["payload"])
-        state = _ForwardingState()
-        transport = ZmqTransport(control.context, index, host)
+        boot = control.expect(schema.Bootstrap, 60, parent)
+        name, topology, conf, assignment, active = cloudpickle.loads(boot.payload)
+        transport = ZmqTransport(control.context, index, control.security, host)
         worker = Worker(name, topology, conf, assignment, index, transport, state, active)
         port, bp_port = transport.bind(assignment.workers[index].port)
-        control.send({"type": "bound", "host": host, "port": port, "bp_port": bp_port})
+        control.send(schema.Bound(host, port, bp_port))
         if exchange_peers is not None:
             transport.set_peers(exchange_peers((host, port, bp_port)))
         else:
-            transport.set_peers(_peers(control.expect("peers", 60, parent)))
+            transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
         transport.register(worker)
         worker.start()
         started = True
@@ -149,14 +171,15 @@ def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
     except _Killed:
         code = 0
     except BaseException as e:  # noqa: BLE001 - whatever it is, the master must hear the cause
-        control.send({"type": "setup_error", "error": "".join(traceback.format_exception(e))})
+        control.send(schema.SetupFailed("".join(traceback.format_exception(e))[:schema.MAX_TEXT]))
         code = 1
     else:
         ready = True
-        control.send({"type": "ready"})
+        control.send(schema.Ready())
         room_read, room_write = os.pipe()  # closed once no executor can signal on it
         os.set_blocking(room_write, False)
-        code = _serve(control, worker, transport, state, conf, parent, room_read, room_write)
+        worker.on_failure = lambda: _wake(room_write)
+        code = _serve(control, worker, transport, state, conf, parent, room_read)
     if started:
         worker.stop()
     if ready:
@@ -164,26 +187,31 @@ def run(master: str, index: int, generation: int = 0, host: str = LOOPBACK,
         os.close(room_write)
     if transport is not None:
         transport.close()
-    if ready:
-        control.send({"type": "stopped"})
+    if ready and code == 0:
+        control.send(schema.Stopped(_figures(worker), state.take_unsent()))
     control.close()
     return code
 
 
+def _wake(room_write: int) -> None:
+    """Wake the control thread (a queue has room again, or the worker failed)."""
+    try:
+        os.write(room_write, b"r")
+    except BlockingIOError:
+        pass  # the control thread has wake-ups pending already
+
+
 def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _ForwardingState,
-           conf: dict[str, Any], parent: int, room_read: int, room_write: int) -> int:
+           conf: dict[str, Any], parent: int, room_read: int) -> int:
     # A queue that stops being full is announced at once through the room pipe (senders
     # elsewhere are waiting for it, and a queue drains in a few milliseconds); one that fills
     # up is noticed on the next tick.
+    wake = worker.on_failure
 
     def announcer(tasks: frozenset[int]):
         def on_room() -> None:
-            if transport.published_backpressure.isdisjoint(tasks):
-                return  # nobody was told this queue is full
-            try:
-                os.write(room_write, b"r")
-            except BlockingIOError:
-                pass  # the control thread has wake-ups pending already
+            if not transport.published_backpressure.isdisjoint(tasks):  # somebody was told it is full
+                wake()
         return on_room
 
     tasks_by_queue: dict[Any, set[int]] = {}
@@ -195,6 +223,8 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
     poller.register(control.socket, zmq.POLLIN)
     poller.register(transport.sub_socket, zmq.POLLIN)
     poller.register(room_read, zmq.POLLIN)
+    for monitor in control.security.monitors:
+        poller.register(monitor, zmq.POLLIN)
     heartbeat_every = conf["worker.heartbeat.frequency.secs"]
     next_heartbeat = 0.0
     commands, control.deferred = control.deferred, []
@@ -207,21 +237,26 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
         if control.socket in events:
             while (message := control.receive(0)) is not None:
                 commands.append(message)
+        for monitor in control.security.monitors:
+            if monitor in events:
+                control.security.log_refusals(monitor)
         for message in commands:
-            kind = message["type"]
-            if kind == "kill":
+            if isinstance(message, schema.Kill):
                 return 0
-            if kind in ("activate", "deactivate"):
-                worker.set_active(kind == "activate")
-            elif kind == "peers":
-                transport.set_peers(_peers(message))
+            if isinstance(message, (schema.Activate, schema.Deactivate)):
+                worker.set_active(isinstance(message, schema.Activate))
+            elif isinstance(message, schema.Peers):
+                transport.set_peers(message.peers)
         commands.clear()
+        if worker.failure is not None:
+            # fail-fast: the master hears why, and the supervisor (or Spark) restarts this worker
+            control.send(schema.Heartbeat(_figures(worker), state.take_unsent()))
+            return 1
         transport.publish_backpressure(worker.backpressured_tasks())
         now = time.monotonic()
         if now >= next_heartbeat:
             next_heartbeat = now + heartbeat_every
-            control.send({"type": "heartbeat", "executors": worker.executor_snapshots(),
-                          "errors": state.take_unsent()})
+            control.send(schema.Heartbeat(_figures(worker), state.take_unsent()))
         if os.getppid() != parent:
             return 1  # the supervisor died: nobody would stop this worker
 
@@ -232,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", type=int, required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
-    return run(args.master, args.worker)
+    keys = LinkKeys.from_json(sys.stdin.readline())  # from the supervisor, never from a socket
+    return run(args.master, args.worker, keys)
 
 
 if __name__ == "__main__":

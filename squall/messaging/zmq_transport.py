@@ -9,7 +9,10 @@ the executor's address inside a Spark task. Each worker binds
   backpressured (their incoming queues are full).
 
 and connects a PUSH socket to every other worker's port (used by its transfer thread only)
-and a SUB socket to every other worker's PUB (read by its control thread only). Nothing is
+and a SUB socket to every other worker's PUB (read by its control thread only). Every one
+of them is secured by the worker's :class:`~squall.messaging.security.LinkSecurity`: only the
+topology's own workers get through (another topology's traffic on a re-used port included),
+and a backpressure message that does not fit its schema is logged and dropped. Nothing is
 sent to a worker before its first backpressure state arrives (workers republish theirs
 every 0.1 s), so a worker that starts or restarts is not flooded. ZeroMQ
 reconnects by itself when a peer restarts on the same port and queues what is sent
@@ -21,18 +24,22 @@ from __future__ import annotations
 
 import collections
 import errno
+import logging
 import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import zmq
 
+from squall.messaging import schema
+from squall.messaging.security import LinkSecurity
 from squall.messaging.transport import Transport
 
 if TYPE_CHECKING:
     from squall.daemon.worker import Worker
+
+log = logging.getLogger("squall.transport")
 
 LOOPBACK = "127.0.0.1"
 # How often a worker republishes its backpressure state even when it did not change (a
@@ -45,13 +52,17 @@ def endpoint(host: str, port: int) -> str:
 
 
 class ZmqTransport(Transport):
-    def __init__(self, context: zmq.Context, index: int, host: str = LOOPBACK) -> None:
+    def __init__(self, context: zmq.Context, index: int, security: LinkSecurity, host: str = LOOPBACK) -> None:
         self._context = context
         self._index = index
+        self._security = security
         self.host = host
         self._pull = context.socket(zmq.PULL)
+        security.server(self._pull, "worker port")
         self._pub = context.socket(zmq.PUB)
+        security.server(self._pub, "backpressure port")
         self._sub = context.socket(zmq.SUB)
+        security.client(self._sub)
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._pull_poller = zmq.Poller()
         self._pull_poller.register(self._pull, zmq.POLLIN)
@@ -124,6 +135,7 @@ class ZmqTransport(Transport):
                 current[0].close(linger=0)
             sock = self._context.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
+            self._security.client(sock)
             sock.connect(address)
             self._push[i] = (sock, address)
 
@@ -188,16 +200,22 @@ class ZmqTransport(Transport):
             return  # a single worker: nobody to tell
         now = time.monotonic()
         if full_tasks != self._published or now - self._published_at >= _REPUBLISH_SECS:
-            self._pub.send(msgpack.packb([self._index, sorted(full_tasks)]))
+            self._pub.send(schema.encode(schema.Backpressure(self._index, sorted(full_tasks))))
             self._published, self._published_at = full_tasks, now
 
     def read_backpressure(self) -> None:
         while True:
             try:
-                index, full = msgpack.unpackb(self._sub.recv(zmq.NOBLOCK))
+                data = self._sub.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._peer_backpressure[index] = frozenset(full)
+            try:
+                state = schema.decode(data, schema.Backpressure)
+            except schema.MalformedMessage as e:
+                log.warning("worker %d dropped a malformed backpressure message: %s", self._index, e)
+                continue
+            if state.worker in self._peers:
+                self._peer_backpressure[state.worker] = frozenset(state.full)
 
     @property
     def sub_socket(self) -> Any:

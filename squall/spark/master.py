@@ -32,6 +32,7 @@ from typing import Any
 from squall.cluster_state import TopologyState
 from squall.daemon import worker_process
 from squall.daemon.master import TopologyMaster, WorkerSlot, WorkerStartError
+from squall.messaging.security import LinkKeys
 from squall.scheduler import Assignment
 from squall.topology import StormTopology
 
@@ -42,8 +43,10 @@ SLOTS_WAIT_SECS = 15.0
 _EMBEDDED_MASTER = re.compile(r"local(\[.*\])?$")
 
 
-def barrier_worker(master: str, generation: int) -> Callable[[Iterable[Any]], Iterator[int]]:
-    """The function each barrier task runs (shipped to the executors by Spark)."""
+def barrier_worker(master: str, generation: int, keys: LinkKeys | None) -> Callable[[Iterable[Any]], Iterator[int]]:
+    """The function each barrier task runs, shipped to the executors by Spark with the
+    topology's link ``keys`` in its closure (Spark's own channel: turn on
+    ``spark.authenticate`` and ``spark.network.crypto.enabled`` on a shared cluster)."""
 
     def run_worker(_: Iterable[Any]) -> Iterator[int]:
         from pyspark import BarrierTaskContext
@@ -57,7 +60,7 @@ def barrier_worker(master: str, generation: int) -> Callable[[Iterable[Any]], It
             gathered = context.allGather(json.dumps(address))  # ordered by partition id
             return {i: tuple(json.loads(a)) for i, a in enumerate(gathered)}
 
-        code = worker_process.run(master, index, generation, host, exchange)
+        code = worker_process.run(master, index, keys, generation, host, exchange)
         if code:
             # failing the task aborts the barrier stage: the other workers are stopped too
             raise RuntimeError(f"squall worker {index} stopped with code {code}; the driver has the cause")
@@ -131,7 +134,7 @@ class SparkTopologyMaster(TopologyMaster):
             self._sc.setLocalProperty("callSite.short", f"squall topology {self.name}")  # the job's name in the UI
             try:
                 rdd = self._sc.parallelize(range(count), count).barrier()
-                rdd.mapPartitions(barrier_worker(self.address, generation)).collect()
+                rdd.mapPartitions(barrier_worker(self.address, generation, self.keys)).collect()
                 why = "its Spark job ended"
             except Exception as e:  # noqa: BLE001 - whatever ended the job, the master decides what next
                 why = _job_failure(e)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _cond = threading.Condition()
 _simulating = False
@@ -62,14 +62,16 @@ def advance_time(secs: float, wait_secs: float = 10.0) -> None:
 class Timer:
     """A thread running periodic callbacks on the cluster clock (a worker's timer).
 
-    Callbacks run on the timer thread and must not block.
+    Callbacks run on the timer thread and must not block. If one raises, the thread ends and
+    ``on_death(error)`` is called on it (the worker fails fast).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, on_death: Callable[[BaseException], None] | None = None) -> None:
         self._jobs: list[list] = []  # [next_due, period, callback]
         self.seen = now()
         self.stopped = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._on_death = on_death
+        self._thread = threading.Thread(target=self._guarded_run, name=name, daemon=True)
 
     def schedule_recurring(self, period: float, callback) -> None:
         """Call ``callback()`` every ``period`` seconds, first ``period`` seconds from now."""
@@ -87,6 +89,17 @@ class Timer:
             _cond.notify_all()
         if self._thread is not threading.current_thread() and self._thread.is_alive():
             self._thread.join()
+
+    def _guarded_run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:
+            with _cond:
+                _timers.discard(self)  # advance_time must not wait for a dead timer
+                _cond.notify_all()
+            if self._on_death is None:
+                raise
+            self._on_death(e)
 
     def _run(self) -> None:
         while True:

@@ -1,0 +1,51 @@
+"""What the command prints about a running topology: its one-line status (``squall run``'s
+live line), its per-component summary (at exit) and uptimes (``squall list``). Each takes
+:meth:`~squall.daemon.nimbus.Nimbus.get_topology_info`'s dict or its figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def status_line(info: dict[str, Any]) -> str:
+    """Name, status, uptime and the totals: tuples emitted, spout trees acked and failed,
+    errors recorded."""
+    comps = info["components"].values()
+    emitted = sum(c["emitted"] for c in comps)
+    acked = sum(c["acked"] for c in comps if c["type"] == "spout")
+    failed = sum(c["failed"] for c in comps if c["type"] == "spout")
+    errors = sum(len(c["errors"]) for c in comps)
+    return (f"{info['name']} {info['status']} {info['uptime_secs']:.0f}s | emitted {emitted:,} | "
+            f"spout acked {acked:,} failed {failed:,} | errors {errors}")
+
+
+def format_summary(info: dict[str, Any]) -> str:
+    """A per-component table of the topology's statistics, and the last error of each."""
+    header = (f"{'component':<20} {'type':<5} {'tasks':>5} {'emitted':>10} {'transferred':>11} {'acked':>10} "
+              f"{'failed':>7} {'exec ms':>8} {'proc ms':>8} {'compl ms':>8} {'capacity':>8}")
+    lines = [header, "-" * len(header)]
+    for cid, c in info["components"].items():
+        complete = f"{c['complete_latency_ms']:.3f}" if c["type"] == "spout" else ""
+        capacity = f"{c['capacity']:.3f}" if c["type"] == "bolt" else ""
+        lines.append(
+            f"{cid:<20} {c['type']:<5} {c['num_tasks']:>5} {c['emitted']:>10,} {c['transferred']:>11,} "
+            f"{c['acked']:>10,} {c['failed']:>7,} {c['execute_latency_ms']:>8.3f} {c['process_latency_ms']:>8.3f} "
+            f"{complete:>8} {capacity:>8}"
+        )
+    for cid, c in info["components"].items():
+        if c["errors"]:
+            last = c["errors"][-1]
+            lines.append(f"\n{len(c['errors'])} error(s) in {cid!r}; the last (task {last['task']}):\n"
+                         f"{last['error'].rstrip()}")
+    return "\n".join(lines)
+
+
+def format_uptime(secs: float) -> str:
+    """``1d 2h 3m 4s``, from the first unit that is not zero (Storm UI's format)."""
+    left = int(secs)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if left >= size or parts:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join([*parts, f"{left}s"])

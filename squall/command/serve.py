@@ -1,0 +1,94 @@
+"""The serve loop of ``squall run`` and ``squall submit``: a topology kept running, with a
+live status line, until it is stopped; then its final summary."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from typing import Any
+
+from squall.command.report import format_summary, status_line
+from squall.config import Config, merged_config
+from squall.control import ControlServer
+from squall.daemon.nimbus import FAILED, Nimbus
+from squall.topology import StormTopology
+
+
+def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: dict[str, Any],
+                   duration: float | None, where: str, mode: str | None = None) -> int:
+    """Submit ``topology`` to ``cluster`` and keep it running, with a live status line, until
+    Ctrl-C, SIGTERM, ``duration`` or ``squall kill`` from another terminal; then kill it and
+    print its summary. ``where`` says how it runs (shown after the workers), ``mode`` says it
+    in a word for ``squall list`` (default: ``where``).
+
+    The summary is final: taken once every worker has stopped
+    (:meth:`~squall.daemon.nimbus.Nimbus.kill_topology_and_get_info`), it counts what the
+    executors did up to their close/cleanup, not only what their last heartbeat said.
+
+    While it runs, the topology is registered for ``squall list`` / ``kill`` / ``activate`` /
+    ``deactivate`` (:mod:`squall.control`); registering comes before submitting, so a name
+    another process runs fails with ``AlreadyAliveError`` and nothing starts. The entry is
+    removed on every way out, and a ``squall kill`` returns once the summary is printed.
+
+    Returns 0, or 1 when the topology FAILED (the cluster gave up restarting its workers)."""
+    tty = sys.stderr.isatty()
+    stop = {"signal": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["signal"] = True
+
+    merged = merged_config(config)
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        with ControlServer(cluster, name, mode or where, merged[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS],
+                           merged[Config.TOPOLOGY_MESSAGING_SECURE]) as server:
+            cluster.submit_topology(name, config, topology)
+            workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
+            print(f"squall: topology {name!r} running, workers {where} on ports {workers}; Ctrl-C stops it",
+                  file=sys.stderr)
+            started = last_status = time.monotonic()
+            try:
+                while not stop["signal"] and not server.kill_requested.is_set():
+                    if duration is not None and time.monotonic() - started >= duration:
+                        break
+                    server.kill_requested.wait(0.2)
+                    info = cluster.get_topology_info(name)
+                    if info["status"] == FAILED:
+                        break
+                    if time.monotonic() - last_status >= (1.0 if tty else 10.0):
+                        last_status = time.monotonic()
+                        line = status_line(info)
+                        print(("\r" + line + "\x1b[K") if tty else line, end="" if tty else "\n",
+                              file=sys.stderr, flush=True)
+            except KeyboardInterrupt:
+                pass
+            if tty:
+                print(file=sys.stderr)
+            if server.kill_requested.is_set():
+                try:
+                    _wait_killed(cluster, name, server.kill_wait_secs, stop)
+                except KeyboardInterrupt:
+                    pass
+            print(f"squall: stopping {name!r}", file=sys.stderr)
+            info = cluster.kill_topology_and_get_info(name, wait_secs=0)
+            print(format_summary(info), file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if info["status"] == FAILED:
+        print(f"squall: topology {name!r} FAILED; see the last error above", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _wait_killed(cluster: Nimbus, name: str, wait_secs: float, stop: dict[str, bool]) -> None:
+    """The first half of ``storm kill -w``: deactivate the spouts and give the pending tuple
+    trees ``wait_secs`` to complete. Done here rather than by ``kill_topology(name, wait_secs)``
+    so that Ctrl-C or SIGTERM can cut the wait short: ``kill_topology`` sleeps it through."""
+    waiting = f"; spouts deactivated, waiting {wait_secs:g}s for pending tuples" if wait_secs > 0 else ""
+    print(f"squall: {name!r} killed by squall kill{waiting}", file=sys.stderr)
+    cluster.deactivate(name)
+    deadline = time.monotonic() + wait_secs
+    while not stop["signal"] and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+

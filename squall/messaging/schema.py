@@ -1,0 +1,198 @@
+"""The messages of Squall's control protocols, as typed schemas checked on arrival.
+
+Three protocols, one module (msgspec Structs, encoded as msgpack):
+
+* **master** (:mod:`squall.daemon.master` <-> :mod:`squall.daemon.worker_process`): a worker
+  sends :data:`WorkerMessage`\\ s (``hello``, ``bound``, ``ready``, ``setup_error``,
+  ``heartbeat``, ``stopped``), the master answers with :data:`MasterMessage`\\ s
+  (``bootstrap``, ``peers``, ``activate``, ``deactivate``, ``kill``); the ``type`` field tags them;
+* **backpressure** (worker -> workers, :mod:`squall.messaging.zmq_transport`): :class:`Backpressure`;
+* **control** (``squall list/kill/activate/deactivate`` -> :mod:`squall.control`):
+  :data:`ControlRequest` (tagged by ``op``) and :class:`ControlReply`.
+
+Every field has a type and, where it has one, a range; :func:`decode` raises
+:class:`MalformedMessage` for anything else (bad msgpack, unknown tag, wrong type, out of range,
+missing field), which receivers log with the peer and drop. Tuples themselves travel in
+batches (:mod:`squall.serialization`), not through these schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+#: the longest error text or traceback a message carries (senders cut theirs to it)
+MAX_TEXT = 1 << 20
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e12)]  # finite
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+
+
+class MalformedMessage(ValueError):
+    """A message that does not fit its schema; the text says what is wrong with it."""
+
+
+# -- master protocol: worker -> master ----------------------------------------------------------
+
+
+class ExecutorFigures(msgspec.Struct, frozen=True):
+    """One executor's figures (see :mod:`squall.metrics`)."""
+
+    emitted: NonNegative
+    transferred: NonNegative
+    acked: NonNegative
+    failed: NonNegative
+    executed: NonNegative
+    execute_secs: Seconds
+    process_secs: Seconds
+    process_count: NonNegative
+    complete_secs: Seconds
+    complete_count: NonNegative
+    capacity: Seconds
+
+
+class ExecutorReport(msgspec.Struct, frozen=True):
+    component: Name
+    tasks: list[NonNegative]
+    stats: ExecutorFigures
+
+
+class ErrorReport(msgspec.Struct, frozen=True):
+    component: Name
+    task: int
+    error: Text
+    time: float
+
+
+class Hello(msgspec.Struct, frozen=True, tag="hello", tag_field="type"):
+    pid: Annotated[int, msgspec.Meta(ge=1)]
+
+
+class Bound(msgspec.Struct, frozen=True, tag="bound", tag_field="type"):
+    host: Name
+    port: Port
+    bp_port: Port
+
+
+class Ready(msgspec.Struct, frozen=True, tag="ready", tag_field="type"):
+    pass
+
+
+class SetupFailed(msgspec.Struct, frozen=True, tag="setup_error", tag_field="type"):
+    error: Text
+
+
+class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat", tag_field="type"):
+    """Every ``worker.heartbeat.frequency.secs``: figures and the errors since the last one."""
+
+    executors: list[ExecutorReport]
+    errors: list[ErrorReport]
+
+
+class Stopped(Heartbeat, frozen=True, tag="stopped", tag_field="type"):
+    """The last message of a worker that was told to stop: its final figures and errors."""
+
+
+WorkerMessage = Hello | Bound | Ready | SetupFailed | Heartbeat | Stopped
+
+# -- master protocol: master -> worker ----------------------------------------------------------
+
+
+class Bootstrap(msgspec.Struct, frozen=True, tag="bootstrap", tag_field="type"):
+    """The pickled (name, topology, config, assignment, active): sent only over an
+    authenticated link, to a worker of this topology."""
+
+    payload: bytes
+
+
+class Peers(msgspec.Struct, frozen=True, tag="peers", tag_field="type"):
+    """Every worker's (host, worker port, backpressure port), by worker index."""
+
+    peers: dict[NonNegative, tuple[Name, Port, Port]]
+
+
+class Activate(msgspec.Struct, frozen=True, tag="activate", tag_field="type"):
+    pass
+
+
+class Deactivate(msgspec.Struct, frozen=True, tag="deactivate", tag_field="type"):
+    pass
+
+
+class Kill(msgspec.Struct, frozen=True, tag="kill", tag_field="type"):
+    pass
+
+
+MasterMessage = Bootstrap | Peers | Activate | Deactivate | Kill
+
+# -- backpressure -------------------------------------------------------------------------------
+
+
+class Backpressure(msgspec.Struct, frozen=True, array_like=True):
+    """Worker ``worker``'s tasks whose incoming queues are full."""
+
+    worker: NonNegative
+    full: list[NonNegative]
+
+
+# -- control ------------------------------------------------------------------------------------
+
+
+class InfoRequest(msgspec.Struct, frozen=True, tag="info", tag_field="op"):
+    pass
+
+
+class ActivateRequest(msgspec.Struct, frozen=True, tag="activate", tag_field="op"):
+    pass
+
+
+class DeactivateRequest(msgspec.Struct, frozen=True, tag="deactivate", tag_field="op"):
+    pass
+
+
+class KillRequest(msgspec.Struct, frozen=True, tag="kill", tag_field="op"):
+    """``wait_secs``: between deactivating the spouts and stopping; None: the message timeout."""
+
+    wait_secs: Seconds | None = None
+
+
+ControlRequest = InfoRequest | ActivateRequest | DeactivateRequest | KillRequest
+
+
+class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
+    ok: bool
+    error: str | None = None
+    info: dict[str, Any] | None = None
+    message_timeout_secs: float | None = None
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[Any, msgspec.msgpack.Decoder] = {}
+T = TypeVar("T")
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode(data: bytes, schema: type[T] | Any) -> T:
+    """``data`` as a message of ``schema`` (a Struct or a union of them); raises
+    :class:`MalformedMessage` saying what is wrong."""
+    decoder = _decoders.get(schema)
+    if decoder is None:
+        decoder = _decoders[schema] = msgspec.msgpack.Decoder(schema)
+    try:
+        return decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise MalformedMessage(f"{e} ({len(data)} bytes)") from None
+
+
+def to_dict(struct: msgspec.Struct) -> dict[str, Any]:
+    """A Struct's fields as a dict (figures as :mod:`squall.metrics` takes them)."""
+    return msgspec.structs.asdict(struct)

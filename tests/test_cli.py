@@ -1,0 +1,358 @@
+"""The ``squall`` command's input checks (topology files that do not compile or raise, bad
+``--master`` and ``--duration``: one line, exit status 2, the traceback only with
+``--verbose``), its final summary, and what ``squall plan`` says about links and values.
+
+Most tests call :func:`squall.cli.main` in this process; one runs ``python -m squall`` to see
+the whole of what a user sees."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers import BasicSink, logged, record
+from squall import Config, LocalCluster, Spout, TopologyBuilder
+from squall.cli import main
+from squall.command.serve import serve_topology
+from squall.command.spark_master import check_spark_master
+from squall.daemon.nimbus import Nimbus
+from squall.testing import wait_until
+
+PLAN_FILE = """
+from squall import BasicBolt, Spout, TopologyBuilder
+
+
+class Words(Spout):
+    outputs = ["word"]
+
+    def next_tuple(self):
+        pass
+
+
+class Sink(BasicBolt):
+    def execute(self, tup, collector):
+        pass
+
+
+builder = TopologyBuilder()
+builder.set_spout("words", Words())
+builder.set_bolt("sink", Sink(), 2).shuffle_grouping("words")
+topology = builder.create_topology()
+"""
+
+
+def write(tmp_path, text: str, name: str = "topo.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def line_of(path: str, text: str) -> int:
+    """The number of the first line of the file ``path`` that contains ``text``."""
+    with open(path) as f:
+        return next(number for number, line in enumerate(f, 1) if text in line)
+
+
+# -- topology files that do not load ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source, culprit, error", [
+    ("x = 1\ndef f(:\n    pass\n", "def f(:", "SyntaxError: invalid syntax"),
+    ("x = 1\nif x:\npass\n", "pass", "IndentationError: expected an indented block after 'if' statement on line 2"),
+    ("import os\nimport no_such_module_for_squall\n", "import no_such",
+     "ModuleNotFoundError: No module named 'no_such_module_for_squall'"),
+    ("def build():\n    return undefined_name\n\n\ntopology = build()\n", "return undefined_name",
+     "NameError: name 'undefined_name' is not defined"),
+    ("import os\n\nraise RuntimeError()\n", "raise", "RuntimeError"),
+], ids=["syntax", "indentation", "import", "name-in-a-function", "bare-exception"])
+def test_a_file_that_does_not_load_is_one_line_naming_file_and_line(tmp_path, capsys, source, culprit, error):
+    path = write(tmp_path, source)
+    assert main(["plan", path]) == 2
+    assert capsys.readouterr().err == f"squall: error: {path}:{line_of(path, culprit)}: {error}\n"
+
+
+def test_an_error_in_a_module_the_file_imports_names_the_import_and_the_module(tmp_path, capsys):
+    write(tmp_path, "def broken(:\n", "broken_helper_for_squall.py")
+    path = write(tmp_path, "import sys\nsys.path.insert(0, %r)\nimport broken_helper_for_squall\n" % str(tmp_path))
+    try:
+        assert main(["plan", path]) == 2
+    finally:
+        sys.modules.pop("broken_helper_for_squall", None)
+    assert capsys.readouterr().err == (f"squall: error: {path}:3: SyntaxError: invalid syntax "
+                                       "(broken_helper_for_squall.py, line 1)\n")
+
+
+@pytest.mark.parametrize("flag_first", [True, False], ids=["squall -v plan", "squall plan -v"])
+def test_verbose_prints_the_traceback_before_the_line(tmp_path, capsys, flag_first):
+    path = write(tmp_path, "def build():\n    return undefined_name\n\n\ntopology = build()\n")
+    argv = ["-v", "plan", path] if flag_first else ["plan", path, "--verbose"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):\n"), err
+    assert f'File "{path}", line 2, in build' in err  # the file's own frames
+    assert err.endswith(f"squall: error: {path}:2: NameError: name 'undefined_name' is not defined\n")
+
+
+def test_a_failed_open_still_exits_1_its_traceback_only_with_verbose(tmp_path, capsys):
+    path = write(tmp_path, """
+        from squall import Spout, TopologyBuilder
+
+
+        class Broken(Spout):
+            outputs = ["x"]
+
+            def open(self, conf, context, collector):
+                raise OSError("no source")
+
+            def next_tuple(self):
+                pass
+
+
+        builder = TopologyBuilder()
+        builder.set_spout("broken", Broken())
+        topology = builder.create_topology()
+    """)
+    assert main(["run", path, "--in-process", "--name", "broken-open"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("squall: error: ") and "no source" in err, err
+    assert main(["run", path, "--in-process", "--name", "broken-open", "-v"]) == 1
+    assert capsys.readouterr().err.startswith("Traceback (most recent call last):\n")
+
+
+def test_the_command_line_user_sees_one_line_and_status_2(tmp_path):
+    path = write(tmp_path, "x = 1\ndef f(:\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "squall", "run", path, "--in-process"], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"squall: error: {path}:2: SyntaxError: "
+                                                                  "invalid syntax\n")
+
+
+# -- bad arguments -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "-inf", "soon"])
+def test_a_duration_that_is_not_seconds_is_one_argparse_line(tmp_path, capsys, value):
+    path = write(tmp_path, PLAN_FILE)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", path, "--in-process", f"--duration={value}"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"squall run: error: argument --duration: expected a number of seconds "
+                                       f">= 0, got {value!r}\n")
+
+
+def test_a_bad_master_fails_before_the_file_is_loaded_or_spark_started(tmp_path, capsys):
+    # the file does not exist: the master is refused while the arguments are read
+    with pytest.raises(SystemExit) as exit_:
+        main(["submit", str(tmp_path / "missing.py"), "--master", "foo://bar"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("squall submit: error: argument --master: 'foo://bar' is not a Spark master URL; "
+                          "expected local, local[N], local[*]"), err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("url", [
+    "local", "local[1]", "local[*]", "local[4,2]", "local[*, 3]", "local-cluster[2,1,1024]",
+    "local-cluster[ 2 , 1 , 512 ]", "spark://host:7077", "spark://a:7077,b:7078", "spark://10.0.0.1:7077", "yarn",
+    "k8s://example.org:6443", "k8s://https://example.org:6443", "k8s://http://127.0.0.1:8080",
+])
+def test_the_masters_spark_takes_are_taken(url):
+    assert check_spark_master(url) == url
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("foo://bar", "is not a Spark master URL"),
+    ("local[abc]", "is not a Spark master URL"),
+    ("local[0]", "needs at least 1 thread"),
+    ("local-cluster[2,1]", "is not a Spark master URL"),
+    ("local-cluster[0,1,1024]", "needs numbers >= 1"),
+    ("spark://host", "got 'host'"),
+    ("spark://host:port", "got 'host:port'"),
+    ("spark://a:7077,", "got ''"),
+    ("spark://host:7077/path", "got 'host:7077/path'"),
+    ("yarn-client", "is not a Spark master URL"),
+    ("k8s://", "the Kubernetes API server"),
+    ("k8s://ftp://host", "the Kubernetes API server"),
+    ("mesos://host:5050", "Spark 4 dropped Mesos support"),
+])
+def test_the_masters_spark_refuses_are_refused_saying_why(url, reason):
+    with pytest.raises(ValueError, match="^" + re.escape(repr(url))) as error:
+        check_spark_master(url)
+    assert reason in str(error.value) and "\n" not in str(error.value)
+
+
+# -- the final summary ------------------------------------------------------------------------------
+
+
+class CountingSpout(Spout):
+    """Emits as fast as it may, and records at close what it emitted and saw acked."""
+
+    outputs = ["n"]
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def open(self, conf, context, collector):
+        self.collector, self.emitted, self.acked = collector, 0, 0
+
+    def next_tuple(self):
+        self.collector.emit([self.emitted], msg_id=self.emitted)
+        self.emitted += 1
+
+    def ack(self, msg_id):
+        self.acked += 1
+
+    def close(self):
+        record(self.key, {"emitted": self.emitted, "acked": self.acked})
+
+
+def test_the_info_a_kill_returns_counts_up_to_the_spouts_close(key):
+    builder = TopologyBuilder()
+    builder.set_spout("counting", CountingSpout(key))
+    builder.set_bolt("sink", BasicSink()).shuffle_grouping("counting")
+    with LocalCluster() as cluster:
+        cluster.submit_topology("final", Config().set_max_spout_pending(50), builder.create_topology())
+        wait_until(lambda: cluster.get_topology_info("final")["components"]["counting"]["acked"] >= 1000, 10)
+        info = cluster.kill_topology_and_get_info("final", wait_secs=0)
+        assert cluster.get_topologies() == []
+    [seen] = logged(key)
+    spout = info["components"]["counting"]
+    assert info["status"] == "KILLED"
+    assert (spout["emitted"], spout["acked"]) == (seen["emitted"], seen["acked"])
+    assert info["components"]["sink"]["acked"] >= seen["acked"]  # every tree acked was acked by the sink
+
+
+def test_squall_run_prints_the_figures_the_spout_had_at_its_close(tmp_path):
+    seen_path = tmp_path / "seen.json"
+    path = write(tmp_path, f"""
+        import json
+
+        from squall import BasicBolt, Config, Spout, TopologyBuilder
+
+
+        class Counting(Spout):
+            outputs = ["n"]
+
+            def open(self, conf, context, collector):
+                self.collector, self.emitted, self.acked = collector, 0, 0
+
+            def next_tuple(self):
+                self.collector.emit([self.emitted], msg_id=self.emitted)
+                self.emitted += 1
+
+            def ack(self, msg_id):
+                self.acked += 1
+
+            def close(self):
+                with open({str(seen_path)!r}, "w") as f:
+                    json.dump({{"emitted": self.emitted, "acked": self.acked}}, f)
+
+
+        class Sink(BasicBolt):
+            def execute(self, tup, collector):
+                pass
+
+
+        builder = TopologyBuilder()
+        builder.set_spout("counting", Counting())
+        builder.set_bolt("sink", Sink()).shuffle_grouping("counting")
+        topology = builder.create_topology()
+        config = Config().set_max_spout_pending(50)
+    """)
+    proc = subprocess.run([sys.executable, "-m", "squall", "run", path, "--in-process", "--duration", "1"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [row] = [line.split() for line in proc.stderr.splitlines() if line.startswith("counting ")]
+    # component type tasks emitted transferred acked ...
+    printed = {"emitted": int(row[3].replace(",", "")), "acked": int(row[5].replace(",", ""))}
+    seen = json.loads(seen_path.read_text())
+    assert printed == seen and seen["acked"] > 0, proc.stderr
+
+
+class StubRunner:
+    """A runner without workers that fails as soon as it starts, as one whose workers could not be
+    restarted: what Nimbus makes of a FAILED topology."""
+
+    def __init__(self) -> None:
+        self.failure: str | None = None
+        self.stopped = False
+
+    def start(self) -> None:
+        self.failure = "worker 0 could not be restarted"
+
+    def set_active(self, active: bool) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def workers_info(self) -> list[dict]:
+        return []
+
+    def executor_snapshots(self) -> list[tuple[str, dict]]:
+        return []
+
+
+class StubCluster(Nimbus):
+    def _make_runner(self, name, topology, conf, assignment, state) -> StubRunner:
+        self.runner = StubRunner()
+        return self.runner
+
+
+def small_topology():
+    builder = TopologyBuilder()
+    builder.set_spout("counting", CountingSpout("unused"))
+    builder.set_bolt("sink", BasicSink()).shuffle_grouping("counting")
+    return builder.create_topology()
+
+
+def test_the_info_a_kill_returns_says_failed_if_the_topology_had_failed():
+    with StubCluster() as cluster:
+        cluster.submit_topology("failing", {}, small_topology())
+        assert cluster.get_topology_info("failing")["status"] == "FAILED"
+        info = cluster.kill_topology_and_get_info("failing", wait_secs=0)
+        assert info["status"] == "FAILED" and cluster.runner.stopped and cluster.get_topologies() == []
+
+
+def test_squall_run_of_a_failed_topology_prints_its_final_summary_and_returns_1(capsys):
+    with StubCluster() as cluster:
+        assert serve_topology(cluster, "failing", small_topology(), {}, None, "nowhere") == 1
+        assert cluster.runner.stopped
+    err = capsys.readouterr().err
+    assert "\ncounting             spout " in err
+    assert err.endswith("squall: topology 'failing' FAILED; see the last error above\n"), err
+
+
+# -- squall plan: links and values ------------------------------------------------------------------
+
+LINKS_SECURE = "links: authenticated and encrypted (ZeroMQ CURVE, a key pair per topology)"
+LINKS_OPEN = "links: NOT authenticated or encrypted (topology.messaging.secure=false)"
+VALUES_REFUSED = ("values of other types: refused at emit (topology.fall.back.on.java.serialization=false); "
+                  "msgpack types and registered serializers travel")
+VALUES_PICKLED = ("values of other types: pickled (cloudpickle) over authenticated links "
+                  "(topology.fall.back.on.java.serialization=true); msgpack types and registered serializers travel")
+
+
+@pytest.mark.parametrize("overrides, config, expected", [
+    ([], "", [LINKS_SECURE, VALUES_REFUSED]),
+    (["-c", "topology.messaging.secure=false"], "", [LINKS_OPEN, VALUES_REFUSED]),
+    ([], "config = {'topology.fall.back.on.java.serialization': True}\n", [LINKS_SECURE, VALUES_PICKLED]),
+], ids=["defaults", "insecure", "pickle-fallback"])
+def test_plan_ends_with_the_links_and_the_fate_of_other_values(tmp_path, capsys, overrides, config, expected):
+    assert main(["plan", write(tmp_path, PLAN_FILE + config), *overrides]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == expected
+    assert lines[0].startswith("worker 0 ") and all(line.startswith(("worker ", "  executor ")) for line in lines[:-2])
+
+
+def test_plan_refuses_the_pickle_fallback_over_open_links(tmp_path, capsys):
+    path = write(tmp_path, PLAN_FILE)
+    assert main(["plan", path, "-c", "topology.fall.back.on.java.serialization=true",
+                 "-c", "topology.messaging.secure=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("squall: error: ") and "topology.messaging.secure" in err and err.count("\n") == 1
