@@ -80,13 +80,14 @@ def chain(spout: PacedSpout) -> TopologyBuilder:
 
 
 def measure(rate: float, seconds: float, processes: bool, warmup: float, cluster=None, build=chain,
-            payloads: list | None = None) -> list[float]:
+            payloads: list | None = None, overrides: dict | None = None) -> list[float]:
     """Complete latencies (seconds) after ``warmup`` of the topology ``build(spout)`` makes
-    around a PacedSpout; on ``cluster`` if given (left running), else on a LocalCluster of
-    its own."""
+    around a PacedSpout, with the config ``overrides``; on ``cluster`` if given (left
+    running), else on a LocalCluster of its own."""
     out_path = os.path.join(tempfile.mkdtemp(prefix="squall-latency-"), "latencies")
     builder = build(PacedSpout(rate, out_path, payloads))
     conf = Config().set_num_workers(2).set_num_ackers(2)
+    conf.update(overrides or {})
     with contextlib.nullcontext(cluster) if cluster is not None else LocalCluster(processes=processes) as running:
         running.submit_topology("latency", conf, builder.create_topology())
         time.sleep(seconds)  # the measurement itself: the spout runs at its fixed rate
