@@ -117,6 +117,7 @@ _CHECKS = {
     Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE: lambda k, v: _positive_int(k, v),
     Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION: _boolean,
     Config.TOPOLOGY_MESSAGING_SECURE: _boolean,
+    "topology.spout.stall.secs": lambda k, v: _positive_number(k, v),
     "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
     "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),
     "worker.heartbeat.frequency.secs": lambda k, v: _positive_number(k, v),

@@ -38,6 +38,9 @@ DEFAULTS: dict[str, Any] = {
     "topology.producer.batch.size": 100,
     # next_tuple calls a spout executor makes before it flushes and looks at its acks.
     "topology.spout.max.batch.size": 100,
+    # A spout task whose next_tuple has not returned for this many seconds is recorded as an
+    # error naming it (once per stall): next_tuple must never block.
+    "topology.spout.stall.secs": 5,
     # Fraction of tuples whose latencies are measured (Storm's default).
     "topology.stats.sample.rate": 0.05,
     # Log every emit and ack at DEBUG level.

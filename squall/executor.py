@@ -527,6 +527,24 @@ class SpoutExecutor(Executor):
         self._settle_now: list[tuple[int, str, Any]] = []  # (task, "ack" | "fail", msg_id)
         self._max_pending = self.conf["topology.max.spout.pending"]
         self._max_batch = self.conf["topology.spout.max.batch.size"]
+        # (monotonic time, task) since which a spout task's next_tuple calls run, or None:
+        # written once per task and batch, read by the worker's timer (check_stall)
+        self.calling: tuple[float, int] | None = None
+        self._stall_reported: tuple[float, int] | None = None
+
+    def check_stall(self, limit: float) -> None:
+        """Timer thread: record an error, once per stall, for a spout task whose next_tuple
+        has not returned for more than ``limit`` seconds (next_tuple must never block)."""
+        calling = self.calling
+        if calling is None or calling == self._stall_reported:
+            return
+        stuck_for = time.monotonic() - calling[0]
+        if stuck_for > limit:
+            self._stall_reported = calling
+            text = (f"spout {self.component!r} task {calling[1]}: next_tuple has not returned to its executor for "
+                    f"{stuck_for:.1f}s (topology.spout.stall.secs = {limit:g}); next_tuple must not block")
+            log.warning(text)
+            self.worker.state.report_error(self.component, calling[1], text)
 
     def pending_for(self, task_id: int) -> RotatingMap:
         return self._pending[task_id]
@@ -598,6 +616,7 @@ class SpoutExecutor(Executor):
         max_pending = self._max_pending
         for task, spout in self.spouts.items():
             collector, pending = self.collectors[task], self._pending[task]
+            self.calling = (time.monotonic(), task)
             for _ in range(self._max_batch):
                 if max_pending is not None and len(pending) >= max_pending:
                     exhausted = False
@@ -614,6 +633,7 @@ class SpoutExecutor(Executor):
                 emitted = True
                 if self._overflow:
                     break
+        self.calling = None
         self.flush_all()
         self._run_settle_now()
         if self._tracker is not None:

@@ -741,3 +741,43 @@ def test_topology_info_counters_without_ackers(cluster):
     wait_until(lambda: component_info(cluster, "info", "sink")["acked"] == 4, WAIT)
     comps = cluster.get_topology_info("info")["components"]
     assert (comps["spout"]["emitted"], comps["spout"]["acked"], comps["spout"]["failed"]) == (4, 4, 0)
+
+
+STALL_RELEASE = threading.Event()
+
+
+class StallingSpout(Spout):
+    """Emits one tuple, then blocks in next_tuple until STALL_RELEASE is set."""
+
+    outputs = ["v"]
+
+    def open(self, conf, context, collector):
+        self.collector, self.emitted = collector, False
+
+    def next_tuple(self):
+        if not self.emitted:
+            self.emitted = True
+            self.collector.emit([1])
+        else:
+            STALL_RELEASE.wait(30)
+
+
+def test_a_spout_whose_next_tuple_blocks_is_reported_once_per_stall():
+    STALL_RELEASE.clear()
+    builder = TopologyBuilder()
+    builder.set_spout("stuck", StallingSpout())
+    conf = Config()
+    conf["topology.spout.stall.secs"] = 0.3
+    with LocalCluster() as cluster:
+        cluster.submit_topology("stall", conf, builder.create_topology())
+        errors = lambda: cluster.get_topology_info("stall")["components"]["stuck"]["errors"]  # noqa: E731
+        try:
+            wait_until(lambda: errors(), timeout=10)
+            first = errors()[0]
+            assert first["task"] == tasks_of(cluster, "stall", "stuck")[0]
+            assert f"spout 'stuck' task {first['task']}: next_tuple has not returned" in first["error"]
+            assert "topology.spout.stall.secs" in first["error"]
+            # the same stall is not reported again, however long it lasts
+            stays(lambda: len(errors()) == 1, 1.0, "a single stall error")
+        finally:
+            STALL_RELEASE.set()

@@ -22,6 +22,7 @@ supervisor restarts it, an in-process topology is FAILED. A worker never goes on
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -147,6 +148,9 @@ class Worker:
     def _schedule_timers(self) -> None:
         timeout = self.conf["topology.message.timeout.secs"]
         for executor in self.executors:
+            if executor.kind == "spout":
+                stall = executor.conf["topology.spout.stall.secs"]
+                self._timer.schedule_recurring(min(1.0, stall / 2), functools.partial(executor.check_stall, stall))
             if executor.kind in ("spout", "acker"):
                 self._timer.schedule_recurring(timeout, self._control_sender(executor, Control.ROTATE))
             elif executor.conf.get("topology.tick.tuple.freq.secs"):

@@ -56,7 +56,9 @@ class ShellBolt(ShellComponent, Bolt):
       heartbeat) for ``topology.subprocess.timeout.secs``: an error is recorded naming the
       component, the task and the stderr tail; it is killed; the inputs it had not acked
       are failed (their spouts replay them); a new subprocess is started and handshaken.
-      Tuples arriving meanwhile are failed at once.
+      A tuple arriving meanwhile waits for the new subprocess — up to
+      ``topology.subprocess.timeout.secs``, then it is failed — so that a spout replaying on
+      fail does not spin through fails while the subprocess restarts.
     * A bad message (malformed, unknown command, ack of an unknown id, an invalid emit) is
       recorded as an error; processing goes on.
     * ``cleanup`` kills the subprocess by pid.
@@ -71,6 +73,7 @@ class ShellBolt(ShellComponent, Bolt):
         self._heartbeat_secs = min(1.0, self._timeout / 4)
         self._ids = itertools.count()
         self._lock = threading.Lock()  # guards _process and _pending, shared with the reader thread
+        self._started = threading.Condition(self._lock)  # notified when a new subprocess is up
         self._pending: dict[str, Tuple] = {}  # id sent to the subprocess -> input not acked nor failed yet
         self._process: ShellProcess | None = None  # None while restarting
         self._closing = threading.Event()
@@ -80,13 +83,15 @@ class ShellBolt(ShellComponent, Bolt):
         self._thread.start()
 
     def execute(self, tup: Tuple) -> None:
-        with self._lock:
+        with self._started:
+            # restarting: wait for the new subprocess (bounded) rather than fail at once
+            self._started.wait_for(lambda: self._process is not None or self._closing.is_set(), self._timeout)
             process = self._process
             if process is not None:
                 tuple_id = str(next(self._ids))
                 self._pending[tuple_id] = tup
         if process is None:
-            self._collector.fail(tup)  # restarting: the spout replays it
+            self._collector.fail(tup)  # still restarting (or closing): the spout replays it
             return
         message = {"id": tuple_id, "comp": tup.source_component, "stream": tup.source_stream_id,
                    "task": tup.source_task, "tuple": tup.values}
@@ -107,8 +112,9 @@ class ShellBolt(ShellComponent, Bolt):
 
     def cleanup(self) -> None:
         self._closing.set()
-        with self._lock:
+        with self._started:
             process, self._process = self._process, None
+            self._started.notify_all()
         if process is not None:
             process.kill("topology killed")
         self._thread.join(5)
@@ -178,11 +184,12 @@ class ShellBolt(ShellComponent, Bolt):
         except ShellProcessError as e:
             self._collector.report_error(e)
             return
-        with self._lock:
+        with self._started:
             if self._closing.is_set():
                 process.kill("topology killed")
             else:
                 self._process = process
+                self._started.notify_all()
 
     def _handle(self, process: ShellProcess, msg: Any) -> None:
         command = command_of(msg)
