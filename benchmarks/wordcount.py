@@ -88,16 +88,26 @@ def run_topology(sentences: list[str], total_words: int, acking: bool, workers: 
 
 
 def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
-              overrides: dict | None = None, cluster=None) -> tuple[float, float]:
+              overrides: dict | None = None, cluster=None, shuffle_split: bool = False,
+              count_parallelism: int | None = None) -> tuple[float, float]:
     """(seconds from submit until done, words/s after the first 10% of the words): the second
     leaves out the start-up (worker processes, or a Spark job and its executors' task
-    launches) for comparing running topologies."""
+    launches) for comparing running topologies.
+
+    By default the split takes local-or-shuffle grouping and each bolt has one executor per
+    worker; ``shuffle_split`` and ``count_parallelism`` give the shuffle-split/fields-count
+    variant (benchmarks/vs_bytewax.py)."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", ListSpout(sentences, reliable=acking), workers)
-    # local-or-shuffle: the split is stateless, so sentences need not cross workers (what a
-    # Storm user would write); the count's fields grouping still sends words across
-    builder.set_bolt("split", SplitSentence(), workers).local_or_shuffle_grouping("sentences")
-    builder.set_bolt("count", WordCount(report_every_secs=3600), workers).fields_grouping("split", ["word"])
+    split = builder.set_bolt("split", SplitSentence(), workers)
+    if shuffle_split:
+        split.shuffle_grouping("sentences")
+    else:
+        # local-or-shuffle: the split is stateless, so sentences need not cross workers (what a
+        # Storm user would write); the count's fields grouping still sends words across
+        split.local_or_shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(report_every_secs=3600), count_parallelism or workers).fields_grouping(
+        "split", ["word"])
     conf = Config().set_num_workers(workers).set_num_ackers(workers if acking else 0)
     conf["worker.heartbeat.frequency.secs"] = 0.05  # how soon the figures reach this process
     if acking:

@@ -4,11 +4,14 @@ One collector per task. Emitting picks target tasks with the stream's groupings,
 the tuples (with fresh edge ids when the emit is tracked) and hands them to the executor's
 send path.
 
-Threading: the executor thread holds the executor's lock while it runs user code, so its
-own calls take no lock. A bolt's ``OutputCollector`` may also be called from threads of
-the bolt's own: such a call takes the lock (waiting for the executor to finish its
-current batch) and hands its tuples on at once. Spout collectors and
-``BasicOutputCollector`` belong to the executor thread, as in Storm.
+Threading: the thread running the executor holds the executor's lock while it runs user
+code, so its own calls take no lock. A bolt's ``OutputCollector`` may also be called from
+threads of the bolt's own: such a call takes the lock (waiting for the executor to finish
+its current batch), hands its tuples on at once, and then (without the lock) waits while
+the executor's destinations are full. Spout collectors and ``BasicOutputCollector`` belong
+to the thread running the executor, as in Storm.
+
+A collector sees its executor through :class:`CollectorHost` only.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import random
 import time
 from threading import get_ident
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from squall.acker import ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, acker_for
 from squall.errors import EmitError
 from squall.tuple import Tuple
 
 if TYPE_CHECKING:
-    from squall.executor import Executor, StreamRoute
+    import threading
+
+    from squall.executor.route import StreamRoute
+    from squall.tuple import StreamSource
 
 # Edge and root ids: a generator of our own, so user code seeding `random` cannot make them collide.
 _rand64 = random.Random().getrandbits
@@ -41,8 +47,43 @@ def combine_ack(pending_acks: dict[int, int], tup: Tuple) -> None:
         pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
 
 
+class CollectorHost(Protocol):
+    """What a collector needs of its executor."""
+
+    component: str
+    lock: threading.Lock
+    acker_tasks: list[int]
+    system_sources: dict[str, StreamSource]
+    pending_acks: dict[int, int]  # root id -> XOR of acks not sent yet
+
+    def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
+        """Queue ``tup`` for ``tasks`` (see ExecutorTransfer.send)."""
+
+    def flush_all(self) -> None:
+        """Hand on the combined acks and every gathered batch."""
+
+    def wait_for_room(self) -> None:
+        """Wait (not holding the lock) while what was handed on cannot be taken yet."""
+
+    def report_error(self, task_id: int, error: BaseException) -> None: ...
+
+    def record_ack(self, tup: Tuple) -> None: ...
+
+    def record_fail(self, tup: Tuple) -> None: ...
+
+
+class SpoutHost(CollectorHost, Protocol):
+    """What a spout's collector needs besides."""
+
+    def pending_for(self, task_id: int) -> Any:
+        """The task's pending trees: root id -> (msg id, emit time)."""
+
+    def settle_now(self, task_id: int, method: str, msg_id: Any) -> None:
+        """Call the spout's ``ack``/``fail`` for ``msg_id`` once the current call returns."""
+
+
 class _Collector:
-    def __init__(self, executor: Executor, task_id: int, routes: dict[str, StreamRoute]) -> None:
+    def __init__(self, executor: CollectorHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
         self._executor = executor
         self._task_id = task_id
         self._routes = routes
@@ -99,7 +140,7 @@ class SpoutOutputCollector(_Collector):
     Call it only from the spout's methods (the executor thread), as in Storm.
     """
 
-    def __init__(self, executor: Any, task_id: int, routes: dict[str, StreamRoute]) -> None:
+    def __init__(self, executor: SpoutHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
         super().__init__(executor, task_id, routes)
         self._pending = executor.pending_for(task_id)
         self.emitted_count = 0
@@ -147,7 +188,7 @@ class SpoutOutputCollector(_Collector):
 class OutputCollector(_Collector):
     """A bolt's collector (Storm's ``OutputCollector``); thread-safe."""
 
-    def __init__(self, executor: Any, task_id: int, routes: dict[str, StreamRoute]) -> None:
+    def __init__(self, executor: CollectorHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
         super().__init__(executor, task_id, routes)
         self._owner = 0  # the executor thread's id, set when it starts running user code
 
@@ -194,6 +235,7 @@ class OutputCollector(_Collector):
         with self._lock:
             result = method(*args)
             self._executor.flush_all()
+        self._executor.wait_for_room()
         return result
 
     def _emit(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:

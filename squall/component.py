@@ -6,10 +6,12 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from squall.spec import Spec
 from squall.tuple import Fields
 
 if TYPE_CHECKING:
-    from squall.dsl import Grouping, Spec, StreamRef
+    from squall.dsl import Grouping
+    from squall.spec import StreamRef
 
 
 def check_id(what: str, value: Any) -> None:
@@ -20,6 +22,9 @@ def check_id(what: str, value: Any) -> None:
         raise InvalidTopologyError(f"{what} must be a non-empty string, got {value!r}")
     if value.startswith("__"):
         raise InvalidTopologyError(f"{what} {value!r} is reserved (ids starting with '__' are Squall's)")
+
+
+BLOCKING_KEY = "topology.component.blocking"
 
 
 class OutputFieldsDeclarer:
@@ -67,6 +72,13 @@ class Component:
 
     outputs: ClassVar[list[str] | dict[str, list[str]] | None] = None
 
+    #: Whether this component's methods may block (I/O, sleeping, waiting on other threads).
+    #: A worker runs its non-blocking executors cooperatively on one thread, where a blocking
+    #: call would stall them all; a blocking component's executors get a thread each. The
+    #: declarer's ``set_blocking`` overrides it per component (``topology.component.blocking``).
+    #: A spout's ``next_tuple`` must not block either way.
+    blocking: ClassVar[bool] = False
+
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Declare the streams this component emits. Called once, at ``create_topology``."""
         outputs = self.outputs
@@ -113,7 +125,4 @@ class Component:
         it is created (and :meth:`~squall.Topology.create_topology` the streams and fields), with
         errors naming the topology and the attribute.
         """
-        # imported here: squall.dsl imports the spout and bolt modules
-        from squall.dsl import Spec
-
         return Spec(component, name=name, inputs=inputs, par=par, config=config, num_tasks=num_tasks)

@@ -118,6 +118,8 @@ _CHECKS = {
     Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION: _boolean,
     Config.TOPOLOGY_MESSAGING_SECURE: _boolean,
     "topology.spout.stall.secs": lambda k, v: _positive_number(k, v),
+    "topology.worker.cooperative": _boolean,
+    "topology.component.blocking": _boolean,
     "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
     "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),
     "worker.heartbeat.frequency.secs": lambda k, v: _positive_number(k, v),

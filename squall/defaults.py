@@ -41,6 +41,12 @@ DEFAULTS: dict[str, Any] = {
     # A spout task whose next_tuple has not returned for this many seconds is recorded as an
     # error naming it (once per stall): next_tuple must never block.
     "topology.spout.stall.secs": 5,
+    # One thread runs all of a worker's executors, batch at a time, except those of blocking
+    # components (topology.component.blocking). False: a thread per executor, as in Storm.
+    "topology.worker.cooperative": True,
+    # Set per component (the declarer's set_blocking, or the component's ``blocking``
+    # attribute): its executors get a thread of their own.
+    "topology.component.blocking": False,
     # Fraction of tuples whose latencies are measured (Storm's default).
     "topology.stats.sample.rate": 0.05,
     # Log every emit and ack at DEBUG level.

@@ -22,7 +22,7 @@ declares what this ``TopologyBuilder`` code does, with ``topology.workers`` 2::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 from squall.bolt import BasicBolt, Bolt
 from squall.component import Component, check_id
@@ -30,6 +30,7 @@ from squall.errors import InvalidTopologyError
 from squall.grouping import (
     ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE, CustomStreamGrouping,
 )
+from squall.spec import Spec
 from squall.spout import Spout
 from squall.topology import BoltDeclarer, StormTopology, TopologyBuilder, check_count
 
@@ -108,49 +109,6 @@ def _field_names(names: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(names) == 1 and isinstance(names[0], (list, tuple)):
         return tuple(names[0])
     return names
-
-
-class StreamRef(NamedTuple):
-    """A stream of a spec'd component, as an input: ``spec["stream"]``, equal to
-    ``(spec, "stream")``."""
-
-    spec: Spec
-    stream: str
-
-
-class Spec:
-    """A component of a declarative :class:`Topology`: made by ``Component.spec`` (whose
-    docstring describes the arguments) and checked by the topology class it is assigned to.
-
-    ``spec["stream"]`` is its stream of that id, to subscribe to a named stream. Specs compare
-    and hash by identity; one spec is one component.
-    """
-
-    __iter__ = None  # __getitem__ takes stream ids: a spec is not a sequence
-
-    def __init__(self, component: type[Component] | Component, *, name: str | None, inputs: Any, par: Any,
-                 config: Any, num_tasks: Any) -> None:
-        self.component = component
-        self.name = name
-        self.inputs = inputs
-        self.par = par
-        self.config = config
-        self.num_tasks = num_tasks
-
-    @property
-    def component_class(self) -> type[Component]:
-        return self.component if isinstance(self.component, type) else type(self.component)
-
-    def __getitem__(self, stream: str) -> StreamRef:
-        return StreamRef(self, stream)
-
-    def __repr__(self) -> str:
-        made = self.component_class.__name__ + ("" if isinstance(self.component, type) else "(...)")
-        args = [f"{key}={value!r}" for key, value, default in
-                (("name", self.name, None), ("par", self.par, 1), ("num_tasks", self.num_tasks, None),
-                 ("config", self.config, None))
-                if value != default]
-        return f"{made}.spec({', '.join(args)})"
 
 
 @dataclass(frozen=True)

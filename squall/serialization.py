@@ -137,7 +137,7 @@ class Serializer:
     def pack_batch(self, records: list[tuple[Any, ...]]) -> bytes:
         """One batch of records ``(task, source task, stream, wire values, anchors-to-ids)``,
         packed column by column in one call."""
-        columns = [list(column) for column in zip(*records)]
+        columns = [list(column) for column in zip(*records)] or [[], [], [], [], []]
         try:
             return self._batch_packer.pack(columns)
         except (OverflowError, ValueError, TypeError):

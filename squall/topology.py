@@ -9,7 +9,7 @@ from typing import Any
 import cloudpickle
 
 from squall.bolt import BasicBolt, Bolt
-from squall.component import Component, OutputFieldsDeclarer, check_id
+from squall.component import BLOCKING_KEY, Component, OutputFieldsDeclarer, check_id
 from squall.errors import InvalidTopologyError
 from squall.grouping import (
     ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE, CustomStreamGrouping,
@@ -77,6 +77,13 @@ class _ComponentDeclarer:
     def add_configurations(self, conf: dict[str, Any]) -> _ComponentDeclarer:
         self._builder._confs[self._id].update(conf)
         return self
+
+    def set_blocking(self, blocking: bool = True) -> _ComponentDeclarer:
+        """Whether the component's methods may block (I/O, sleeps, waiting on a lock): its
+        executors then get a thread of their own instead of sharing the worker's cooperative
+        thread, so they never stall the other components (``topology.component.blocking``;
+        the default is the component's ``blocking`` attribute)."""
+        return self.add_configuration(BLOCKING_KEY, blocking)
 
 
 class SpoutDeclarer(_ComponentDeclarer):
@@ -206,11 +213,15 @@ class TopologyBuilder:
             inputs = self._inputs.get(cid, {})
             for (source, stream), grouping in inputs.items():
                 _check_subscription(cid, source, stream, grouping, outputs)
+            conf = {BLOCKING_KEY: True} if entry.obj.blocking else {}
             try:
-                conf = dict(entry.obj.get_component_configuration() or {})
+                conf.update(entry.obj.get_component_configuration() or {})
             except Exception as e:
                 raise InvalidTopologyError(f"component {cid!r}: get_component_configuration failed: {e}") from e
             conf.update(self._confs[cid])
+            if not isinstance(conf.get(BLOCKING_KEY, False), bool):
+                raise InvalidTopologyError(f"component {cid!r}: {BLOCKING_KEY!r} must be true or false, "
+                                           f"got {conf[BLOCKING_KEY]!r}")
             try:
                 serialized = cloudpickle.dumps(entry.obj)
             except Exception as e:

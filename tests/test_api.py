@@ -763,6 +763,7 @@ def test_cli_plan_with_override(tmp_path):
     assert len([line for line in proc.stdout.splitlines() if re.match(r"\s*worker\b", line)]) == 3
 
 
+@pytest.mark.processes
 def test_cli_run_prints_per_component_summary(tmp_path):
     path = tmp_path / "counting.py"  # not numbers.py: python -m squall would import it for the stdlib numbers
     path.write_text(CLI_TOPOLOGY)

@@ -64,7 +64,7 @@ def test_wake_releases_a_waiting_consumer():
     consumer = threading.Thread(target=lambda: got.append(q.take_all(10)))
     consumer.start()
     deadline = time.monotonic() + 5
-    while not q._consumer_waiting and time.monotonic() < deadline:
+    while not q._bell.waiting and time.monotonic() < deadline:
         time.sleep(0.001)
     q.wake()
     consumer.join(5)

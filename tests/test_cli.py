@@ -227,6 +227,7 @@ def test_the_info_a_kill_returns_counts_up_to_the_spouts_close(key):
     assert info["components"]["sink"]["acked"] >= seen["acked"]  # every tree acked was acked by the sink
 
 
+@pytest.mark.processes
 def test_squall_run_prints_the_figures_the_spout_had_at_its_close(tmp_path):
     seen_path = tmp_path / "seen.json"
     path = write(tmp_path, f"""

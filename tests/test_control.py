@@ -24,6 +24,8 @@ from helpers import stays
 from squall import control
 from squall.testing import wait_until
 
+pytestmark = pytest.mark.processes
+
 NAME = "counting"
 
 # A spout counting up (reliable, throttled by max spout pending) into a bolt that acks. The

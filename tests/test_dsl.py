@@ -396,6 +396,7 @@ def write(tmp_path, text: str, name: str = "parities.py") -> str:
     return str(path)
 
 
+@pytest.mark.processes
 def test_squall_run_runs_a_file_declaring_a_topology_class(tmp_path):
     path = write(tmp_path, TOPOLOGY_FILE)
     proc = subprocess.run([sys.executable, "-m", "squall", "run", path, "--in-process", "--duration", "2"],

@@ -32,6 +32,8 @@ from squall import Config, Spout, TopologyBuilder, TopologySetupError
 from squall.multilang import ShellBolt, ShellSpout
 from squall.testing import wait_until
 
+pytestmark = pytest.mark.processes
+
 COMPONENTS = r'''
 import os, sys, time
 from collections import Counter

@@ -36,6 +36,8 @@ import pytest
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder, TopologySetupError
 from squall.testing import complete_topology, read_tuples, wait_until
 
+pytestmark = pytest.mark.processes
+
 WORKER_MODULE = b"squall.daemon.worker_process"
 
 

@@ -237,6 +237,7 @@ def refusals(text: str, where: str) -> int:
     return len(re.findall(rf"refused a connection on its {where}", text))
 
 
+@pytest.mark.processes
 def test_a_process_without_the_keys_gets_nothing_in_and_nothing_out(cluster, home, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="squall")
     canary = tmp_path / "canary"
@@ -285,6 +286,7 @@ class Canary:
         return (open, (self.path, "w"))
 
 
+@pytest.mark.processes
 def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tuples(cluster, tmp_path):
     """Even over an authenticated link, pickles are not unpickled while the fallback is off,
     and records that do not fit the topology are logged and dropped."""
@@ -334,6 +336,7 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
     assert all(w["restarts"] == 0 for w in cluster.get_topology_info("forged")["workers"])
 
 
+@pytest.mark.processes
 def test_random_bytes_from_a_peer_with_the_keys_leave_the_master_supervising(cluster, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="squall.master")
     cluster.submit_topology("noisy", pconf(), numbers_topology(str(tmp_path), limit=N))
@@ -363,6 +366,7 @@ def test_random_bytes_from_a_peer_with_the_keys_leave_the_master_supervising(clu
     wait_until(lambda: all_acked(tmp_path), timeout=40)
 
 
+@pytest.mark.processes
 def test_an_executor_thread_that_dies_takes_its_worker_down_and_it_is_restarted(cluster, tmp_path):
     marker = tmp_path / "died"
     cluster.submit_topology("dies", pconf(), numbers_topology(str(tmp_path), limit=50, middle=DiesOnce(str(marker))))
@@ -383,6 +387,7 @@ def test_an_executor_thread_that_dies_in_process_fails_the_topology(tmp_path):
         assert any("died, so the worker stops" in e for e in errors)
 
 
+@pytest.mark.processes
 def test_the_registry_keeps_control_keys_private(cluster, home, tmp_path):
     with ControlServer(cluster, "private", "processes", 3):
         [entry] = registry_dir().glob("*.json")
@@ -416,6 +421,7 @@ def as_nobody(action) -> str:
     return result
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user (nobody) needs root")
 def test_another_user_cannot_list_read_or_kill_a_topology(cluster, home, tmp_path):
     from squall import control as ctl
@@ -442,6 +448,7 @@ def test_another_user_cannot_list_read_or_kill_a_topology(cluster, home, tmp_pat
         assert cluster.get_topology_info("mine")["status"] == "ACTIVE"
 
 
+@pytest.mark.processes
 def test_links_are_plain_when_asked_and_the_topology_still_runs(cluster, tmp_path):
     conf = pconf(Config().set_messaging_secure(False))
     cluster.submit_topology("plain", conf, numbers_topology(str(tmp_path), limit=N))
@@ -449,6 +456,7 @@ def test_links_are_plain_when_asked_and_the_topology_still_runs(cluster, tmp_pat
     wait_until(lambda: acked(tmp_path) == list(range(1, N + 1)), timeout=30)
 
 
+@pytest.mark.processes
 def test_a_topology_refuses_another_topologys_traffic(cluster, tmp_path):
     """Each topology has its own keys: a well-formed batch for a real task of "b", sent with
     "a"'s keys (as a worker of "a" whose peer's port "b" re-used would), never arrives."""

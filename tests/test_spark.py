@@ -31,7 +31,7 @@ from test_processes import (  # noqa: E402
     DirSpout, at_least_once_topology, component, put_messages, read_file_lines, read_lines, sentences, wordcount,
 )
 
-pytestmark = pytest.mark.timeout(90)  # the first test also pays for the JVM start
+pytestmark = [pytest.mark.timeout(90), pytest.mark.spark]  # the first test also pays for the JVM start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,6 +94,7 @@ def run_wordcount(cluster, lines, out_dir, conf) -> Counter:
     return first + second
 
 
+@pytest.mark.processes
 def test_wordcount_on_spark_counts_like_process_mode(scluster, tmp_path):
     lines = sentences(400)
     (tmp_path / "spark").mkdir()

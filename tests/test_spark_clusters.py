@@ -24,7 +24,7 @@ from squall.testing import wait_until  # noqa: E402
 from test_processes import at_least_once_topology, put_messages, read_lines, sentences, wordcount  # noqa: E402
 from test_spark import run_wordcount, sconf, spark_workers  # noqa: E402
 
-pytestmark = pytest.mark.timeout(120)  # the first test of a class also pays for the cluster's start
+pytestmark = [pytest.mark.timeout(120), pytest.mark.spark]  # the first test of a class also pays for the cluster's start
 
 
 def check_wordcount(cluster: SparkCluster, tmp_path) -> None:

@@ -44,6 +44,7 @@ def load_class(path, name: str) -> type:
     return getattr(module, name)
 
 
+@pytest.mark.processes
 def test_quickstart_word_count_counts_like_streamparse(quickstart, monkeypatch):
     monkeypatch.syspath_prepend(str(quickstart / "src"))  # as sparse run does
     topology_file = quickstart / "topologies" / "wordcount.py"
@@ -60,6 +61,7 @@ def test_quickstart_word_count_counts_like_streamparse(quickstart, monkeypatch):
     assert final == dict(expected)
 
 
+@pytest.mark.processes
 def test_quickstart_runs_unchanged_in_worker_processes(quickstart, monkeypatch):
     monkeypatch.syspath_prepend(str(quickstart / "src"))
     topology, config = from_streamparse(load_class(quickstart / "topologies" / "wordcount.py", "WordCount"))
@@ -75,7 +77,9 @@ def summary_row(stderr: str, component: str) -> list[str]:
     return next(line.split() for line in stderr.splitlines() if line.startswith(component + " "))
 
 
-@pytest.mark.parametrize("command", [["run", "--in-process"], ["run"], ["submit", "--master", "local[2]"]],
+@pytest.mark.processes
+@pytest.mark.parametrize("command", [["run", "--in-process"], ["run"],
+                                     pytest.param(["submit", "--master", "local[2]"], marks=pytest.mark.spark)],
                          ids=["threads", "processes", "spark"])
 def test_squall_runs_the_quickstart_project_from_its_directory(quickstart, command):
     if command[0] == "submit":
@@ -278,6 +282,7 @@ Shout(serializer=sys.argv[1]).run()
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("serializer", ["json", "msgpack"])
 def test_shell_specs_run_over_multilang_with_the_projects_serializer(tmp_path, serializer):
     from streamparse import ShellBolt
@@ -299,6 +304,7 @@ def test_shell_specs_run_over_multilang_with_the_projects_serializer(tmp_path, s
         assert components()["shout"]["emitted"] == 3
 
 
+@pytest.mark.processes
 def test_python_components_can_run_over_multilang_as_on_storm():
     topology, config = from_streamparse(ReliableTopology, {"serializer": "msgpack"}, multilang=True)
     with LocalCluster() as cluster:

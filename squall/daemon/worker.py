@@ -1,7 +1,7 @@
 """A worker: the executors of one worker slot plus its receive and transfer paths.
 
-* **Executors** (one thread each) consume their incoming queues; see
-  :mod:`squall.executor`.
+* **Executors** consume their incoming queues; one cooperative thread runs them all,
+  except blocking ones, which have a thread each (see :mod:`squall.executor.scheduler`).
 * **Transfer path**: executors hand batches of records ``(task, source task, stream,
   values, anchors-to-ids)`` bound for other workers to the worker's bounded transfer queue
   (``topology.transfer.buffer.size``); values of plain types are checked at emit and the
@@ -27,18 +27,23 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from squall.acker import ACKER_COMPONENT, system_sources
+from squall.acker_executor import AckerExecutor
 from squall.cluster_state import TopologyState
-from squall.executor import AckerExecutor, BoltExecutor, Control, Executor, SpoutExecutor
+from squall.executor.bolt_executor import BoltExecutor
+from squall.executor.executor import Control, Executor
+from squall.executor.scheduler import CooperativeThread, ExecutorThread
+from squall.executor.spout_executor import SpoutExecutor
+from squall.executor.worker_context import WorkerContext
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
 from squall.serialization import PLAIN_TYPES, Packed, Serializer
 from squall.topology import StormTopology
 from squall.tuple import StreamSource, Tuple
-from squall.utils.batch_queue import BatchQueue
+from squall.utils.batch_queue import BatchQueue, Bell
 from squall.utils.time import Timer
 
 log = logging.getLogger("squall.worker")
@@ -79,15 +84,28 @@ class Worker:
             for stream, source in system_sources(cid).items():
                 self.sources[(cid, stream)] = source
         self.task_queues: dict[int, BatchQueue] = {}
-        self._single_task_queues: set[int] = set()
+        single_task_queues: set[int] = set()
         receive_size = conf["topology.executor.receive.buffer.size"]
-        for ea in assignment.workers[index].executors:
-            q = BatchQueue(receive_size, f"{ea.component}{list(ea.tasks)}")
+        bell = Bell()  # the cooperative thread's: its executors' queues ring it
+        assigned = assignment.workers[index].executors
+        blocking = {ea: self._is_blocking(ea.component) for ea in assigned}
+        for ea in assigned:
+            q = BatchQueue(receive_size, f"{ea.component}{list(ea.tasks)}", None if blocking[ea] else bell)
             for task in ea.tasks:
                 self.task_queues[task] = q
             if len(ea.tasks) == 1:
-                self._single_task_queues.add(id(q))
-        self.executors: list[Executor] = [self._make_executor(ea) for ea in assignment.workers[index].executors]
+                single_task_queues.add(id(q))
+        self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
+                                     frozenset(single_task_queues), self.sources, state, self.transfer)
+        # topology order: a batch a spout emits is executed by the next bolts in the same round
+        order = {cid: i for i, cid in enumerate(topology.components)}
+        assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))
+        self.executors: list[Executor] = [self._make_executor(ea, not blocking[ea]) for ea in assigned]
+        cooperative = [e for e in self.executors if e.cooperative]
+        self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
+        if cooperative:
+            self._runners.append(CooperativeThread(cooperative, bell, f"worker-{index}-executors",
+                                                   self._executor_died))
         self.transfer_queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer")
         self._threads = [
             threading.Thread(target=self.guarded(self._transfer_loop, "transfer thread"),
@@ -123,16 +141,23 @@ class Worker:
         if self.on_failure is not None:
             self.on_failure()
 
-    def single_task_queue(self, queue: BatchQueue) -> bool:
-        """Whether ``queue`` feeds an executor of one task (its batches hold bare tuples)."""
-        return id(queue) in self._single_task_queues
+    def _executor_died(self, executor: Executor, error: BaseException) -> None:
+        self.fail(executor, f"executor {executor.component}{executor.task_ids}", error)
 
-    def _make_executor(self, ea) -> Executor:
+    def _is_blocking(self, component: str) -> bool:
+        """Whether ``component``'s executors get a thread of their own (see
+        :mod:`squall.executor.scheduler`)."""
+        if not self.conf["topology.worker.cooperative"]:
+            return True
+        spec = self.topology.components.get(component)
+        return spec is not None and bool(spec.conf.get("topology.component.blocking", False))
+
+    def _make_executor(self, ea, cooperative: bool) -> Executor:
         if ea.component == ACKER_COMPONENT:
-            return AckerExecutor(self, ea)
+            return AckerExecutor(self.context, ea, cooperative)
         if self.topology.components[ea.component].is_spout:
-            return SpoutExecutor(self, ea)
-        return BoltExecutor(self, ea)
+            return SpoutExecutor(self.context, ea, cooperative, self.active)
+        return BoltExecutor(self.context, ea, cooperative)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -140,8 +165,8 @@ class Worker:
         """Start the threads; every worker must be registered with the transport first."""
         for t in self._threads:
             t.start()
-        for executor in self.executors:
-            executor.start()
+        for runner in self._runners:
+            runner.start()
         self._schedule_timers()
         self._timer.start()
 
@@ -167,6 +192,11 @@ class Worker:
             executor.ready.wait(timeout)
         return [(e, e.setup_error) for e in self.executors if e.setup_error is not None]
 
+    def has_room(self, tasks: Iterable[int]) -> bool:
+        """Whether the incoming queues of ``tasks`` (of this worker) can take more."""
+        queues = self.task_queues
+        return all(queues[t].has_room() for t in tasks)
+
     def backpressured_tasks(self) -> frozenset[int]:
         """This worker's tasks whose incoming queues are full."""
         return frozenset(t for t, q in self.task_queues.items() if not q.has_room())
@@ -186,12 +216,13 @@ class Worker:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every executor (close/cleanup run in their threads), then the worker's threads."""
         self._timer.stop()
-        for executor in self.executors:
-            executor.request_stop()
-        for executor in self.executors:
-            executor.join(timeout)
-            if executor.is_alive():
-                log.warning("executor %s%s did not stop within %ss", executor.component, executor.task_ids, timeout)
+        for runner in self._runners:
+            runner.request_stop()
+        for runner in self._runners:
+            runner.join(timeout)
+            if runner.is_alive():
+                log.warning("executors %s did not stop within %ss",
+                            [f"{e.component}{e.task_ids}" for e in runner.executors], timeout)
         self.stopping = True
         self.transfer_queue.wake()
         for t in self._threads:
@@ -199,9 +230,10 @@ class Worker:
 
     # -- transfer path --------------------------------------------------------------
 
-    def transfer(self, dest_worker: int, records: list[tuple[Any, ...]], block: bool, executor: Executor) -> bool:
-        """Queue records (see :mod:`squall.executor`) for another worker; with ``block``, wait
-        for room (backpressure)."""
+    def transfer(self, dest_worker: int, records: list[tuple[Any, ...]], block: bool,
+                 stopping: Callable[[], bool]) -> bool:
+        """Queue records (see :mod:`squall.executor.transfer`) for another worker; with
+        ``block``, wait for room (backpressure) unless ``stopping()``."""
         tasks = {record[0] for record in records}
         if not block:
             if not (self.transfer_queue.has_room() and self.transport.has_room(dest_worker, tasks)):
@@ -209,11 +241,11 @@ class Worker:
             self.transfer_queue.force_put((dest_worker, records), len(records))
             return True
         while not self.transport.has_room(dest_worker, tasks):
-            if executor.stopping:
+            if stopping():
                 return True
             time.sleep(0.001)  # the transport has no "room" event to wait on
         while not self.transfer_queue.put((dest_worker, records), len(records), _POLL_SECS):
-            if executor.stopping:
+            if stopping():
                 return True
         return True
 
@@ -245,7 +277,7 @@ class Worker:
             for task, component in self.assignment.task_component.items()
         }
         # task -> (its executor's queue, whether that executor runs this task alone)
-        dispatch = {t: (q, id(q) in self._single_task_queues) for t, q in self.task_queues.items()}
+        dispatch = {t: (q, self.context.is_single_task(q)) for t, q in self.task_queues.items()}
         serializer = Serializer.for_config(self.conf)
         while not self.stopping:
             for payload in self.transport.receive(self.index, _POLL_SECS):

@@ -158,7 +158,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
             transport.set_peers(exchange_peers((host, port, bp_port)))
         else:
             transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
-        transport.register(worker)
+        transport.register(worker.index, worker.has_room)
         worker.start()
         started = True
         failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])

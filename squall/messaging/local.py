@@ -7,24 +7,20 @@ run would (a value that cannot be serialized fails the same way).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-from squall.messaging.transport import Transport
+from squall.messaging.transport import RoomFn, Transport
 from squall.utils.batch_queue import BatchQueue
-
-if TYPE_CHECKING:
-    from squall.daemon.worker import Worker
 
 
 class LocalTransport(Transport):
     def __init__(self) -> None:
-        self._workers: dict[int, Worker] = {}
+        self._has_room: dict[int, RoomFn] = {}
         # never bounded: the receiving worker always drains it; senders bound it with has_room
         self._inboxes: dict[int, BatchQueue] = {}
 
-    def register(self, worker: Worker) -> None:
-        self._workers[worker.index] = worker
-        self._inboxes[worker.index] = BatchQueue(1, f"worker-{worker.index}-inbox")
+    def register(self, worker: int, has_room: RoomFn) -> None:
+        self._has_room[worker] = has_room
+        self._inboxes[worker] = BatchQueue(1, f"worker-{worker}-inbox")
 
     def send(self, dest_worker: int, payload: bytes) -> None:
         self._inboxes[dest_worker].force_put(payload)
@@ -33,5 +29,4 @@ class LocalTransport(Transport):
         return self._inboxes[worker].take_all(timeout)
 
     def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool:
-        queues = self._workers[dest_worker].task_queues
-        return all(queues[t].has_room() for t in tasks)
+        return self._has_room[dest_worker](tasks)

@@ -8,17 +8,17 @@ same worker never reach it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
-if TYPE_CHECKING:
-    from squall.daemon.worker import Worker
+#: ``has_room(tasks)``: whether a worker's incoming queues of ``tasks`` can take more.
+RoomFn = Callable[[Iterable[int]], bool]
 
 
 class Transport(ABC):
     """Contract:
 
-    * :meth:`register` is called by each worker before it sends or receives.
+    * :meth:`register` is called by each worker before it sends or receives, with its
+      index and how to tell whether its queues of some tasks have room.
     * :meth:`send` is called only from a worker's transfer thread; it must not block
       for long (the receiving side never blocks on its executors, so it always drains);
       what it cannot hand over yet it keeps for :meth:`send_backlog`.
@@ -29,7 +29,7 @@ class Transport(ABC):
     """
 
     @abstractmethod
-    def register(self, worker: Worker) -> None: ...
+    def register(self, worker: int, has_room: RoomFn) -> None: ...
 
     @abstractmethod
     def send(self, dest_worker: int, payload: bytes) -> None: ...

@@ -28,16 +28,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zmq
 
 from squall.messaging import schema
 from squall.messaging.security import LinkSecurity
-from squall.messaging.transport import Transport
-
-if TYPE_CHECKING:
-    from squall.daemon.worker import Worker
+from squall.messaging.transport import RoomFn, Transport
 
 log = logging.getLogger("squall.transport")
 
@@ -79,7 +76,6 @@ class ZmqTransport(Transport):
         self._peer_backpressure: dict[int, frozenset[int]] = {}
         self._published: frozenset[int] = frozenset()
         self._published_at = 0.0
-        self._worker: Worker | None = None
 
     # -- set-up (worker process main thread / control thread) -------------------------
 
@@ -99,8 +95,8 @@ class ZmqTransport(Transport):
         self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
         return self.port, self.bp_port
 
-    def register(self, worker: Worker) -> None:
-        self._worker = worker
+    def register(self, worker: int, has_room: RoomFn) -> None:
+        pass  # peers announce their full queues (see publish_backpressure)
 
     def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
         """The other workers' addresses (control thread). A peer whose address changed is

@@ -79,7 +79,13 @@ def command_of(msg: Any) -> Any:
 
 class ShellComponent:
     """The command, outputs and serializer of a ShellBolt/ShellSpout, and what its task
-    knows once set up (in ``prepare``/``open``)."""
+    knows once set up (in ``prepare``/``open``).
+
+    Blocking: talking to the subprocess waits on its pipes, so each task has a thread of its
+    own rather than sharing the worker's cooperative thread.
+    """
+
+    blocking = True
 
     def __init__(self, command: str, *args: str, outputs: list[str] | dict[str, list[str]] | None = None,
                  serializer: str = "json") -> None:

@@ -3,16 +3,61 @@
 Storm puts a bounded ring buffer between threads and consumes it in batches. In CPython
 the cost that matters is per call, not per slot, so producers hand over whole batches
 (lists of tuples) and the consumer takes everything queued in one call. The lock is taken
-once per batch, never per tuple. The bound counts tuples, not batches: a full queue keeps
+once per batch, never per tuple, and not at all for batches the consumer's own thread
+hands over (executors that run cooperatively in one thread pass batches to each other so). The bound counts tuples, not batches: a full queue keeps
 the working set small enough to stay in the CPU's caches.
 """
 
 from __future__ import annotations
 
 import threading
+from threading import get_ident
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+
+class Bell:
+    """Wakes one waiting consumer thread; several queues may share one (a thread that
+    consumes all of them waits on it once).
+
+    A bare lock held while nobody rang: cheaper than a Condition, whose wait allocates a
+    lock each time; a consumer waits once per batch or less, so this is on the hot path.
+    """
+
+    __slots__ = ("waiting", "_lock", "_rung")
+
+    def __init__(self) -> None:
+        self.waiting = False
+        self._lock = threading.Lock()
+        self._rung = threading.Lock()
+        self._rung.acquire()
+
+    def arm(self) -> None:
+        """Announce a wait: a producer appending from now on rings. The consumer checks its
+        queues after arming and before :meth:`wait`, so no ring is lost in between."""
+        self.waiting = True
+
+    def disarm(self) -> None:
+        with self._lock:
+            if self.waiting:
+                self.waiting = False
+                return
+        self._rung.acquire()  # rung after arming: take the ring, re-arming the bell
+
+    def ring(self) -> None:
+        """Wake the consumer if it is armed (rings at most once per wait)."""
+        with self._lock:
+            if not self.waiting:
+                return
+            self.waiting = False
+        self._rung.release()
+
+    def wait(self, timeout: float | None) -> None:
+        """Wait (armed) up to ``timeout`` seconds for a ring; disarmed on return."""
+        rung = self._rung.acquire(True, -1 if timeout is None else timeout)
+        if not rung:
+            self.disarm()
 
 
 class BatchQueue:
@@ -21,45 +66,51 @@ class BatchQueue:
     * :meth:`put` blocks while the queue holds ``capacity`` tuples or more (backpressure);
       the batch that fills it may overshoot by its own size.
     * :meth:`force_put` never blocks: for control messages and for paths that must not
-      wait (a worker's receive path), whose volume the senders bound.
+      wait (a worker's receive path, cooperative executors), whose volume the senders bound.
+    * :meth:`offer` appends only if there is room, and never blocks.
+    * :meth:`force_put` and :meth:`offer` take no lock when called from the consumer's own
+      thread (``consumer``, set by the consumer when it starts).
     * :meth:`take_all` is for the single consumer: it returns every queued element,
       waiting up to ``timeout`` seconds for one to arrive.
+    * ``bell`` wakes the consumer; a thread consuming several queues gives them one.
     """
 
-    __slots__ = ("capacity", "name", "on_room", "_items", "_size", "_lock", "_bell", "_not_full",
-                 "_consumer_waiting", "_producers_waiting")
+    __slots__ = ("capacity", "name", "on_room", "consumer", "_items", "_size", "_local", "_local_size", "_lock", "_bell",
+                 "_not_full", "_producers_waiting")
 
-    def __init__(self, capacity: int, name: str = "") -> None:
+    def __init__(self, capacity: int, name: str = "", bell: Bell | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"queue {name!r}: capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.name = name
         # called (under the queue's lock; must be quick) when the consumer drains a full queue
         self.on_room: Callable[[], None] | None = None
+        self.consumer = 0  # the consuming thread's ident, once it has started
         self._items: deque[Any] = deque()
-        self._size = 0  # tuples queued
+        self._size = 0  # tuples queued by other threads
+        self._local: list[Any] = []  # batches from the consumer's own thread (no lock)
+        self._local_size = 0
         self._lock = threading.Lock()
-        # Wakes the waiting consumer: a bare lock, held while nobody rang. Cheaper than a
-        # Condition, whose wait allocates a lock each time; the consumer waits once per
-        # batch or less, so this is on the hot path.
-        self._bell = threading.Lock()
-        self._bell.acquire()
+        self._bell = bell if bell is not None else Bell()
         self._not_full = threading.Condition(self._lock)
-        self._consumer_waiting = False
         self._producers_waiting = 0
 
     def __len__(self) -> int:
         """Tuples queued."""
-        return self._size
+        return self._size + self._local_size
 
     def has_room(self) -> bool:
-        return self._size < self.capacity
+        return self._size + self._local_size < self.capacity
+
+    def is_empty(self) -> bool:
+        """Nothing queued (lock-free; exact from the consumer's thread once its bell is armed)."""
+        return not (self._items or self._local)
 
     def put(self, item: Any, size: int = 1, timeout: float | None = None) -> bool:
         """Append ``item`` (``size`` tuples), waiting while the queue is full. False if
         ``timeout`` expired."""
         with self._lock:
-            if self._size >= self.capacity:
+            if not self.has_room():
                 self._producers_waiting += 1
                 try:
                     if not self._not_full.wait_for(self.has_room, timeout):
@@ -68,52 +119,66 @@ class BatchQueue:
                     self._producers_waiting -= 1
             self._items.append(item)
             self._size += size
-            if self._consumer_waiting:
-                self._ring()
+        if self._bell.waiting:
+            self._bell.ring()
         return True
 
     def force_put(self, item: Any, size: int = 1) -> None:
         """Append ``item`` (``size`` tuples) even if the queue is full."""
+        if get_ident() == self.consumer:
+            self._local.append(item)
+            self._local_size += size
+            return
         with self._lock:
             self._items.append(item)
             self._size += size
-            if self._consumer_waiting:
-                self._ring()
+        if self._bell.waiting:
+            self._bell.ring()
 
-    def _ring(self) -> None:
-        # under self._lock; rings at most once per wait, so the bell is never released twice
-        self._consumer_waiting = False
-        self._bell.release()
+    def offer(self, item: Any, size: int = 1) -> bool:
+        """Append ``item`` (``size`` tuples) if the queue has room; False (nothing appended)
+        if it is full."""
+        if not self.has_room():
+            return False
+        self.force_put(item, size)
+        return True
 
     def take_all(self, timeout: float | None = 0) -> list[Any]:
-        """Every queued element, oldest first; waits up to ``timeout`` for one ([] if none)."""
-        with self._lock:
-            if self._items or not timeout:
-                return self._drain()
-            self._consumer_waiting = True
-        rung = self._bell.acquire(True, -1 if timeout is None else timeout)
-        with self._lock:
-            if not rung and not self._consumer_waiting:
-                self._bell.acquire()  # rung just after the timeout: take the ring, re-arming the bell
-            self._consumer_waiting = False
+        """Every queued element, oldest first per producing thread (other threads' first);
+        waits up to ``timeout`` for one ([] if none)."""
+        if self._items or self._local or not timeout:
             return self._drain()
+        bell = self._bell
+        bell.arm()
+        if self._items:
+            bell.disarm()
+        else:
+            bell.wait(timeout)
+        return self._drain()
 
     def _drain(self) -> list[Any]:
-        # under self._lock
-        if not self._items:
-            return []
-        items = list(self._items)
-        self._items.clear()
-        was_full, self._size = self._size >= self.capacity, 0
-        if self._producers_waiting:
-            self._not_full.notify_all()
-        if was_full and self.on_room is not None:
-            self.on_room()
+        was_full = not self.has_room()
+        items = self._local
+        if items:
+            self._local = []
+            self._local_size = 0
+        # _items is read without the lock: an append racing with the read is taken next time
+        if self._items or (items and (was_full or self._producers_waiting)):
+            with self._lock:
+                if self._items:
+                    # other threads' elements first: one queued before the consumer's own thread
+                    # emitted (a tick, say) stays ahead of what that emit caused
+                    items = [*self._items, *items]
+                    self._items.clear()
+                    self._size = 0
+                if self._producers_waiting:
+                    self._not_full.notify_all()
+                if was_full and self.on_room is not None:
+                    self.on_room()
         return items
 
     def wake(self) -> None:
         """Wake the consumer and producers if they wait (e.g. to notice a stop request)."""
+        self._bell.ring()
         with self._lock:
-            if self._consumer_waiting:
-                self._ring()
             self._not_full.notify_all()

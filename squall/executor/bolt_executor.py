@@ -1,0 +1,111 @@
+"""Runs the tasks of a bolt (Storm's ``BoltExecutor``): ``Bolt`` or ``BasicBolt``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from squall.bolt import BasicBolt
+from squall.collector import BasicOutputCollector, OutputCollector, combine_ack
+from squall.errors import FailedException
+from squall.executor.executor import Control, Executor
+from squall.tuple import TICK_SOURCE, Tuple
+
+
+class BoltExecutor(Executor):
+    """Each incoming batch is executed under the executor's lock, then the combined acks and
+    every gathered output batch are handed on. Execute latency is measured per batch."""
+
+    def setup(self) -> None:
+        self.bolts: dict[int, Any] = {}
+        self.collectors: dict[int, OutputCollector] = {}
+        self.basic_collectors: dict[int, BasicOutputCollector] = {}
+        for task in self.task_ids:
+            bolt, context, collector = self.make_task(task, OutputCollector)
+            collector._owner = threading.get_ident()
+            self.bolts[task] = bolt
+            self.collectors[task] = collector
+            if isinstance(bolt, BasicBolt):
+                self.basic_collectors[task] = BasicOutputCollector(collector)
+                bolt.prepare(dict(self.conf), context)
+            else:
+                bolt.prepare(dict(self.conf), context, collector)
+        self.is_basic = bool(self.basic_collectors)
+        self.stats.process_is_execute = self.is_basic
+        self.process_batch = self._process_basic if self.is_basic else self._process_rich
+
+    def teardown(self) -> None:
+        for task, bolt in getattr(self, "bolts", {}).items():
+            try:
+                bolt.cleanup()
+            except Exception as e:
+                self.report_error(task, e)
+
+    def run_once(self, timeout: float) -> bool:
+        transfer = self.transfer
+        if transfer.overflow:
+            with self.lock:
+                if not transfer.retry_overflow():
+                    return False  # no new input until the output is handed on (backpressure)
+        items = self.queue.take_all(timeout)
+        if not items:
+            return False
+        stats = self.stats
+        perf_counter = time.perf_counter
+        executed = 0
+        with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
+            for item in items:
+                if item.__class__ is list:
+                    t0 = perf_counter()
+                    self.process_batch(item)
+                    stats.record_execute(len(item), perf_counter() - t0)  # figures stay current
+                    executed += len(item)
+                else:
+                    self.control(item)
+                if self.stopping:
+                    break
+            self.flush_all()
+        if self._tracker is not None:
+            self._tracker.done(executed)
+        return True
+
+    def control(self, msg: Control) -> None:
+        if msg.kind == Control.TICK:
+            tick = Tuple([msg.arg], TICK_SOURCE, -1)
+            self.process_batch([tick] if self.single_task else [(task, tick) for task in self.task_ids])
+        elif msg.kind == Control.STOP:
+            self.stopping = True
+
+    def _execute_failed(self, task: int, tup: Tuple, error: Exception) -> None:
+        if not isinstance(error, FailedException):
+            self.report_error(task, error)
+        self.collectors[task].fail(tup)
+
+    def _process_rich(self, batch: list[Any]) -> None:
+        self._sample(batch[0] if self.single_task else batch[0][1])
+        bolts = self.bolts
+        for task, tup in self.pairs(batch):
+            try:
+                bolts[task].execute(tup)
+            except Exception as e:
+                self._execute_failed(task, tup, e)
+
+    def _process_basic(self, batch: list[Any]) -> None:
+        # no sampling: a basic bolt's input is acked as execute returns, so its process
+        # latency is its execute latency (see ExecutorStats.process_is_execute)
+        bolts, basic = self.bolts, self.basic_collectors
+        pending_acks = self.pending_acks if self.acker_tasks else None
+        acked = 0
+        for task, tup in self.pairs(batch):
+            bc = basic[task]
+            bc.input = tup
+            try:
+                bolts[task].execute(tup, bc)
+            except Exception as e:
+                self._execute_failed(task, tup, e)
+            else:
+                acked += 1
+                if tup._anchors_to_ids and pending_acks is not None:
+                    combine_ack(pending_acks, tup)  # the auto-ack, inlined
+        self.stats.acked += acked

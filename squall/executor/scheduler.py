@@ -1,0 +1,116 @@
+"""Who runs a worker's executors: one cooperative thread, and a thread per blocking executor.
+
+(Not to be confused with :mod:`squall.scheduler`, which places executors on workers.)
+
+By default one thread runs every executor of a worker, batch at a time, the way
+Bytewax/Timely workers run their operators (:class:`CooperativeThread`): a round calls
+:meth:`~squall.executor.executor.Executor.run_once` of each executor in topology order
+(spouts first, ackers last), so a batch a spout emits is executed by the next bolts in the
+same round; executors hand batches to each other without locks and without handing the
+GIL to another thread. When a round did nothing, the thread sleeps on the bell its
+executors' queues share until something arrives (or a spout wants its next call).
+
+A component declared blocking (``set_blocking(True)`` / ``topology.component.blocking``,
+e.g. ShellBolt and ShellSpout, whose subprocess I/O blocks) runs on a thread of its own
+(:class:`ExecutorThread`), so a slow ``execute`` never stalls the others; so does every
+executor when ``topology.worker.cooperative`` is false (Storm's thread per executor).
+
+Guarantees either way: one task's methods are never called concurrently; an executor
+runs its user code holding its lock, which a component's own threads take to emit; a
+runner whose executor raises out of Squall's own code fails the worker (fail-fast).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from squall.executor.executor import Executor
+from squall.utils.batch_queue import Bell
+
+# How long an idle runner sleeps before it looks at its stop flag again.
+_POLL_SECS = 0.1
+
+#: ``on_death(executor, error)``: an executor raised out of its runner's loop.
+DeathFn = Callable[[Executor, BaseException], None]
+
+
+class _Runner:
+    """A thread running one or more executors (see the module's docstring)."""
+
+    def __init__(self, executors: list[Executor], name: str, on_death: DeathFn) -> None:
+        self.executors = executors
+        self._on_death = on_death
+        self._stopping = False
+        self._current: Executor | None = None  # the executor being run: a death names it
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        self._stopping = True
+        for executor in self.executors:
+            executor.request_stop()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        running = [e for e in self.executors if e.start_up()]
+        try:
+            if len(running) == len(self.executors):  # else the worker is not started: it stops
+                self._loop(running)
+        except BaseException as e:  # noqa: BLE001 - an executor must never die silently
+            self._on_death(self._current or running[0], e)
+        finally:
+            for executor in running:
+                executor.shut_down()
+
+    def _loop(self, executors: list[Executor]) -> None:
+        raise NotImplementedError
+
+
+class ExecutorThread(_Runner):
+    """One executor on a thread of its own."""
+
+    def __init__(self, executor: Executor, on_death: DeathFn) -> None:
+        super().__init__([executor], f"executor-{executor.component}-{executor.task_ids}", on_death)
+
+    def _loop(self, executors: list[Executor]) -> None:
+        executor = self._current = executors[0]
+        while not self._stopping and not executor.stopping:
+            executor.run_once(_POLL_SECS)
+
+
+class CooperativeThread(_Runner):
+    """Several executors on one thread, whose queues share ``bell``."""
+
+    def __init__(self, executors: list[Executor], bell: Bell, name: str, on_death: DeathFn) -> None:
+        super().__init__(executors, name, on_death)
+        self._bell = bell
+
+    def request_stop(self) -> None:
+        super().request_stop()
+        self._bell.ring()
+
+    def _loop(self, executors: list[Executor]) -> None:
+        bell = self._bell
+        while not self._stopping:
+            did = False
+            for executor in executors:
+                self._current = executor
+                if executor.run_once(0):
+                    did = True
+            self._current = None
+            if did:
+                continue
+            bell.arm()
+            if not all(e.queue.is_empty() for e in executors) or self._stopping:
+                bell.disarm()
+                continue
+            polls = [p for e in executors if (p := e.idle_poll_secs) is not None]
+            bell.wait(min(polls) if polls else _POLL_SECS)

@@ -1,0 +1,213 @@
+"""Runs the tasks of a spout (Storm's ``SpoutExecutor``); never blocks on a full destination.
+
+What cannot be handed on waits in the send path's overflow and ``next_tuple`` is not called
+until it drains, while acks and fails keep being processed (so ackers, which only send to
+spouts, never wait forever). ``next_tuple`` is called up to ``topology.spout.max.batch.size``
+times per task and round, and not while ``topology.max.spout.pending`` trees of that task
+are pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT
+from squall.collector import SpoutOutputCollector
+from squall.executor.executor import Control, Executor
+from squall.executor.worker_context import WorkerContext
+from squall.scheduler import ExecutorAssignment
+from squall.utils.rotating_map import RotatingMap
+
+log = logging.getLogger("squall.executor")
+
+# An active spout that emitted nothing is called again this soon (Storm's sleep wait strategy).
+_IDLE_SPOUT_SECS = 0.001
+
+
+class SpoutExecutor(Executor):
+    kind = "spout"
+
+    def __init__(self, worker: WorkerContext, assignment: ExecutorAssignment, cooperative: bool,
+                 active: bool) -> None:
+        super().__init__(worker, assignment, cooperative)
+        self.active = active
+        self.exhausted = False
+        self._pending = {task: RotatingMap(2) for task in self.task_ids}
+        self._settle_now: list[tuple[int, str, Any]] = []  # (task, "ack" | "fail", msg_id)
+        self._max_pending = self.conf["topology.max.spout.pending"]
+        self._max_batch = self.conf["topology.spout.max.batch.size"]
+        # (monotonic time, task) since which a spout task's next_tuple calls run, or None:
+        # written once per task and batch, read by the worker's timer (check_stall)
+        self.calling: tuple[float, int] | None = None
+        self._stall_reported: tuple[float, int] | None = None
+
+    def blocks_on_full_queues(self) -> bool:
+        return False
+
+    @property
+    def idle_poll_secs(self) -> float | None:
+        return _IDLE_SPOUT_SECS if self.active or self.transfer.overflow else None
+
+    def check_stall(self, limit: float) -> None:
+        """Timer thread: record an error, once per stall, for a spout task whose next_tuple
+        has not returned for more than ``limit`` seconds (next_tuple must never block)."""
+        calling = self.calling
+        if calling is None or calling == self._stall_reported:
+            return
+        stuck_for = time.monotonic() - calling[0]
+        if stuck_for > limit:
+            self._stall_reported = calling
+            text = (f"spout {self.component!r} task {calling[1]}: next_tuple has not returned to its executor for "
+                    f"{stuck_for:.1f}s (topology.spout.stall.secs = {limit:g}); next_tuple must not block")
+            log.warning(text)
+            self.worker.state.report_error(self.component, calling[1], text)
+
+    def pending_for(self, task_id: int) -> RotatingMap:
+        return self._pending[task_id]
+
+    def settle_now(self, task_id: int, method: str, msg_id: Any) -> None:
+        """Call the spout's ``ack`` or ``fail`` for ``msg_id`` as soon as the current spout
+        call returns: ack when there is nothing to track (no ackers, no targets), fail when
+        the emit raised."""
+        self._settle_now.append((task_id, method, msg_id))
+
+    def setup(self) -> None:
+        self.spouts: dict[int, Any] = {}
+        self.collectors: dict[int, SpoutOutputCollector] = {}
+        for task in self.task_ids:
+            spout, context, collector = self.make_task(task, SpoutOutputCollector)
+            self.spouts[task] = spout
+            self.collectors[task] = collector
+            spout.open(dict(self.conf), context, collector)
+        if self.active:
+            self._call_all("activate")
+
+    def teardown(self) -> None:
+        self._call_all("close")
+
+    def _call_all(self, method: str) -> None:
+        for task, spout in getattr(self, "spouts", {}).items():
+            try:
+                getattr(spout, method)()
+            except Exception as e:
+                self.report_error(task, e)
+
+    def run_once(self, timeout: float) -> bool:
+        queue = self.queue
+        with self.lock:
+            items = queue.take_all(0)
+            if items:
+                self._handle(items)
+            if self.transfer.overflow:
+                self.transfer.retry_overflow()
+            emitted = False
+            if self.active and not self.transfer.overflow and not self.stopping:
+                emitted = self._next_tuples()
+        if emitted or items or not timeout or self.stopping:
+            return emitted or bool(items)
+        # idle, throttled or inactive: wait for acks (Storm's sleep wait strategy)
+        items = queue.take_all(min(timeout, _IDLE_SPOUT_SECS) if self.active else timeout)
+        if items:
+            with self.lock:
+                self._handle(items)
+        return bool(items)
+
+    def _next_tuples(self) -> bool:
+        emitted = False
+        exhausted = True
+        max_pending = self._max_pending
+        for task, spout in self.spouts.items():
+            collector, pending = self.collectors[task], self._pending[task]
+            self.calling = (time.monotonic(), task)
+            for _ in range(self._max_batch):
+                if max_pending is not None and len(pending) >= max_pending:
+                    exhausted = False
+                    break
+                before = collector.emitted_count
+                try:
+                    spout.next_tuple()
+                except Exception as e:
+                    self.report_error(task, e)
+                if collector.emitted_count == before:
+                    if self._tracker is not None and not self._is_exhausted(task, spout):
+                        exhausted = False
+                    break
+                emitted = True
+                if self.transfer.overflow:
+                    break
+        self.calling = None
+        self.flush_all()
+        self._run_settle_now()
+        if self._tracker is not None:
+            self.exhausted = exhausted and not emitted and not self.transfer.overflow
+        return emitted
+
+    def _is_exhausted(self, task: int, spout: Any) -> bool:
+        try:
+            return bool(spout.is_exhausted())
+        except Exception as e:
+            self.report_error(task, e)
+            return True
+
+    def _run_settle_now(self) -> None:
+        while self._settle_now:
+            task, method, msg_id = self._settle_now.pop(0)
+            if method == "ack":
+                self.stats.acked += 1
+            else:
+                self.stats.failed += 1
+            self._call(task, method, msg_id)
+
+    def _handle(self, items: list[Any]) -> None:
+        done = 0
+        for item in items:
+            if item.__class__ is not list:
+                self._control(item)
+                continue
+            done += len(item)
+            for task, tup in self.pairs(item):
+                stream = tup._source.stream
+                root = tup.values[0]
+                pending = self._pending[task]
+                if stream == ACK_RESET_TIMEOUT:
+                    pending.touch(root)
+                    continue
+                entry = pending.pop(root)
+                if entry is None:
+                    continue  # already timed out and failed
+                if stream == ACK_ACK:
+                    self.stats.acked += 1
+                    self.stats.complete_secs += time.perf_counter() - entry[1]
+                    self.stats.complete_count += 1
+                    self._call(task, "ack", entry[0])
+                elif stream == ACK_FAIL:
+                    self.stats.failed += 1
+                    self._call(task, "fail", entry[0])
+        self._run_settle_now()
+        self.flush_all()  # replays emitted from fail()
+        if self._tracker is not None and done:
+            self._tracker.done(done)
+
+    def _call(self, task: int, method: str, msg_id: Any) -> None:
+        try:
+            getattr(self.spouts[task], method)(msg_id)
+        except Exception as e:
+            self.report_error(task, e)
+
+    def _control(self, msg: Control) -> None:
+        kind = msg.kind
+        if kind == Control.ROTATE:
+            for task, pending in self._pending.items():
+                for entry in pending.rotate().values():
+                    self.stats.failed += 1
+                    self._call(task, "fail", entry[0])
+        elif kind == Control.ACTIVATE and not self.active:
+            self.active = True
+            self._call_all("activate")
+        elif kind == Control.DEACTIVATE and self.active:
+            self.active = False
+            self._call_all("deactivate")
+        elif kind == Control.STOP:
+            self.stopping = True

@@ -1,0 +1,45 @@
+"""What an executor needs of its worker (Storm's ``WorkerState``, the part executors see)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from squall.cluster_state import TopologyState
+from squall.scheduler import Assignment
+from squall.topology import StormTopology
+from squall.tuple import StreamSource
+from squall.utils.batch_queue import BatchQueue
+
+#: ``transfer(dest worker, records, block, stopping)``: queue records for another worker (see
+#: :mod:`squall.executor.transfer`). With ``block``, wait for room while ``stopping()`` is
+#: false and return True; without, return False (nothing queued) when there is no room.
+TransferFn = Callable[[int, list[Any], bool, Callable[[], bool]], bool]
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """The worker as its executors see it: read-only after the worker is built.
+
+    * ``task_queues``: the incoming queue of every task of this worker (the tasks of one
+      executor share one); ``single_task_queues`` holds the ``id`` of the queues of
+      executors that run one task (their batches hold bare tuples, not ``(task, tuple)``).
+    * ``sources``: the :class:`StreamSource` of every (component, stream) of the topology,
+      system streams included, shared by every tuple of that stream.
+    * ``transfer``: see :data:`TransferFn`.
+    """
+
+    topology_name: str
+    topology: StormTopology
+    conf: dict[str, Any]
+    assignment: Assignment
+    index: int
+    task_queues: dict[int, BatchQueue]
+    single_task_queues: frozenset[int]
+    sources: dict[tuple[str, str], StreamSource]
+    state: TopologyState
+    transfer: TransferFn
+
+    def is_single_task(self, queue: BatchQueue) -> bool:
+        return id(queue) in self.single_task_queues

@@ -1,0 +1,270 @@
+"""The acker's logic (squall.acker.Acker) driven directly, without a topology: XOR trees that
+complete in any message order (acks may overtake the init), fails, timeout resets and the
+forgetting of trees by rotation.
+
+``Tree`` plays the executors' part: it builds a random tuple tree the way spouts and bolts
+anchor (a random 64-bit edge id per anchored emit, XOR-ed into the child's id and into what
+the parent reports when it is acked) and yields the messages the acker gets.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, acker_for
+
+SPOUT_TASK = 5
+
+
+class Spouts:
+    """The acker's ``send``: what it told which spout task, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str, list]] = []
+
+    def __call__(self, task: int, stream: str, values: list) -> None:
+        self.sent.append((task, stream, list(values)))
+
+    def told(self, stream: str) -> list[tuple[int, int]]:
+        """(spout task, root) of every message sent on ``stream``."""
+        return [(task, values[0]) for task, s, values in self.sent if s == stream]
+
+
+@pytest.fixture
+def spouts() -> Spouts:
+    return Spouts()
+
+
+@pytest.fixture
+def acker(spouts) -> Acker:
+    return Acker(spouts)
+
+
+def edge(rng: random.Random) -> int:
+    return rng.getrandbits(64)
+
+
+class Tree:
+    """A random tuple tree of about ``size`` tuples rooted at one spout tuple, and the acker
+    messages its processing makes: the init, then one ack per tuple."""
+
+    def __init__(self, rng: random.Random, size: int, spout_task: int = SPOUT_TASK) -> None:
+        self.root = rng.getrandbits(64)
+        self.spout_task = spout_task
+        # the spout emits to 1..3 tasks: one edge id each, XOR-ed into the init value
+        children = [edge(rng) for _ in range(rng.randint(1, 3))]
+        init_val = 0
+        for e in children:
+            init_val ^= e
+        self.init = (ACK_INIT, [self.root, init_val, spout_task])
+        self.acks: list[tuple[str, list]] = []
+        todo = list(children)
+        made = len(children)
+        while todo:
+            tuple_id = todo.pop(rng.randrange(len(todo)))
+            # a bolt processing this tuple emits anchored children, then acks it
+            ack_val = tuple_id
+            for _ in range(rng.randint(0, 3) if made < size else 0):
+                e = edge(rng)
+                ack_val ^= e
+                todo.append(e)
+                made += 1
+            self.acks.append((ACK_ACK, [self.root, ack_val]))
+
+    def messages(self, rng: random.Random | None = None) -> list[tuple[str, list]]:
+        """The init and every ack; shuffled with ``rng`` (the init may come after acks)."""
+        out = [self.init, *self.acks]
+        if rng is not None:
+            rng.shuffle(out)
+        return out
+
+    def failing(self, rng: random.Random, failed: int | None = None) -> list[tuple[str, list]]:
+        """The messages when the bolt of the ``failed``-th ack (random if None) fails its
+        tuple instead: that ack becomes a fail; shuffled with ``rng``."""
+        i = rng.randrange(len(self.acks)) if failed is None else failed
+        out = [self.init, *self.acks[:i], (ACK_FAIL, [self.root]), *self.acks[i + 1:]]
+        rng.shuffle(out)
+        return out
+
+
+def feed(acker: Acker, messages) -> None:
+    for stream, values in messages:
+        acker.execute(stream, values)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_tree_is_acked_once_only_after_its_last_message_whatever_the_order(acker, spouts, seed):
+    rng = random.Random(seed)
+    tree = Tree(rng, size=rng.randint(1, 40))
+    messages = tree.messages(rng)
+    for stream, values in messages[:-1]:
+        acker.execute(stream, values)
+        assert spouts.sent == [], f"acked before the tree was complete: {stream}"
+        assert len(acker) == 1
+    acker.execute(*messages[-1])
+    assert spouts.sent == [(SPOUT_TASK, ACK_ACK, [tree.root, 0])]
+    assert len(acker) == 0
+
+
+def test_acks_before_the_init_complete_the_tree_when_the_init_arrives(acker, spouts):
+    rng = random.Random(1)
+    tree = Tree(rng, size=10)
+    feed(acker, tree.acks)  # every bolt acked before the spout's init reached the acker
+    assert spouts.sent == [] and len(acker) == 1
+    acker.execute(*tree.init)
+    assert spouts.told(ACK_ACK) == [(SPOUT_TASK, tree.root)]
+    assert len(acker) == 0
+
+
+def test_an_incomplete_tree_is_not_acked(acker, spouts):
+    tree = Tree(random.Random(2), size=12)
+    assert len(tree.acks) > 1
+    feed(acker, [tree.init, *tree.acks[:-1]])
+    assert spouts.sent == []
+    assert len(acker) == 1
+
+
+def test_an_init_with_value_zero_is_acked_at_once(acker, spouts):
+    # XOR of no edge ids: nothing to wait for
+    acker.execute(ACK_INIT, [77, 0, 3])
+    assert spouts.sent == [(3, ACK_ACK, [77, 0])]
+    assert len(acker) == 0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_failed_tuple_fails_its_tree_once_and_it_is_never_acked(acker, spouts, seed):
+    rng = random.Random(seed)
+    tree = Tree(rng, size=8)
+    # wherever the fail lands (before the init included), the spout is told once, at the
+    # first moment both the fail and the init have arrived
+    messages = tree.failing(rng)
+    seen_init = seen_fail = False
+    for stream, values in messages:
+        acker.execute(stream, values)
+        seen_init |= stream == ACK_INIT
+        seen_fail |= stream == ACK_FAIL
+        expected = [(SPOUT_TASK, ACK_FAIL, [tree.root])] if seen_init and seen_fail else []
+        assert spouts.sent == expected, (stream, seen_init, seen_fail)
+    # and the tree is gone, though its other acks may have come after the fail
+    feed(acker, [(ACK_ACK, [tree.root, 0])])
+    assert spouts.told(ACK_ACK) == []
+
+
+def test_a_fail_wins_over_an_xor_that_completes(acker, spouts):
+    # every ack and a fail arrive before the init: the value returns to 0 with the init,
+    # but the tree failed
+    tree = Tree(random.Random(11), size=6)
+    feed(acker, [*tree.acks, (ACK_FAIL, [tree.root]), tree.init])
+    assert spouts.sent == [(SPOUT_TASK, ACK_FAIL, [tree.root])]
+    assert len(acker) == 0
+
+
+def test_a_fail_reaches_the_spout_task_of_its_tree(acker, spouts):
+    acker.execute(ACK_INIT, [1, 0xABC, 11])
+    acker.execute(ACK_INIT, [2, 0xDEF, 12])
+    acker.execute(ACK_FAIL, [2])
+    assert spouts.sent == [(12, ACK_FAIL, [2])]
+    acker.execute(ACK_ACK, [1, 0xABC])
+    assert spouts.sent[1:] == [(11, ACK_ACK, [1, 0])]
+    assert len(acker) == 0
+
+
+# -- timeouts: rotation forgets, reset_timeout restarts ------------------------------------------
+
+
+def test_a_tree_survives_one_rotation_and_completes(acker, spouts):
+    tree = Tree(random.Random(4), size=6)
+    acker.execute(*tree.init)
+    acker.rotate()
+    assert len(acker) == 1 and spouts.sent == []
+    feed(acker, tree.acks)
+    assert spouts.told(ACK_ACK) == [(SPOUT_TASK, tree.root)]
+
+
+def test_a_tree_is_forgotten_silently_at_the_second_rotation(acker, spouts):
+    tree = Tree(random.Random(5), size=6)
+    acker.execute(*tree.init)
+    acker.rotate()
+    acker.rotate()
+    assert len(acker) == 0
+    assert spouts.sent == []  # the spout times the tree out on its own clock
+    # its late acks complete nothing: the init (and the spout task) are gone
+    feed(acker, tree.acks)
+    assert spouts.sent == []
+
+
+def test_reset_timeout_tells_the_spout_and_restarts_the_expiry(acker, spouts):
+    rng = random.Random(6)
+    kept, dropped = Tree(rng, size=6), Tree(rng, size=6, spout_task=9)
+    acker.execute(*kept.init)
+    acker.execute(*dropped.init)
+    acker.rotate()
+    acker.execute(ACK_RESET_TIMEOUT, [kept.root])
+    assert spouts.sent == [(SPOUT_TASK, ACK_RESET_TIMEOUT, [kept.root])]
+    acker.rotate()  # the second rotation since both inits: only the reset tree is left
+    assert len(acker) == 1
+    feed(acker, kept.acks + dropped.acks)
+    assert spouts.told(ACK_ACK) == [(SPOUT_TASK, kept.root)]
+    assert 9 not in {task for task, _, _ in spouts.sent}
+
+
+def test_reset_timeout_before_the_init_is_not_sent_but_keeps_the_acks(acker, spouts):
+    tree = Tree(random.Random(7), size=5)
+    feed(acker, tree.acks)
+    acker.execute(ACK_RESET_TIMEOUT, [tree.root])  # spout task not known yet: nobody to tell
+    assert spouts.sent == []
+    acker.execute(*tree.init)
+    assert spouts.sent == [(SPOUT_TASK, ACK_ACK, [tree.root, 0])]
+
+
+def test_reset_timeout_of_a_tree_that_is_gone_tells_nobody(acker, spouts):
+    acker.execute(ACK_INIT, [3, 0, SPOUT_TASK])  # acked at once
+    spouts.sent.clear()
+    acker.execute(ACK_RESET_TIMEOUT, [3])
+    assert spouts.sent == []
+
+
+def test_stray_entries_from_late_acks_are_forgotten_by_rotation(acker, spouts):
+    tree = Tree(random.Random(8), size=4)
+    feed(acker, tree.messages())
+    assert len(acker) == 0
+    acker.execute(ACK_ACK, [tree.root, 123])  # a duplicate ack after completion
+    assert len(acker) == 1 and spouts.told(ACK_ACK) == [(SPOUT_TASK, tree.root)]
+    acker.rotate()
+    acker.rotate()
+    assert len(acker) == 0
+
+
+# -- many trees ------------------------------------------------------------------------------------
+
+
+def test_many_interleaved_trees_each_get_exactly_their_outcome(acker, spouts):
+    rng = random.Random(9)
+    trees = [Tree(rng, size=rng.randint(1, 25), spout_task=rng.choice([4, 5, 6])) for _ in range(200)]
+    failed = {t.root for t in rng.sample(trees, 40)}
+    queues = [t.failing(rng) if t.root in failed else t.messages(rng) for t in trees]
+    # interleave: take the next message of a random tree until all are delivered
+    while queues:
+        i = rng.randrange(len(queues))
+        acker.execute(*queues[i].pop(0))
+        if not queues[i]:
+            queues.pop(i)
+
+    assert sorted(spouts.told(ACK_ACK)) == sorted((t.spout_task, t.root) for t in trees if t.root not in failed)
+    assert sorted(spouts.told(ACK_FAIL)) == sorted((t.spout_task, t.root) for t in trees if t.root in failed)
+    assert len(spouts.sent) == len(trees)  # exactly one outcome per tree
+    # acks that came after their tree's fail left entries without a spout task: rotation
+    # forgets them, silently
+    assert 0 < len(acker) <= len(failed)
+    acker.rotate()
+    acker.rotate()
+    assert len(acker) == 0 and len(spouts.sent) == len(trees)
+
+
+def test_the_acker_of_a_tree_is_chosen_by_its_root():
+    tasks = [7, 8, 9]
+    assert [acker_for(root, tasks) for root in range(6)] == [7, 8, 9, 7, 8, 9]
+    assert acker_for(2**64 - 1, tasks) == tasks[(2**64 - 1) % 3]
+    assert acker_for(12345, [4]) == 4
