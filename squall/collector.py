@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import threading
 
     from squall.executor.route import StreamRoute
+    from squall.executor.transfer import ExecutorTransfer
     from squall.tuple import StreamSource
 
 # Edge and root ids: a generator of our own, so user code seeding `random` cannot make them collide.
@@ -55,6 +56,8 @@ class CollectorHost(Protocol):
     acker_tasks: list[int]
     system_sources: dict[str, StreamSource]
     pending_acks: dict[int, int]  # root id -> XOR of acks not sent yet
+
+    transfer: ExecutorTransfer
 
     def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
         """Queue ``tup`` for ``tasks`` (see ExecutorTransfer.send)."""
@@ -92,6 +95,9 @@ class _Collector:
         self._acker_tasks = executor.acker_tasks
         self._system_sources = executor.system_sources
         self._pending_acks = executor.pending_acks
+        # stream id -> emit(values) of an untracked, regular emit: prepared once per stream
+        self._untracked = {stream: executor.transfer.emitter(route, task_id, self._invalid, self._emit_other)
+                           for stream, route in routes.items()}
 
     def _invalid(self, stream: str, values: list[Any], direct_task: int | None = None) -> EmitError:
         """The error for an emit that breaks the declarations (the fast path found it invalid)."""
@@ -130,6 +136,13 @@ class _Collector:
         """Record ``error`` for this component (the last 10 are kept); processing goes on."""
         self._executor.report_error(self._task_id, error)
 
+    def _emit_other(self, values: Any, stream: str) -> list[int]:
+        """An untracked emit on ``stream`` (see ExecutorTransfer.emitter)."""
+        emit = self._untracked.get(stream)
+        if emit is None:
+            raise self._invalid(stream, values if values.__class__ is list else list(values))
+        return emit(values)
+
     def _send_to_acker(self, root: int, stream: str, values: list[Any]) -> None:
         self._send((acker_for(root, self._acker_tasks),), Tuple(values, self._system_sources[stream], self._task_id))
 
@@ -163,6 +176,9 @@ class SpoutOutputCollector(_Collector):
             raise
 
     def _emit_values(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
+        if msg_id is None and direct_task is None and stream in self._untracked:
+            self.emitted_count += 1
+            return self._untracked[stream](values)
         if values.__class__ is not list:
             values = list(values)
         route, tasks = self._targets(values, stream, direct_task)
@@ -239,6 +255,8 @@ class OutputCollector(_Collector):
         return result
 
     def _emit(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:
+        if anchors is None and direct_task is None and stream in self._untracked:
+            return self._untracked[stream](values)
         if values.__class__ is not list:
             values = list(values)
         route = self._routes.get(stream)
@@ -301,11 +319,17 @@ class BasicOutputCollector:
 
     def __init__(self, collector: OutputCollector) -> None:
         self._emit = collector._emit
+        self._untracked = collector._untracked
         self._collector = collector
         self.input: Tuple | None = None
+        if not collector._acker_tasks and "default" in self._untracked:
+            # no ackers: no input is tracked, so every emit is untracked (one call, not two)
+            self.emit = self._untracked["default"]  # type: ignore[method-assign]
 
     def emit(self, values: Any, stream: str = "default") -> list[int]:
         anchor = self.input
+        if not anchor._anchors_to_ids and stream in self._untracked:  # an untracked input (acking off)
+            return self._untracked[stream](values)
         return self._emit(values, stream, anchor if anchor._anchors_to_ids else None, None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default") -> None:

@@ -103,6 +103,15 @@ def _positive_number(key: str, value: Any, allow_none: bool = False) -> None:
         raise ValueError(f"config {key!r} must be a number > 0, got {value!r}")
 
 
+def _gc_thresholds(key: str, value: Any) -> None:
+    if value is None:
+        return
+    if (not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 3
+            or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)):
+        raise ValueError(f"config {key!r} must be None or a list of 1 to 3 integers >= 0 "
+                         f"(gc.set_threshold's arguments), got {value!r}")
+
+
 _CHECKS = {
     Config.TOPOLOGY_WORKERS: lambda k, v: _positive_int(k, v),
     Config.TOPOLOGY_ACKER_EXECUTORS: lambda k, v: _positive_int(k, v, allow_none=True, allow_zero=True),
@@ -119,6 +128,7 @@ _CHECKS = {
     Config.TOPOLOGY_MESSAGING_SECURE: _boolean,
     "topology.spout.stall.secs": lambda k, v: _positive_number(k, v),
     "topology.worker.cooperative": _boolean,
+    "topology.worker.gc.thresholds": _gc_thresholds,
     "topology.component.blocking": _boolean,
     "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
     "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),

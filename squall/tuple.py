@@ -148,8 +148,11 @@ class Tuple:
         return self._source is TICK_SOURCE
 
     def __getitem__(self, key: int | str) -> Any:
+        index = self._source.fields._index.get(key) if key.__class__ is str else None
+        if index is not None:
+            return self.values[index]
         if isinstance(key, str):
-            return self.values[self._source.fields.field_index(key)]
+            return self.values[self._source.fields.field_index(key)]  # raises, naming the fields
         return self.values[key]
 
     def __len__(self) -> int:

@@ -43,6 +43,7 @@ from squall.scheduler import Assignment
 from squall.serialization import PLAIN_TYPES, Packed, Serializer
 from squall.topology import StormTopology
 from squall.tuple import StreamSource, Tuple
+from squall.utils import gc_tuning
 from squall.utils.batch_queue import BatchQueue, Bell
 from squall.utils.time import Timer
 
@@ -73,6 +74,7 @@ class Worker:
         self.state = state
         self.active = active
         self.stopping = False
+        self._started = False
         #: why the worker cannot go on (a thread of it died), or None; set once
         self.failure: str | None = None
         self.on_failure: Callable[[], None] | None = None  # called (once) by the thread that failed
@@ -163,6 +165,8 @@ class Worker:
 
     def start(self) -> None:
         """Start the threads; every worker must be registered with the transport first."""
+        gc_tuning.hold(self.conf["topology.worker.gc.thresholds"])
+        self._started = True
         for t in self._threads:
             t.start()
         for runner in self._runners:
@@ -227,6 +231,9 @@ class Worker:
         self.transfer_queue.wake()
         for t in self._threads:
             t.join(timeout)
+        if self._started:
+            self._started = False
+            gc_tuning.release()
 
     # -- transfer path --------------------------------------------------------------
 

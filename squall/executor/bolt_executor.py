@@ -94,6 +94,9 @@ class BoltExecutor(Executor):
     def _process_basic(self, batch: list[Any]) -> None:
         # no sampling: a basic bolt's input is acked as execute returns, so its process
         # latency is its execute latency (see ExecutorStats.process_is_execute)
+        if self.single_task and not self.acker_tasks:
+            self._process_basic_untracked(batch)
+            return
         bolts, basic = self.bolts, self.basic_collectors
         pending_acks = self.pending_acks if self.acker_tasks else None
         acked = 0
@@ -109,3 +112,19 @@ class BoltExecutor(Executor):
                 if tup._anchors_to_ids and pending_acks is not None:
                     combine_ack(pending_acks, tup)  # the auto-ack, inlined
         self.stats.acked += acked
+
+    def _process_basic_untracked(self, batch: list[Any]) -> None:
+        """The same for one task and no ackers (nothing to combine): the bolt's execute and
+        collector looked up once per batch, acks counted once."""
+        task = self.task_ids[0]
+        bc = self.basic_collectors[task]
+        execute = self.bolts[task].execute
+        failed = 0
+        for tup in batch:
+            bc.input = tup
+            try:
+                execute(tup, bc)
+            except Exception as e:
+                failed += 1
+                self._execute_failed(task, tup, e)
+        self.stats.acked += len(batch) - failed

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.errors import SerializationError
+from squall.executor.route import StreamRoute
 from squall.executor.worker_context import WorkerContext
 from squall.serialization import Serializer
 from squall.tuple import Tuple
@@ -103,6 +104,42 @@ class ExecutorTransfer:
                 items.append((task, tup.source_task, tup._source.stream, wire_values, tup._anchors_to_ids))
             if len(items) >= self._batch_size:
                 self._flush(ob)
+
+    def emitter(self, route: StreamRoute, source_task: int, invalid: Callable[[str, list[Any]], Exception],
+                other_stream: Callable[[Any, str], list[int]]) -> Callable[..., list[int]]:
+        """``emit(values, stream=route's stream) -> tasks`` for ``route``'s regular emits that
+        nothing tracks (no anchors, no message id), prepared once per emitting task and
+        stream: no stream lookup, no acking work, and a tuple for one task of a one-task
+        executor of this worker goes straight into that executor's outbox.
+        ``invalid(stream, values)`` is the error for values that do not fit the stream;
+        an emit on another stream goes to ``other_stream(values, stream)``, so that the
+        emitter can stand for a collector's whole ``emit``."""
+        source, arity, choose, send = route.source, route.arity, route.choose, self.send
+        outboxes, batch_size, flush = self._outboxes, self._batch_size, self._flush
+        own_stream = source.stream
+
+        def emit(values: Any, stream: str = own_stream) -> list[int]:
+            if stream != own_stream:
+                return other_stream(values, stream)
+            if values.__class__ is not list:
+                values = list(values)
+            if len(values) != arity:
+                raise invalid(source.stream, values)
+            tasks = choose(values)
+            route.emitted += 1
+            tup = Tuple(values, source, source_task)
+            if len(tasks) == 1:
+                ob = outboxes[tasks[0]]
+                if ob.single_task:
+                    items = ob.items
+                    items.append(tup)
+                    if len(items) >= batch_size:
+                        flush(ob)
+                    return tasks
+            send(tasks, tup)
+            return tasks
+
+        return emit
 
     def _wire_values(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> Any:
         """``tup``'s values as they travel to other workers (see :mod:`squall.serialization`):
