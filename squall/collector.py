@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 from threading import get_ident
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from squall.acker import ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, acker_for
@@ -96,8 +96,52 @@ class _Collector:
         self._system_sources = executor.system_sources
         self._pending_acks = executor.pending_acks
         # stream id -> emit(values) of an untracked, regular emit: prepared once per stream
-        self._untracked = {stream: executor.transfer.emitter(route, task_id, self._invalid, self._emit_other)
-                           for stream, route in routes.items()}
+        self._emitters = {stream: self._emitter(route) for stream, route in routes.items()}
+
+    def _emitter(self, route: StreamRoute) -> Callable[..., list[int]]:
+        """``emit(values, stream=route's stream, anchor=None) -> tasks``: a regular emit on
+        ``route``'s stream, untracked or anchored to one tracked tuple, prepared once per task
+        and stream: no stream lookup, no anchor list; a tuple for a one-task executor of this
+        worker goes straight into its outbox. An emit on another stream goes through
+        :meth:`_emit_other`, so that the emitter can stand for a collector's whole ``emit``."""
+        transfer = self._executor.transfer
+        source, arity, choose, send, task_id = route.source, route.arity, route.choose, self._send, self._task_id
+        one_task, batch_size, flush = transfer.one_task_outboxes(), transfer.batch_size, transfer.flush
+        own_stream, invalid, other_stream = source.stream, self._invalid, self._emit_other
+
+        def emit(values: Any, stream: str = own_stream, anchor: Tuple | None = None) -> list[int]:
+            if stream != own_stream:
+                return other_stream(values, stream, anchor)
+            if values.__class__ is not list:
+                values = list(values)
+            if len(values) != arity:
+                raise invalid(stream, values)
+            tasks = choose(values)
+            route.emitted += 1
+            if anchor is None:
+                tup = Tuple(values, source, task_id)
+                if len(tasks) != 1 or (ob := one_task[tasks[0]]) is None:
+                    send(tasks, tup)  # all or nothing, should a value not serialize for another worker
+                    return tasks
+                items = ob.items
+                items.append(tup)
+                if len(items) >= batch_size:
+                    flush(ob)
+                return tasks
+            for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
+                edge = _rand64(64)
+                anchor._ack_val ^= edge
+                tup = Tuple(values, source, task_id, dict.fromkeys(anchor._anchors_to_ids, edge))
+                if (ob := one_task[task]) is None:
+                    send((task,), tup)
+                    continue
+                items = ob.items
+                items.append(tup)
+                if len(items) >= batch_size:
+                    flush(ob)
+            return tasks
+
+        return emit
 
     def _invalid(self, stream: str, values: list[Any], direct_task: int | None = None) -> EmitError:
         """The error for an emit that breaks the declarations (the fast path found it invalid)."""
@@ -136,12 +180,12 @@ class _Collector:
         """Record ``error`` for this component (the last 10 are kept); processing goes on."""
         self._executor.report_error(self._task_id, error)
 
-    def _emit_other(self, values: Any, stream: str) -> list[int]:
-        """An untracked emit on ``stream`` (see ExecutorTransfer.emitter)."""
-        emit = self._untracked.get(stream)
+    def _emit_other(self, values: Any, stream: str, anchor: Tuple | None) -> list[int]:
+        """An emit on ``stream`` through another stream's emitter (see :meth:`_emitter`)."""
+        emit = self._emitters.get(stream)
         if emit is None:
             raise self._invalid(stream, values if values.__class__ is list else list(values))
-        return emit(values)
+        return emit(values, stream, anchor)
 
     def _send_to_acker(self, root: int, stream: str, values: list[Any]) -> None:
         self._send((acker_for(root, self._acker_tasks),), Tuple(values, self._system_sources[stream], self._task_id))
@@ -176,9 +220,9 @@ class SpoutOutputCollector(_Collector):
             raise
 
     def _emit_values(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
-        if msg_id is None and direct_task is None and stream in self._untracked:
+        if msg_id is None and direct_task is None and stream in self._emitters:
             self.emitted_count += 1
-            return self._untracked[stream](values)
+            return self._emitters[stream](values)
         if values.__class__ is not list:
             values = list(values)
         route, tasks = self._targets(values, stream, direct_task)
@@ -255,8 +299,11 @@ class OutputCollector(_Collector):
         return result
 
     def _emit(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:
-        if anchors is None and direct_task is None and stream in self._untracked:
-            return self._untracked[stream](values)
+        if direct_task is None and stream in self._emitters:
+            if anchors is None:
+                return self._emitters[stream](values)
+            if anchors.__class__ is Tuple:
+                return self._emitters[stream](values, stream, anchors if anchors._anchors_to_ids else None)
         if values.__class__ is not list:
             values = list(values)
         route = self._routes.get(stream)
@@ -319,18 +366,19 @@ class BasicOutputCollector:
 
     def __init__(self, collector: OutputCollector) -> None:
         self._emit = collector._emit
-        self._untracked = collector._untracked
+        self._emitters = collector._emitters
         self._collector = collector
         self.input: Tuple | None = None
-        if not collector._acker_tasks and "default" in self._untracked:
+        if not collector._acker_tasks and "default" in self._emitters:
             # no ackers: no input is tracked, so every emit is untracked (one call, not two)
-            self.emit = self._untracked["default"]  # type: ignore[method-assign]
+            self.emit = self._emitters["default"]  # type: ignore[method-assign]
 
     def emit(self, values: Any, stream: str = "default") -> list[int]:
+        emit = self._emitters.get(stream)
+        if emit is None:
+            raise self._collector._invalid(stream, values if values.__class__ is list else list(values))
         anchor = self.input
-        if not anchor._anchors_to_ids and stream in self._untracked:  # an untracked input (acking off)
-            return self._untracked[stream](values)
-        return self._emit(values, stream, anchor if anchor._anchors_to_ids else None, None)
+        return emit(values, stream, anchor if anchor._anchors_to_ids else None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default") -> None:
         self._emit(values, stream, self.input, task_id)

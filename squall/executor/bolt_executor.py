@@ -94,13 +94,13 @@ class BoltExecutor(Executor):
     def _process_basic(self, batch: list[Any]) -> None:
         # no sampling: a basic bolt's input is acked as execute returns, so its process
         # latency is its execute latency (see ExecutorStats.process_is_execute)
-        if self.single_task and not self.acker_tasks:
-            self._process_basic_untracked(batch)
+        if self.single_task:
+            self._process_basic_one_task(batch)
             return
         bolts, basic = self.bolts, self.basic_collectors
         pending_acks = self.pending_acks if self.acker_tasks else None
         acked = 0
-        for task, tup in self.pairs(batch):
+        for task, tup in batch:
             bc = basic[task]
             bc.input = tup
             try:
@@ -110,15 +110,16 @@ class BoltExecutor(Executor):
             else:
                 acked += 1
                 if tup._anchors_to_ids and pending_acks is not None:
-                    combine_ack(pending_acks, tup)  # the auto-ack, inlined
+                    combine_ack(pending_acks, tup)  # the auto-ack
         self.stats.acked += acked
 
-    def _process_basic_untracked(self, batch: list[Any]) -> None:
-        """The same for one task and no ackers (nothing to combine): the bolt's execute and
-        collector looked up once per batch, acks counted once."""
+    def _process_basic_one_task(self, batch: list[Any]) -> None:
+        """The same for an executor of one task: its execute and collector looked up once per
+        batch, acks counted once."""
         task = self.task_ids[0]
         bc = self.basic_collectors[task]
         execute = self.bolts[task].execute
+        pending_acks = self.pending_acks if self.acker_tasks else None
         failed = 0
         for tup in batch:
             bc.input = tup
@@ -127,4 +128,9 @@ class BoltExecutor(Executor):
             except Exception as e:
                 failed += 1
                 self._execute_failed(task, tup, e)
+                continue
+            if pending_acks is not None and (ids := tup._anchors_to_ids):
+                ack_val = tup._ack_val  # the auto-ack: combine_ack, inlined
+                for root, edge in ids.items():
+                    pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
         self.stats.acked += len(batch) - failed

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.errors import SerializationError
-from squall.executor.route import StreamRoute
 from squall.executor.worker_context import WorkerContext
 from squall.serialization import Serializer
 from squall.tuple import Tuple
@@ -62,7 +61,8 @@ class ExecutorTransfer:
         self._transfer = worker.transfer
         self._stopping = stopping
         self._tracker = worker.state.tracker
-        self._batch_size = min(conf["topology.producer.batch.size"], conf["topology.executor.send.buffer.size"])
+        #: a destination's batch is handed on at this many tuples
+        self.batch_size = min(conf["topology.producer.batch.size"], conf["topology.executor.send.buffer.size"])
         self._serializer = Serializer.for_config(conf)
         #: batches that could not be handed on yet (non-blocking send paths), oldest first
         self.overflow: list[tuple[_Outbox, list[Any]]] = []
@@ -102,44 +102,15 @@ class ExecutorTransfer:
                 items.append((task, tup))
             else:
                 items.append((task, tup.source_task, tup._source.stream, wire_values, tup._anchors_to_ids))
-            if len(items) >= self._batch_size:
-                self._flush(ob)
+            if len(items) >= self.batch_size:
+                self.flush(ob)
 
-    def emitter(self, route: StreamRoute, source_task: int, invalid: Callable[[str, list[Any]], Exception],
-                other_stream: Callable[[Any, str], list[int]]) -> Callable[..., list[int]]:
-        """``emit(values, stream=route's stream) -> tasks`` for ``route``'s regular emits that
-        nothing tracks (no anchors, no message id), prepared once per emitting task and
-        stream: no stream lookup, no acking work, and a tuple for one task of a one-task
-        executor of this worker goes straight into that executor's outbox.
-        ``invalid(stream, values)`` is the error for values that do not fit the stream;
-        an emit on another stream goes to ``other_stream(values, stream)``, so that the
-        emitter can stand for a collector's whole ``emit``."""
-        source, arity, choose, send = route.source, route.arity, route.choose, self.send
-        outboxes, batch_size, flush = self._outboxes, self._batch_size, self._flush
-        own_stream = source.stream
-
-        def emit(values: Any, stream: str = own_stream) -> list[int]:
-            if stream != own_stream:
-                return other_stream(values, stream)
-            if values.__class__ is not list:
-                values = list(values)
-            if len(values) != arity:
-                raise invalid(source.stream, values)
-            tasks = choose(values)
-            route.emitted += 1
-            tup = Tuple(values, source, source_task)
-            if len(tasks) == 1:
-                ob = outboxes[tasks[0]]
-                if ob.single_task:
-                    items = ob.items
-                    items.append(tup)
-                    if len(items) >= batch_size:
-                        flush(ob)
-                    return tasks
-            send(tasks, tup)
-            return tasks
-
-        return emit
+    def one_task_outboxes(self) -> dict[int, _Outbox | None]:
+        """Task id -> its outbox when the task is the only one of an executor of this worker
+        (its batches hold bare tuples), else None: an emitter may append a tuple for such a
+        task to ``items`` itself (the lean path of :meth:`send`), and must then :meth:`flush`
+        the outbox once it holds :attr:`batch_size` tuples."""
+        return {task: ob if ob.single_task else None for task, ob in self._outboxes.items()}
 
     def _wire_values(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> Any:
         """``tup``'s values as they travel to other workers (see :mod:`squall.serialization`):
@@ -157,9 +128,9 @@ class ExecutorTransfer:
         """Hand on every gathered batch."""
         for ob in self._outbox_list:
             if ob.items:
-                self._flush(ob)
+                self.flush(ob)
 
-    def _flush(self, ob: _Outbox) -> None:
+    def flush(self, ob: _Outbox) -> None:
         items = ob.items
         ob.items = []
         if self._tracker is not None:
