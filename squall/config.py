@@ -129,6 +129,7 @@ _CHECKS = {
     "topology.spout.stall.secs": lambda k, v: _positive_number(k, v),
     "topology.worker.cooperative": _boolean,
     "topology.worker.gc.thresholds": _gc_thresholds,
+    "topology.worker.gil.switch.interval.secs": lambda k, v: _positive_number(k, v),
     "topology.component.blocking": _boolean,
     "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
     "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),

@@ -51,6 +51,12 @@ DEFAULTS: dict[str, Any] = {
     # leaves Python's (700, 10, 10). Every tuple is a container: at 700 the collector takes
     # about a fifth of a busy worker's time (see squall/utils/gc_tuning.py).
     "topology.worker.gc.thresholds": [10000, 10, 10],
+    # A worker process's sys.setswitchinterval (Python's default: 0.005). A thread waiting
+    # for the GIL (the receive thread with a payload, the transfer thread with a batch)
+    # waits up to this long for a busy executor thread to hand it over: at 5 ms, two word
+    # count workers ran at 0.44M words/s, at 0.5 ms at 0.95M (benchmarks/wordcount.py
+    # --processes). Workers in the submitting process (in-process mode) leave it alone.
+    "topology.worker.gil.switch.interval.secs": 0.0005,
     # Fraction of tuples whose latencies are measured (Storm's default).
     "topology.stats.sample.rate": 0.05,
     # Log every emit and ack at DEBUG level.

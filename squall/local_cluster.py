@@ -30,7 +30,7 @@ class _InProcessRunner:
         self.workers = [Worker(name, topology, conf, assignment, w.index, transport, state)
                         for w in assignment.workers]
         for worker in self.workers:
-            transport.register(worker.index, worker.has_room)
+            transport.register(worker.index, worker.backpressured_tasks)
         self._name = name
 
     def start(self) -> None:

@@ -88,6 +88,9 @@ class Serializer:
         self._batch_packer = msgpack.Packer(use_bin_type=True)
         # why values could not be rebuilt since the caller last cleared this (they decode as None)
         self.decode_errors: list[str] = []
+        #: Packed values load_batches has decoded (the caller resets it): while 0, every
+        #: value list it yielded holds msgpack's plain types only
+        self.packed_decoded = 0
 
     def _default(self, obj: Any) -> msgpack.ExtType:
         cls = type(obj)
@@ -156,11 +159,11 @@ class Serializer:
         for tasks, sources, streams, values, ids in unpacker:
             yield from zip(tasks, sources, streams, values, ids)
 
-    @staticmethod
-    def _batch_ext_hook(code: int, data: bytes) -> Any:
+    def _batch_ext_hook(self, code: int, data: bytes) -> Any:
         # a batch's only extension type is values packed at emit: anything else is forged
         if code != _EXT_PACKED:
             raise ValueError(f"a batch holds an extension type {code} where only packed values go")
+        self.packed_decoded += 1
         return Packed(data)
 
     def loads(self, data: bytes) -> Any:

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from squall.acker import ACKER_COMPONENT, system_sources
@@ -196,11 +196,6 @@ class Worker:
             executor.ready.wait(timeout)
         return [(e, e.setup_error) for e in self.executors if e.setup_error is not None]
 
-    def has_room(self, tasks: Iterable[int]) -> bool:
-        """Whether the incoming queues of ``tasks`` (of this worker) can take more."""
-        queues = self.task_queues
-        return all(queues[t].has_room() for t in tasks)
-
     def backpressured_tasks(self) -> frozenset[int]:
         """This worker's tasks whose incoming queues are full."""
         return frozenset(t for t, q in self.task_queues.items() if not q.has_room())
@@ -241,13 +236,12 @@ class Worker:
                  stopping: Callable[[], bool]) -> bool:
         """Queue records (see :mod:`squall.executor.transfer`) for another worker; with
         ``block``, wait for room (backpressure) unless ``stopping()``."""
-        tasks = {record[0] for record in records}
         if not block:
-            if not (self.transfer_queue.has_room() and self.transport.has_room(dest_worker, tasks)):
+            if not (self.transfer_queue.has_room() and self._peer_has_room(dest_worker, records)):
                 return False
             self.transfer_queue.force_put((dest_worker, records), len(records))
             return True
-        while not self.transport.has_room(dest_worker, tasks):
+        while not self._peer_has_room(dest_worker, records):
             if stopping():
                 return True
             time.sleep(0.001)  # the transport has no "room" event to wait on
@@ -255,6 +249,10 @@ class Worker:
             if stopping():
                 return True
         return True
+
+    def _peer_has_room(self, dest_worker: int, records: list[tuple[Any, ...]]) -> bool:
+        full = self.transport.full_tasks(dest_worker)
+        return full is not None and (not full or full.isdisjoint([record[0] for record in records]))
 
     def _transfer_loop(self) -> None:
         serializer = Serializer.for_config(self.conf)
@@ -290,6 +288,7 @@ class Worker:
             for payload in self.transport.receive(self.index, _POLL_SECS):
                 batches: dict[BatchQueue, list[Any]] = {}
                 malformed: list[str] = []
+                serializer.packed_decoded = 0
                 try:
                     for task, src, stream, values, ids in serializer.load_batches(payload):
                         try:
@@ -306,8 +305,9 @@ class Worker:
                                 self._report_undecodable(task, src, stream, "; ".join(serializer.decode_errors))
                                 serializer.decode_errors.clear()
                                 continue
-                        elif values.__class__ is list and not all(v.__class__ in PLAIN_TYPES for v in values):
-                            values = None  # unpacked values are plain: anything else is forged
+                        elif (serializer.packed_decoded and values.__class__ is list
+                              and not all(v.__class__ in PLAIN_TYPES for v in values)):
+                            values = None  # unpacked values are plain (a Packed nested in them is forged)
                         # checked here, so that a forged tuple cannot kill the executor (or acker) it reaches
                         if (values.__class__ is not list or len(values) != arity
                                 or (system and not all(v.__class__ is int for v in values))

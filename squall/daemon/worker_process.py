@@ -150,6 +150,9 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
     try:
         boot = control.expect(schema.Bootstrap, 60, parent)
         name, topology, conf, assignment, active = cloudpickle.loads(boot.payload)
+        # the process is the worker's: its threads (executors, receive, transfer) hand the GIL
+        # to each other this often
+        sys.setswitchinterval(conf["topology.worker.gil.switch.interval.secs"])
         transport = ZmqTransport(control.context, index, control.security, host)
         worker = Worker(name, topology, conf, assignment, index, transport, state, active)
         port, bp_port = transport.bind(assignment.workers[index].port)
@@ -158,7 +161,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
             transport.set_peers(exchange_peers((host, port, bp_port)))
         else:
             transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
-        transport.register(worker.index, worker.has_room)
+        transport.register(worker.index, worker.backpressured_tasks)
         worker.start()
         started = True
         failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])

@@ -6,20 +6,18 @@ run would (a value that cannot be serialized fails the same way).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from squall.messaging.transport import RoomFn, Transport
+from squall.messaging.transport import FullTasksFn, Transport
 from squall.utils.batch_queue import BatchQueue
 
 
 class LocalTransport(Transport):
     def __init__(self) -> None:
-        self._has_room: dict[int, RoomFn] = {}
-        # never bounded: the receiving worker always drains it; senders bound it with has_room
+        self._full_tasks: dict[int, FullTasksFn] = {}
+        # never bounded: the receiving worker always drains it; senders bound it with full_tasks
         self._inboxes: dict[int, BatchQueue] = {}
 
-    def register(self, worker: int, has_room: RoomFn) -> None:
-        self._has_room[worker] = has_room
+    def register(self, worker: int, full_tasks: FullTasksFn) -> None:
+        self._full_tasks[worker] = full_tasks
         self._inboxes[worker] = BatchQueue(1, f"worker-{worker}-inbox")
 
     def send(self, dest_worker: int, payload: bytes) -> None:
@@ -28,5 +26,5 @@ class LocalTransport(Transport):
     def receive(self, worker: int, timeout: float) -> list[bytes]:
         return self._inboxes[worker].take_all(timeout)
 
-    def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool:
-        return self._has_room[dest_worker](tasks)
+    def full_tasks(self, dest_worker: int) -> frozenset[int]:
+        return self._full_tasks[dest_worker]()

@@ -8,28 +8,28 @@ same worker never reach it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-#: ``has_room(tasks)``: whether a worker's incoming queues of ``tasks`` can take more.
-RoomFn = Callable[[Iterable[int]], bool]
+#: ``full_tasks()``: a worker's tasks whose incoming queues are full (backpressure).
+FullTasksFn = Callable[[], frozenset[int]]
 
 
 class Transport(ABC):
     """Contract:
 
     * :meth:`register` is called by each worker before it sends or receives, with its
-      index and how to tell whether its queues of some tasks have room.
+      index and how to tell which of its tasks' queues are full.
     * :meth:`send` is called only from a worker's transfer thread; it must not block
       for long (the receiving side never blocks on its executors, so it always drains);
       what it cannot hand over yet it keeps for :meth:`send_backlog`.
     * :meth:`receive` is called only from the receiving worker's receive thread; it
       returns the payloads that arrived, waiting up to ``timeout`` seconds for one.
-    * :meth:`has_room` may be called from any executor thread; it is advisory
+    * :meth:`full_tasks` may be called from any executor thread; it is advisory
       (a full destination makes senders wait, never drop).
     """
 
     @abstractmethod
-    def register(self, worker: int, has_room: RoomFn) -> None: ...
+    def register(self, worker: int, full_tasks: FullTasksFn) -> None: ...
 
     @abstractmethod
     def send(self, dest_worker: int, payload: bytes) -> None: ...
@@ -38,7 +38,10 @@ class Transport(ABC):
     def receive(self, worker: int, timeout: float) -> list[bytes]: ...
 
     @abstractmethod
-    def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool: ...
+    @abstractmethod
+    def full_tasks(self, dest_worker: int) -> frozenset[int] | None:
+        """The tasks of ``dest_worker`` whose queues are full, as last known; None while
+        nothing is known (a worker that just started: send it nothing yet)."""
 
     def send_backlog(self) -> bool:
         """Retry what :meth:`send` could not hand over yet (transfer thread); True while

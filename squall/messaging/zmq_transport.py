@@ -27,14 +27,13 @@ import errno
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import zmq
 
 from squall.messaging import schema
 from squall.messaging.security import LinkSecurity
-from squall.messaging.transport import RoomFn, Transport
+from squall.messaging.transport import FullTasksFn, Transport
 
 log = logging.getLogger("squall.transport")
 
@@ -95,7 +94,7 @@ class ZmqTransport(Transport):
         self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
         return self.port, self.bp_port
 
-    def register(self, worker: int, has_room: RoomFn) -> None:
+    def register(self, worker: int, full_tasks: FullTasksFn) -> None:
         pass  # peers announce their full queues (see publish_backpressure)
 
     def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
@@ -178,11 +177,8 @@ class ZmqTransport(Transport):
             except zmq.Again:
                 return payloads
 
-    def has_room(self, dest_worker: int, tasks: Iterable[int]) -> bool:
-        full = self._peer_backpressure.get(dest_worker)
-        if full is None:
-            return False  # not heard from it yet (it just started): no burst into unknown queues
-        return full.isdisjoint(tasks)
+    def full_tasks(self, dest_worker: int) -> frozenset[int] | None:
+        return self._peer_backpressure.get(dest_worker)  # None: not heard from it yet
 
     # -- backpressure (control thread) ------------------------------------------------------
 

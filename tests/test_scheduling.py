@@ -1,0 +1,719 @@
+"""Who runs a worker's executors: one cooperative thread for all of them, a thread of its own
+for each executor of a blocking component (``set_blocking``, the ``blocking`` attribute,
+ShellBolt), or a thread per executor (``topology.worker.cooperative`` false).
+
+What is checked: a blocking component never stalls the others; local hand-offs keep per-task
+order and apply backpressure, cooperatively or with threads; tick tuples arrive on time in a
+busy worker; a bolt's own threads emit and ack through its collector (and wait on a full
+destination); where each executor runs; results do not depend on the mode.
+
+Components record the thread they run on (``Spied``) and what they emitted and executed
+(``COUNTERS``); all of a worker's cooperative executors run on one thread, so counters they
+keep are consistent with each other when read from any of them.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from helpers import COUNTERS, LOG, STOP, WAIT, RecordSink, errors_of, logged, record
+from squall import Bolt, Config, InvalidTopologyError, Spout, TopologyBuilder
+from squall.multilang import ShellBolt
+from squall.testing import complete_topology, read_tuples, wait_until
+
+GO = threading.Event()  # gated spouts emit only once it is set
+GATE = threading.Event()  # GatedBolt's execute returns only once it is set
+
+BLOCKING = "topology.component.blocking"
+COOPERATIVE = "topology.worker.cooperative"
+
+
+@pytest.fixture(autouse=True)
+def _events():
+    GO.clear()
+    GATE.clear()
+    yield
+    GO.set()
+
+
+@pytest.fixture
+def gate(cluster):
+    """GATE, set again before the cluster stops (a bolt stuck on it would hold the stop up)."""
+    yield GATE
+    GATE.set()
+
+
+def small_queues(capacity: int, batch: int, conf: Config | None = None) -> Config:
+    conf = conf if conf is not None else Config()
+    conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE] = capacity
+    conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE] = batch
+    conf[Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE] = batch
+    return conf
+
+
+def burn(iterations: int) -> int:
+    """CPU work (a bolt slower than its spout without sleeping)."""
+    x = 0
+    for i in range(iterations):
+        x += i * i
+    return x
+
+
+def unchanged_for(read, secs: float):
+    """A condition for wait_until: true once ``read()`` has kept its value for ``secs``."""
+    state = {"value": object(), "since": 0.0}
+
+    def condition() -> bool:
+        value, now = read(), time.monotonic()
+        if value != state["value"]:
+            state.update(value=value, since=now)
+        return now - state["since"] >= secs
+
+    return condition
+
+
+# -- where things run ----------------------------------------------------------------------------
+
+
+class Spied:
+    """Records ``(task, thread ident)`` under ``("thread", component)`` whenever a method of the
+    task runs on another thread than the last one (call ``spied_as`` in open/prepare, ``spy``
+    in the other methods)."""
+
+    def spied_as(self, context) -> None:
+        self.component = context.get_this_component_id()
+        self.task = context.get_this_task_id()
+        self._ident = None
+        self.spy()
+
+    def spy(self) -> None:
+        ident = threading.get_ident()
+        if ident != self._ident:
+            self._ident = ident
+            record(("thread", self.component), (self.task, ident))
+
+
+def threads_by_task(component: str) -> dict[int, set[int]]:
+    """Task of ``component`` -> idents of the threads its methods ran on."""
+    by_task: dict[int, set[int]] = {}
+    for task, ident in logged(("thread", component)):
+        by_task.setdefault(task, set()).add(ident)
+    return by_task
+
+
+def only_thread(*components: str) -> int:
+    """The one thread every task of ``components`` ran on (asserted)."""
+    idents = {i for c in components for idents in threads_by_task(c).values() for i in idents}
+    assert len(idents) == 1, f"{components} ran on {len(idents)} threads, expected one"
+    return idents.pop()
+
+
+def executor_thread(component: str) -> int:
+    """The one thread ``component`` (one executor) ran on."""
+    return only_thread(component)
+
+
+def total(counter_key) -> int:
+    return sum(COUNTERS[counter_key].copy().values())  # copy: atomic, while other threads add keys
+
+
+def seen(component: str) -> dict[int, list]:
+    """Source task -> the n ``component`` (an OrderBolt) recorded from it, in arrival order."""
+    return {key[2]: list(values) for key, values in LOG.copy().items() if key[:2] == ("seen", component)}
+
+
+def emitted(spout: str) -> int:
+    return total(("emitted", spout))
+
+
+def executed(bolt: str) -> int:
+    return total(("executed", bolt))
+
+
+# -- components ----------------------------------------------------------------------------------
+
+
+class NumberSpout(Spied, Spout):
+    """Emits [n] (n = 0, 1, ... per task): ``limit`` tuples per task, or until STOP (then
+    records its task under ("stopped", component), once); only while GO is set if ``gated``.
+    ``payload`` > 0 adds a second field of that many characters. Counts its emits per task in
+    COUNTERS[("emitted", component)]."""
+
+    def __init__(self, limit: int | None = None, gated: bool = False, payload: int = 0):
+        self.limit = limit
+        self.gated = gated
+        self.payload = payload
+
+    def declare_output_fields(self, declarer):
+        declarer.declare(["n", "payload"] if self.payload else ["n"])
+
+    def open(self, conf, context, collector):
+        self.spied_as(context)
+        self.collector = collector
+        self.n = 0
+        self.stopped = False
+        self.counts = COUNTERS[("emitted", self.component)]
+        self.counts[self.task] = 0
+        self.filler = "x" * self.payload
+
+    def next_tuple(self):
+        self.spy()
+        if STOP.is_set():
+            if not self.stopped:
+                self.stopped = True
+                record(("stopped", self.component), self.task)
+            return
+        if (self.gated and not GO.is_set()) or (self.limit is not None and self.n >= self.limit):
+            return
+        self.collector.emit([self.n, self.filler] if self.payload else [self.n])
+        self.n += 1
+        self.counts[self.task] = self.n
+
+
+class OrderBolt(Spied, Bolt):
+    """Does ``work`` (CPU) per input [n, ...]; checks that the n of each source task arrive
+    strictly increasing (violations under "out-of-order"); with ``keep``, records n under
+    ("seen", component, source task). Counts executes per task in COUNTERS[("executed",
+    component)] and, per task, the largest emitted(``source``) - executed(component) it saw
+    in COUNTERS[("max-in-flight", component)]. Acks every input."""
+
+    def __init__(self, source: str | None = None, work: int = 0, keep: bool = True):
+        self.source = source
+        self.work = work
+        self.keep = keep
+
+    def prepare(self, conf, context, collector):
+        self.spied_as(context)
+        self.collector = collector
+        self.last: dict[int, int] = {}
+        self.executed = COUNTERS[("executed", self.component)]
+        self.executed[self.task] = 0
+        self.max_in_flight = COUNTERS[("max-in-flight", self.component)]
+        self.max_in_flight[self.task] = 0
+        self.emitted = COUNTERS[("emitted", self.source)]
+
+    def execute(self, tup):
+        self.spy()
+        burn(self.work)
+        src, n = tup.source_task, tup.values[0]
+        if n <= self.last.get(src, -1):
+            record("out-of-order", (self.component, self.task, src, self.last[src], n))
+        self.last[src] = n
+        if self.keep:
+            record(("seen", self.component, src), n)
+        self.executed[self.task] += 1
+        if self.source is not None:
+            in_flight = sum(self.emitted.copy().values()) - sum(self.executed.copy().values())
+            if in_flight > self.max_in_flight[self.task]:
+                self.max_in_flight[self.task] = in_flight
+        self.collector.ack(tup)
+
+
+class PassBolt(Spied, Bolt):
+    """Re-emits its input's values, anchored, and acks it."""
+
+    outputs = ["n"]
+
+    def prepare(self, conf, context, collector):
+        self.spied_as(context)
+        self.collector = collector
+
+    def execute(self, tup):
+        self.spy()
+        self.collector.emit([tup.values[0]], anchors=tup)
+        self.collector.ack(tup)
+
+
+class SpyBolt(PassBolt):
+    """A PassBolt that records its thread (as every Spied does)."""
+
+
+class BlockingSpyBolt(SpyBolt):
+    blocking = True
+
+
+class GatedBolt(Spied, Bolt):
+    """Records n under "gated-entered", waits for GATE, records n under "gated-done", acks."""
+
+    def prepare(self, conf, context, collector):
+        self.spied_as(context)
+        self.collector = collector
+
+    def execute(self, tup):
+        self.spy()
+        record("gated-entered", tup.values[0])
+        GATE.wait(30)
+        record("gated-done", tup.values[0])
+        self.collector.ack(tup)
+
+
+class TickTimes(Spied, Bolt):
+    """Every 0.1 s a tick: records (time.monotonic(), executed(``busy``)) under "ticks"."""
+
+    def __init__(self, busy: str):
+        self.busy = busy
+
+    def get_component_configuration(self):
+        return {Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS: 0.1}
+
+    def prepare(self, conf, context, collector):
+        self.spied_as(context)
+        self.collector = collector
+
+    def execute(self, tup):
+        self.spy()
+        if tup.is_tick():
+            record("ticks", (time.monotonic(), executed(self.busy)))
+        self.collector.ack(tup)
+
+
+class CountingSink(RecordSink):
+    """Records the first value of every input under ``key``, counts them in COUNTERS[key]["n"]."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.counts = COUNTERS[self.key]
+        self.counts["n"] = 0
+
+    def keep(self, tup):
+        burn(200)  # slower than the emitting thread: its destination fills up
+        super().keep(tup)
+        self.counts["n"] += 1
+
+
+class OwnThreadEmitter(Bolt):
+    """prepare starts a thread of the bolt's own that emits [0] .. [count - 1], unanchored,
+    through the OutputCollector; after each emit it records the largest emitted - received by
+    ``sink_key`` (a CountingSink) in COUNTERS["own"]["max-in-flight"]."""
+
+    outputs = ["n"]
+
+    def __init__(self, count: int, sink_key: str):
+        self.count = count
+        self.sink_key = sink_key
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.stats = COUNTERS["own"]
+        self.stats["max-in-flight"] = 0
+        self.thread = threading.Thread(target=self._emit_all, name="own-emitter", daemon=True)
+        self.thread.start()
+
+    def _emit_all(self):
+        record("own-thread", threading.get_ident())
+        received = COUNTERS[self.sink_key]
+        for n in range(self.count):
+            self.collector.emit([n])
+            in_flight = n + 1 - received.get("n", 0)
+            if in_flight > self.stats["max-in-flight"]:
+                self.stats["max-in-flight"] = in_flight
+        record("own-done", True)
+
+    def execute(self, tup):
+        self.collector.ack(tup)
+
+    def cleanup(self):
+        self.thread.join(5)
+
+
+class ReliableNumberSpout(Spout):
+    """Emits [n] with msg id n for n < ``limit``; records acked / failed ids under "acked" /
+    "failed"."""
+
+    outputs = ["n"]
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+        self.n = 0
+
+    def next_tuple(self):
+        if self.n < self.limit:
+            self.collector.emit([self.n], msg_id=self.n)
+            self.n += 1
+
+    def ack(self, msg_id):
+        record("acked", msg_id)
+
+    def fail(self, msg_id):
+        record("failed", msg_id)
+
+
+class AsyncAckBolt(Bolt):
+    """Storm's asynchronous pattern: execute only stores the input; a thread of the bolt's
+    own emits [n] anchored to it, then acks it."""
+
+    outputs = ["n"]
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.inbox = queue.SimpleQueue()
+        self.closing = threading.Event()
+        self.thread = threading.Thread(target=self._work, name="async-acker", daemon=True)
+        self.thread.start()
+
+    def execute(self, tup):
+        record("async-execute", threading.get_ident())
+        self.inbox.put(tup)
+
+    def _work(self):
+        record("async-worker", threading.get_ident())
+        while not self.closing.is_set():
+            try:
+                tup = self.inbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            self.collector.emit([tup.values[0]], anchors=tup)
+            self.collector.ack(tup)
+
+    def cleanup(self):
+        self.closing.set()
+        self.thread.join(5)
+
+
+# -- 1. a blocking bolt does not stall the others ---------------------------------------------------
+
+
+def test_a_blocked_blocking_bolt_does_not_stall_the_rest_of_the_worker(cluster, gate):
+    slow_count, n = 200, 500
+    capacity, batch = 16, 4
+    b = TopologyBuilder()
+    b.set_spout("slow-spout", NumberSpout(limit=slow_count))
+    b.set_spout("fast-spout", NumberSpout(limit=n, gated=True))
+    b.set_bolt("slow", GatedBolt()).set_blocking(True).shuffle_grouping("slow-spout")
+    b.set_bolt("fast1", PassBolt()).shuffle_grouping("fast-spout")
+    b.set_bolt("fast2", PassBolt()).shuffle_grouping("fast1")
+    b.set_bolt("sink", OrderBolt()).shuffle_grouping("fast2")
+    cluster.submit_topology("t", small_queues(capacity, batch), b.create_topology())
+
+    wait_until(lambda: logged("gated-entered") == [0], WAIT, message="slow stuck in its first execute")
+    GO.set()  # the fast chain starts only now: all of its work happens while slow is stuck
+    wait_until(lambda: executed("sink") == n, WAIT, message="the fast chain delivered everything")
+    assert logged("gated-entered") == [0] and logged("gated-done") == []  # slow was stuck all along
+    # slow-spout is held back by slow's full queue (backpressure) instead of running ahead
+    assert emitted("slow-spout") < slow_count
+    assert list(seen("sink").values()) == [list(range(n))]  # in order, each once
+
+    gate.set()
+    wait_until(lambda: len(logged("gated-done")) == slow_count, WAIT, message="slow got every tuple")
+    assert logged("gated-done") == list(range(slow_count))
+    assert emitted("slow-spout") == slow_count
+
+    cooperative = only_thread("slow-spout", "fast-spout", "fast1", "fast2", "sink")
+    slow = executor_thread("slow")
+    assert slow != cooperative
+    assert logged("out-of-order") == []
+    assert errors_of(cluster, "t", "slow") == []
+
+
+# -- 2. a ShellBolt has a thread of its own ---------------------------------------------------------
+
+HANG_SCRIPT = r'''
+import os, sys, time
+from pystorm import Bolt
+
+RELEASE = sys.argv[1]
+
+
+class HangBolt(Bolt):
+    """Emits [n] for each input [n, payload]; the first input makes it wait (reading nothing
+    more from stdin) until the file RELEASE exists."""
+
+    def process(self, tup):
+        while not os.path.exists(RELEASE):
+            time.sleep(0.01)
+        self.emit([tup.values[0]])
+
+
+if __name__ == "__main__":
+    HangBolt(serializer="json").run()
+'''
+
+
+class WatchedShellBolt(Spied, ShellBolt):
+    """A ShellBolt recording each execute's n under "shell-entered" and, once it returned,
+    "shell-returned"."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.spied_as(context)
+
+    def execute(self, tup):
+        self.spy()
+        record("shell-entered", tup.values[0])
+        super().execute(tup)
+        record("shell-returned", tup.values[0])
+
+
+@pytest.mark.processes
+def test_a_shell_bolt_whose_subprocess_hangs_does_not_stall_the_worker(cluster, tmp_path):
+    script, release = tmp_path / "hang.py", tmp_path / "release"
+    script.write_text(textwrap.dedent(HANG_SCRIPT))
+    big, n = 40, 300
+    b = TopologyBuilder()
+    # 40 tuples of 64 KiB: more than the pipe to the hung subprocess holds, so execute blocks
+    b.set_spout("shell-spout", NumberSpout(limit=big, payload=1 << 16))
+    b.set_spout("fast-spout", NumberSpout(limit=n, gated=True))
+    b.set_bolt("shell", WatchedShellBolt(sys.executable, str(script), str(release), outputs=["n"])).add_configuration(
+        "topology.shellbolt.max.pending", 1).shuffle_grouping("shell-spout")
+    b.set_bolt("shell-sink", OrderBolt()).shuffle_grouping("shell")
+    b.set_bolt("fast1", PassBolt()).shuffle_grouping("fast-spout")
+    b.set_bolt("sink", OrderBolt()).shuffle_grouping("fast1")
+    cluster.submit_topology("t", Config(), b.create_topology())
+
+    def shell_calls():
+        return len(logged("shell-entered")), len(logged("shell-returned"))
+
+    settled = unchanged_for(shell_calls, 0.3)
+    wait_until(lambda: settled() and shell_calls()[0] > 0, WAIT, message="the shell bolt's execute blocked")
+    stuck = shell_calls()
+    assert stuck[0] == stuck[1] + 1 and stuck[1] < big, stuck  # inside an execute that does not return
+    GO.set()
+    wait_until(lambda: executed("sink") == n, WAIT, message="the fast chain delivered everything")
+    assert shell_calls() == stuck  # the same execute call was blocked the whole time
+    assert executed("shell-sink") == 0
+
+    release.touch()
+    wait_until(lambda: executed("shell-sink") == big, 20, message="the shell bolt caught up")
+    assert list(seen("shell-sink").values()) == [list(range(big))]
+    cooperative = only_thread("shell-spout", "fast-spout", "fast1", "sink", "shell-sink")
+    assert executor_thread("shell") != cooperative
+    assert logged("out-of-order") == []
+    assert errors_of(cluster, "t", "shell") == []
+
+
+# -- 3. local hand-offs: per-task order, nothing lost, backpressure ----------------------------------
+
+
+@pytest.mark.parametrize("cooperative", [True, False], ids=["cooperative", "threads"])
+def test_local_edges_keep_per_task_order_and_apply_backpressure(cluster, cooperative):
+    capacity, batch, at_least = 32, 8, 6000
+    conf = small_queues(capacity, batch)
+    conf[Config.TOPOLOGY_ACKER_EXECUTORS] = 0
+    conf[COOPERATIVE] = cooperative
+    b = TopologyBuilder()
+    # 3 spout tasks on 2 executors, 3 bolt tasks on 2: batches of bare tuples and of (task, tuple) pairs
+    b.set_spout("numbers", NumberSpout(), 2).set_num_tasks(3)
+    b.set_bolt("order", OrderBolt("numbers", work=150), 2).set_num_tasks(3).shuffle_grouping("numbers")
+    cluster.submit_topology("t", conf, b.create_topology())
+
+    wait_until(lambda: executed("order") >= at_least, 20, message=f"{at_least} tuples executed")
+    STOP.set()
+    wait_until(lambda: len(logged(("stopped", "numbers"))) == 3, WAIT, message="every spout task stopped")
+    wait_until(lambda: executed("order") == emitted("numbers"), WAIT, message="the bolt caught up")
+
+    assert logged("out-of-order") == []
+    per_task = COUNTERS[("emitted", "numbers")]
+    assert len(per_task) == 3
+    received = seen("order")
+    for src, count in per_task.items():
+        assert sorted(received[src]) == list(range(count)), f"spout task {src}: lost or repeated tuples"
+    # the spout never stops on its own: only backpressure held it to about the queues' size
+    bound = 300  # two queues (capacity + a batch or two each), the batches taken, outboxes, overflows
+    max_in_flight = max(COUNTERS[("max-in-flight", "order")].values())
+    assert 0 < max_in_flight <= bound, f"{max_in_flight} tuples emitted but not executed"
+    assert max_in_flight < at_least // 10
+    spout, bolt = threads_by_task("numbers"), threads_by_task("order")
+    if cooperative:
+        only_thread("numbers", "order")
+    else:
+        assert len({i for idents in [*spout.values(), *bolt.values()] for i in idents}) == 4  # one per executor
+
+
+# -- 4. ticks on time in a busy worker ----------------------------------------------------------------
+
+
+def test_ticks_arrive_on_time_while_the_worker_is_busy(cluster):
+    b = TopologyBuilder()
+    b.set_spout("numbers", NumberSpout())  # as fast as it is let
+    b.set_bolt("busy", OrderBolt("numbers", work=300, keep=False)).shuffle_grouping("numbers")
+    b.set_bolt("ticked", TickTimes("busy"))  # no inputs: ticks only
+    cluster.submit_topology("t", Config(), b.create_topology())
+
+    wait_until(lambda: len(logged("ticks")) >= 5, 10, message="5 ticks")
+    ticks = logged("ticks")[:5]
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(ticks, ticks[1:])]
+    assert all(gap < 1.0 for gap in gaps), gaps
+    busy_between = [later - earlier for (_, earlier), (_, later) in zip(ticks, ticks[1:])]
+    assert all(count > 0 for count in busy_between), busy_between  # busy worked between every two ticks
+    assert sum(busy_between) >= 500, busy_between  # ... and a lot: the worker was busy throughout
+    only_thread("numbers", "busy", "ticked")  # the busy thread is the one that delivered the ticks
+    assert logged("out-of-order") == []
+
+
+# -- 5. a bolt's own threads use its collector ------------------------------------------------------
+
+
+def test_own_thread_emits_wait_for_a_full_destination_and_arrive_once_in_order(cluster):
+    count, chain = 1000, 2000
+    capacity, batch = 8, 4
+    b = TopologyBuilder()
+    b.set_spout("numbers", NumberSpout(limit=chain))
+    b.set_bolt("chain", OrderBolt()).shuffle_grouping("numbers")
+    b.set_bolt("emitter", OwnThreadEmitter(count, "own-sink"))
+    b.set_bolt("own-sink", CountingSink("own-sink")).shuffle_grouping("emitter")
+    cluster.submit_topology("t", small_queues(capacity, batch), b.create_topology())
+
+    wait_until(lambda: logged("own-done") == [True], WAIT, message="the own thread emitted everything")
+    wait_until(lambda: COUNTERS["own-sink"]["n"] >= count, WAIT, message="the sink got everything")
+    wait_until(lambda: executed("chain") == chain, WAIT, message="the spout -> bolt chain completed")
+    assert logged("own-sink") == list(range(count))  # exactly once, in order
+    assert list(seen("chain").values()) == [list(range(chain))]
+    # the own thread filled the sink's queue, and then waited for room after its emits
+    # instead of piling tuples up: what it emitted but the sink had not received stayed
+    # about the queue's size (the sink is slower than the emitting thread)
+    max_in_flight = COUNTERS["own"]["max-in-flight"]
+    assert capacity <= max_in_flight <= 3 * (capacity + batch), max_in_flight
+    assert logged("own-thread")[0] != only_thread("numbers", "chain")
+    assert errors_of(cluster, "t", "emitter") == []
+
+
+def test_own_thread_acks_complete_every_tree(cluster):
+    count = 500
+    conf = small_queues(16, 4)
+    b = TopologyBuilder()
+    b.set_spout("spout", ReliableNumberSpout(count))
+    b.set_bolt("async", AsyncAckBolt()).shuffle_grouping("spout")
+    b.set_bolt("sink", RecordSink("sink")).shuffle_grouping("async")
+    cluster.submit_topology("t", conf, b.create_topology())
+
+    wait_until(lambda: len(logged("acked")) == count, WAIT, message="every tree acked")
+    assert sorted(logged("acked")) == list(range(count))  # each once
+    assert logged("failed") == []
+    assert Counter(logged("sink")) == Counter(range(count))
+    executes, workers = set(logged("async-execute")), set(logged("async-worker"))
+    assert len(executes) == 1 and len(workers) == 1 and executes != workers
+    assert errors_of(cluster, "t", "async") == []
+
+
+# -- 6. which thread runs which executor ---------------------------------------------------------------
+
+
+def _placement_topology():
+    b = TopologyBuilder()
+    b.set_spout("spout", NumberSpout(limit=20))
+    b.set_spout("blocking-spout", NumberSpout(limit=20)).set_blocking(True)
+    b.set_bolt("declared", SpyBolt(), 2).set_blocking(True).all_grouping("spout")
+    b.set_bolt("by-class", BlockingSpyBolt()).all_grouping("spout")
+    b.set_bolt("overridden", BlockingSpyBolt()).set_blocking(False).all_grouping("spout")
+    b.set_bolt("plain", SpyBolt(), 2).all_grouping("spout").all_grouping("blocking-spout")
+    return b.create_topology()
+
+
+BOLTS = {"declared": 2, "by-class": 1, "overridden": 1, "plain": 2}
+
+
+def _run_placement(cluster, conf) -> dict[str, list[set[int]]]:
+    """Component -> the thread idents of each of its tasks, once every bolt task executed."""
+    cluster.submit_topology("t", conf, _placement_topology())
+
+    def all_executed():
+        return all(executed_tasks(c) == n for c, n in BOLTS.items())
+
+    def executed_tasks(component):
+        return len(threads_by_task(component))
+
+    wait_until(lambda: len(logged(("thread", "plain"))) >= 2 and all_executed(), WAIT)
+    # every task records its thread in prepare/open and on each call, on the thread it runs on
+    wait_until(lambda: emitted("spout") == 20 and emitted("blocking-spout") == 20, WAIT)
+    return {c: list(threads_by_task(c).values()) for c in ["spout", "blocking-spout", *BOLTS]}
+
+
+def test_blocking_components_get_threads_of_their_own(cluster):
+    threads = _run_placement(cluster, Config())
+    for component, by_task in threads.items():
+        assert all(len(idents) == 1 for idents in by_task), f"{component}'s tasks changed threads"
+    one = {c: [next(iter(idents)) for idents in by_task] for c, by_task in threads.items()}
+    cooperative = one["spout"][0]
+    assert one["plain"] == [cooperative, cooperative]
+    assert one["overridden"] == [cooperative]  # set_blocking(False) overrides the class attribute
+    own = [*one["declared"], *one["by-class"], *one["blocking-spout"]]
+    assert len(set(own)) == 4 and cooperative not in own  # one thread per blocking executor
+
+
+def test_not_cooperative_gives_every_executor_a_thread(cluster):
+    conf = Config()
+    conf[COOPERATIVE] = False
+    threads = _run_placement(cluster, conf)
+    idents = [i for by_task in threads.values() for idents in by_task for i in idents]
+    assert len(idents) == 2 + sum(BOLTS.values())  # one task per executor, each task on one thread
+    assert len(set(idents)) == len(idents)
+
+
+@pytest.mark.parametrize("declare", [
+    lambda b: b.set_bolt("weird", SpyBolt()).set_blocking("yes").shuffle_grouping("spout"),
+    lambda b: b.set_bolt("weird", SpyBolt()).add_configuration(BLOCKING, 1).shuffle_grouping("spout"),
+    lambda b: b.set_spout("weird", NumberSpout()).set_blocking("no"),
+], ids=["set_blocking", "add_configuration", "spout"])
+def test_a_non_boolean_blocking_setting_is_rejected_naming_the_component(declare):
+    b = TopologyBuilder()
+    b.set_spout("spout", NumberSpout())
+    declare(b)
+    with pytest.raises(InvalidTopologyError, match=f"component 'weird'.*{BLOCKING}"):
+        b.create_topology()
+
+
+# -- 7. the mode does not change results ---------------------------------------------------------------
+
+WORDS = "the cow jumped over moon an apple a day keeps doctor away four score and seven years ago".split()
+
+
+class Split(Bolt):
+    outputs = ["word"]
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        for word in tup.values[0].split():
+            self.collector.emit([word], anchors=tup)
+        self.collector.ack(tup)
+
+
+class Count(Bolt):
+    """Emits [word, count so far]."""
+
+    outputs = ["word", "count"]
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.counts = Counter()
+
+    def execute(self, tup):
+        word = tup.values[0]
+        self.counts[word] += 1
+        self.collector.emit([word, self.counts[word]], anchors=tup)
+        self.collector.ack(tup)
+
+
+def _word_count_topology():
+    b = TopologyBuilder()
+    b.set_spout("sentences", NumberSpout(), 2)  # mocked
+    b.set_bolt("split", Split(), 2).set_num_tasks(4).shuffle_grouping("sentences")
+    b.set_bolt("count", Count(), 3).fields_grouping("split", ["word"])
+    return b.create_topology()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_word_count_is_the_same_cooperative_or_not(workers):
+    lines = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(1 + i % 6)) for i in range(600)]
+    expected = Counter(w for line in lines for w in line.split())
+    totals = {}
+    for cooperative in (True, False):
+        conf = {COOPERATIVE: cooperative, Config.TOPOLOGY_WORKERS: workers}
+        results = complete_topology(_word_count_topology(), {"sentences": [[line] for line in lines]}, conf)
+        final: dict[str, int] = {}
+        for word, count in read_tuples(results, "count"):
+            final[word] = max(final.get(word, 0), count)
+        assert len(read_tuples(results, "count")) == sum(expected.values())  # each word counted once
+        totals[cooperative] = final
+    assert totals[True] == totals[False] == dict(expected)
