@@ -29,8 +29,6 @@ class _InProcessRunner:
         transport = LocalTransport()
         self.workers = [Worker(name, topology, conf, assignment, w.index, transport, state)
                         for w in assignment.workers]
-        for worker in self.workers:
-            transport.register(worker.index, worker.backpressured_tasks)
         self._name = name
 
     def start(self) -> None:

@@ -36,7 +36,7 @@ def test_a_waiting_consumer_wakes_when_a_batch_arrives():
     assert got == [[["x"]]]
 
 
-def test_put_blocks_while_full_and_resumes_when_drained():
+def test_put_blocks_while_full_and_resumes_once_the_consumer_is_done_with_what_it_took():
     q = BatchQueue(2)
     q.put([1, 2], 2)
     assert not q.has_room()
@@ -46,8 +46,10 @@ def test_put_blocks_while_full_and_resumes_when_drained():
     producer.start()
     assert not done.wait(0.05)
     assert q.take_all() == [[1, 2]]
+    assert not done.wait(0.05)  # the batch taken is being executed: it still occupies the queue
+    assert not q.has_room() and len(q) == 0
+    assert q.take_all(5) == [[3]]  # done with it: room, and the producer's batch arrives
     assert done.wait(5)
-    assert q.take_all() == [[3]]
     producer.join(5)
 
 

@@ -2,16 +2,13 @@
 
 * **Executors** consume their incoming queues; one cooperative thread runs them all,
   except blocking ones, which have a thread each (see :mod:`squall.executor.scheduler`).
-* **Transfer path**: executors hand batches of records ``(task, source task, stream,
-  values, anchors-to-ids)`` bound for other workers to the worker's bounded transfer queue
-  (``topology.transfer.buffer.size``); values of plain types are checked at emit and the
-  rest packed there, so a value that cannot be serialized fails the emit. The transfer
-  thread packs each destination's records column by column, in one msgpack call, and gives
-  the payload to the transport.
-* **Receive path**: the receive thread takes payloads from the transport, rebuilds the
-  tuples and puts them on the destination executors' incoming queues by task id. It never
-  blocks on a full executor queue (senders wait for room before sending instead), so two
-  workers sending to each other cannot deadlock.
+* **Transfer path** (:mod:`squall.daemon.worker_transfer`): batches bound for other
+  workers, packed and handed to the transport.
+* **Receive path** (:mod:`squall.daemon.worker_receive`): payloads from other workers,
+  checked and put on the executors' queues by task id.
+* The cooperative thread runs both paths between its rounds; a worker without one (every
+  executor blocking, or ``topology.worker.cooperative`` false) has a transfer thread and a
+  receive thread.
 * **Timer**: tick tuples for bolts and the timeout rotation of spouts and ackers.
 
 Fail-fast, as Storm's workers: a thread of the worker (an executor, the receive, transfer or
@@ -25,7 +22,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +29,8 @@ from typing import Any
 from squall.acker import ACKER_COMPONENT, system_sources
 from squall.acker_executor import AckerExecutor
 from squall.cluster_state import TopologyState
+from squall.daemon.worker_receive import WorkerReceive
+from squall.daemon.worker_transfer import BACKLOG_RETRY_SECS, WorkerTransfer
 from squall.executor.bolt_executor import BoltExecutor
 from squall.executor.executor import Control, Executor
 from squall.executor.scheduler import CooperativeThread, ExecutorThread
@@ -40,16 +38,14 @@ from squall.executor.spout_executor import SpoutExecutor
 from squall.executor.worker_context import WorkerContext
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
-from squall.serialization import PLAIN_TYPES, Packed, Serializer
 from squall.topology import StormTopology
-from squall.tuple import StreamSource, Tuple
+from squall.tuple import StreamSource
 from squall.utils import gc_tuning
 from squall.utils.batch_queue import BatchQueue, Bell
 from squall.utils.time import Timer
 
 log = logging.getLogger("squall.worker")
 
-_POLL_SECS = 0.1
 
 
 class Worker:
@@ -97,24 +93,31 @@ class Worker:
                 self.task_queues[task] = q
             if len(ea.tasks) == 1:
                 single_task_queues.add(id(q))
+        cooperative = not all(blocking.values())
+        self.transfer = WorkerTransfer(index, conf, transport, bell if cooperative else None)
         self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
-                                     frozenset(single_task_queues), self.sources, state, self.transfer)
+                                     frozenset(single_task_queues), self.sources, state, self.transfer.transfer)
+        self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues, self.context.is_single_task,
+                                     transport, state)
         # topology order: a batch a spout emits is executed by the next bolts in the same round
         order = {cid: i for i, cid in enumerate(topology.components)}
         assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))
         self.executors: list[Executor] = [self._make_executor(ea, not blocking[ea]) for ea in assigned]
-        cooperative = [e for e in self.executors if e.cooperative]
         self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
+        self._threads: list[threading.Thread] = []
         if cooperative:
-            self._runners.append(CooperativeThread(cooperative, bell, f"worker-{index}-executors",
-                                                   self._executor_died))
-        self.transfer_queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer")
-        self._threads = [
-            threading.Thread(target=self.guarded(self._transfer_loop, "transfer thread"),
-                             name=f"worker-{index}-transfer", daemon=True),
-            threading.Thread(target=self.guarded(self._receive_loop, "receive thread"),
-                             name=f"worker-{index}-receive", daemon=True),
-        ]
+            self._runners.append(CooperativeThread([e for e in self.executors if e.cooperative], bell,
+                                                   _DataPath(self), f"worker-{index}-executors", self._executor_died))
+        else:
+            bell = Bell()  # the receive thread's
+            self._threads = [
+                threading.Thread(target=self.guarded(lambda: self.transfer.run(self._is_stopping), "transfer thread"),
+                                 name=f"worker-{index}-transfer", daemon=True),
+                threading.Thread(target=self.guarded(lambda: self.receive.run(self._is_stopping), "receive thread"),
+                                 name=f"worker-{index}-receive", daemon=True),
+            ]
+        self._bell = bell
+        transport.register(index, self.backpressured_tasks, bell)
         self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
 
     def guarded(self, loop: Callable[[], None], what: str) -> Callable[[], None]:
@@ -142,6 +145,9 @@ class Worker:
             self.state.report_error(e.component, e.task_ids[0], f"{text}\n{trace}")
         if self.on_failure is not None:
             self.on_failure()
+
+    def _is_stopping(self) -> bool:
+        return self.stopping
 
     def _executor_died(self, executor: Executor, error: BaseException) -> None:
         self.fail(executor, f"executor {executor.component}{executor.task_ids}", error)
@@ -223,127 +229,35 @@ class Worker:
                 log.warning("executors %s did not stop within %ss",
                             [f"{e.component}{e.task_ids}" for e in runner.executors], timeout)
         self.stopping = True
-        self.transfer_queue.wake()
+        self.transfer.queue.wake()
         for t in self._threads:
             t.join(timeout)
+        self._bell.close()
         if self._started:
             self._started = False
             gc_tuning.release()
 
-    # -- transfer path --------------------------------------------------------------
 
-    def transfer(self, dest_worker: int, records: list[tuple[Any, ...]], block: bool,
-                 stopping: Callable[[], bool]) -> bool:
-        """Queue records (see :mod:`squall.executor.transfer`) for another worker; with
-        ``block``, wait for room (backpressure) unless ``stopping()``."""
-        if not block:
-            if not (self.transfer_queue.has_room() and self._peer_has_room(dest_worker, records)):
-                return False
-            self.transfer_queue.force_put((dest_worker, records), len(records))
-            return True
-        while not self._peer_has_room(dest_worker, records):
-            if stopping():
-                return True
-            time.sleep(0.001)  # the transport has no "room" event to wait on
-        while not self.transfer_queue.put((dest_worker, records), len(records), _POLL_SECS):
-            if stopping():
-                return True
-        return True
+class _DataPath:
+    """The worker's transfer and receive paths as its cooperative thread runs them (see
+    :class:`squall.executor.scheduler.WorkerIO`)."""
 
-    def _peer_has_room(self, dest_worker: int, records: list[tuple[Any, ...]]) -> bool:
-        full = self.transport.full_tasks(dest_worker)
-        return full is not None and (not full or full.isdisjoint([record[0] for record in records]))
+    def __init__(self, worker: Worker) -> None:
+        self._transfer = worker.transfer
+        self._receive = worker.receive
+        self._transport = worker.transport
+        self._index = worker.index
 
-    def _transfer_loop(self) -> None:
-        serializer = Serializer.for_config(self.conf)
-        backlog = False
-        while not self.stopping:
-            # with a backlog (a peer that cannot take more yet), come back soon to retry it
-            items = self.transfer_queue.take_all(0.001 if backlog else _POLL_SECS)
-            backlog = self.transport.send_backlog() if backlog else False
-            by_dest: dict[int, list[bytes]] = {}
-            for dest, records in items:
-                by_dest.setdefault(dest, []).extend(records)
-            for dest, records in by_dest.items():
-                try:
-                    self.transport.send(dest, serializer.pack_batch(records))
-                except Exception:  # a transport fault must not kill the worker's sender
-                    log.exception("worker %s could not send %d tuples to worker %s", self.index, len(records), dest)
-            if by_dest:
-                backlog = self.transport.send_backlog()
+    def exchange(self) -> bool:
+        sent = self._transfer.send_queued()
+        return self._receive.receive_ready() or sent
 
-    # -- receive path ---------------------------------------------------------------
+    def idle(self) -> bool:
+        return self._transfer.queue.is_empty()
 
-    def _receive_loop(self) -> None:
-        # emitting task -> stream id -> (source, number of fields, whether the values must be ints)
-        task_streams = {
-            task: {stream: (source, len(source.fields), stream.startswith("__"))
-                   for (cid, stream), source in self.sources.items() if cid == component}
-            for task, component in self.assignment.task_component.items()
-        }
-        # task -> (its executor's queue, whether that executor runs this task alone)
-        dispatch = {t: (q, self.context.is_single_task(q)) for t, q in self.task_queues.items()}
-        serializer = Serializer.for_config(self.conf)
-        while not self.stopping:
-            for payload in self.transport.receive(self.index, _POLL_SECS):
-                batches: dict[BatchQueue, list[Any]] = {}
-                malformed: list[str] = []
-                serializer.packed_decoded = 0
-                try:
-                    for task, src, stream, values, ids in serializer.load_batches(payload):
-                        try:
-                            source, arity, system = task_streams[src][stream]
-                            q, single = dispatch[task]
-                        except (KeyError, TypeError):
-                            malformed.append(f"task {task!r} from task {src!r} on stream {stream!r} is not "
-                                             f"in this worker's topology")
-                            continue
-                        if values.__class__ is Packed:
-                            values = serializer.loads(values.data)
-                            if serializer.decode_errors:
-                                # dropped, not delivered half-decoded: a tracked tree times out and is replayed
-                                self._report_undecodable(task, src, stream, "; ".join(serializer.decode_errors))
-                                serializer.decode_errors.clear()
-                                continue
-                        elif (serializer.packed_decoded and values.__class__ is list
-                              and not all(v.__class__ in PLAIN_TYPES for v in values)):
-                            values = None  # unpacked values are plain (a Packed nested in them is forged)
-                        # checked here, so that a forged tuple cannot kill the executor (or acker) it reaches
-                        if (values.__class__ is not list or len(values) != arity
-                                or (system and not all(v.__class__ is int for v in values))
-                                or (ids and not _is_anchors(ids))):
-                            malformed.append(f"task {task} from task {src} on stream {stream!r}: values "
-                                             f"{values!r:.80} / anchors {ids!r:.80} do not fit the stream")
-                            continue
-                        tup = Tuple(values, source, src, ids)
-                        batch = batches.get(q)
-                        if batch is None:
-                            batch = batches[q] = []
-                        batch.append(tup if single else (task, tup))
-                except Exception as e:  # noqa: BLE001 - a corrupt payload must not stop the receive path
-                    malformed.append(f"unreadable: {e!r}")
-                for q, batch in batches.items():
-                    q.force_put(batch, len(batch))
-                if malformed:
-                    self._report_malformed(len(payload), malformed)
+    @property
+    def idle_poll_secs(self) -> float | None:
+        return BACKLOG_RETRY_SECS if self._transfer.backlog else None
 
-    def _report_malformed(self, size: int, malformed: list[str]) -> None:
-        text = (f"worker {self.index} dropped {len(malformed)} malformed tuple record(s) of a payload of {size} "
-                f"bytes; the first: {malformed[0]}")
-        log.warning(text)
-        for ea in self.assignment.workers[self.index].executors:
-            if not ea.component.startswith("__"):
-                self.state.report_error(ea.component, ea.tasks[0], text)
-
-    def _report_undecodable(self, task: int, src: int, stream: str, why: str) -> None:
-        component = self.assignment.task_component
-        self.state.report_error(
-            component[task], task,
-            f"a tuple for task {task} from {component[src]!r} (task {src}), stream "
-            f"{stream!r}, could not be deserialized and was dropped: {why}",
-        )
-
-
-def _is_anchors(ids: Any) -> bool:
-    """Whether ``ids`` is a tuple's anchors-to-ids map as senders make it: ints to ints."""
-    return ids.__class__ is dict and all(k.__class__ is int and v.__class__ is int for k, v in ids.items())
+    def wait(self, bell: Bell, timeout: float) -> None:
+        self._transport.wait(self._index, bell, timeout)

@@ -153,7 +153,8 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         # the process is the worker's: its threads (executors, receive, transfer) hand the GIL
         # to each other this often
         sys.setswitchinterval(conf["topology.worker.gil.switch.interval.secs"])
-        transport = ZmqTransport(control.context, index, control.security, host)
+        transport = ZmqTransport(control.context, index, control.security, host,
+                                 conf["topology.receiver.buffer.size"])
         worker = Worker(name, topology, conf, assignment, index, transport, state, active)
         port, bp_port = transport.bind(assignment.workers[index].port)
         control.send(schema.Bound(host, port, bp_port))
@@ -161,7 +162,6 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
             transport.set_peers(exchange_peers((host, port, bp_port)))
         else:
             transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
-        transport.register(worker.index, worker.backpressured_tasks)
         worker.start()
         started = True
         failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])

@@ -7,8 +7,11 @@ Bytewax/Timely workers run their operators (:class:`CooperativeThread`): a round
 :meth:`~squall.executor.executor.Executor.run_once` of each executor in topology order
 (spouts first, ackers last), so a batch a spout emits is executed by the next bolts in the
 same round; executors hand batches to each other without locks and without handing the
-GIL to another thread. When a round did nothing, the thread sleeps on the bell its
-executors' queues share until something arrives (or a spout wants its next call).
+GIL to another thread. The same thread moves the worker's tuples to and from other
+workers between rounds (its :class:`WorkerIO`: the transfer and receive paths), so the
+data path of a busy worker never waits for the GIL. When a round did nothing, the thread
+sleeps until something arrives — on the bell its queues share, and on the transport — or a
+spout wants its next call.
 
 A component declared blocking (``set_blocking(True)`` / ``topology.component.blocking``,
 e.g. ShellBolt and ShellSpout, whose subprocess I/O blocks) runs on a thread of its own
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from squall.executor.executor import Executor
 from squall.utils.batch_queue import Bell
@@ -33,6 +37,24 @@ _POLL_SECS = 0.1
 
 #: ``on_death(executor, error)``: an executor raised out of its runner's loop.
 DeathFn = Callable[[Executor, BaseException], None]
+
+
+class WorkerIO(Protocol):
+    """The worker's traffic with other workers, as the cooperative thread runs it."""
+
+    def exchange(self) -> bool:
+        """Send what executors queued for other workers and deliver what arrived, without
+        waiting; True if anything moved."""
+
+    def idle(self) -> bool:
+        """Nothing waits to be sent (checked with the bell armed)."""
+
+    @property
+    def idle_poll_secs(self) -> float | None:
+        """How soon :meth:`exchange` wants another call though nothing arrives, or None."""
+
+    def wait(self, bell: Bell, timeout: float) -> None:
+        """Wait (``bell`` armed) for a payload, a ring or ``timeout``; ``bell`` disarmed after."""
 
 
 class _Runner:
@@ -87,20 +109,22 @@ class ExecutorThread(_Runner):
 
 
 class CooperativeThread(_Runner):
-    """Several executors on one thread, whose queues share ``bell``."""
+    """Several executors on one thread, whose queues share ``bell``, and the worker's
+    traffic ``io``."""
 
-    def __init__(self, executors: list[Executor], bell: Bell, name: str, on_death: DeathFn) -> None:
+    def __init__(self, executors: list[Executor], bell: Bell, io: WorkerIO, name: str, on_death: DeathFn) -> None:
         super().__init__(executors, name, on_death)
         self._bell = bell
+        self._io = io
 
     def request_stop(self) -> None:
         super().request_stop()
         self._bell.ring()
 
     def _loop(self, executors: list[Executor]) -> None:
-        bell = self._bell
+        bell, io = self._bell, self._io
         while not self._stopping:
-            did = False
+            did = io.exchange()
             for executor in executors:
                 self._current = executor
                 if executor.run_once(0):
@@ -109,8 +133,10 @@ class CooperativeThread(_Runner):
             if did:
                 continue
             bell.arm()
-            if not all(e.queue.is_empty() for e in executors) or self._stopping:
+            if not (io.idle() and all(e.queue.is_empty() for e in executors)) or self._stopping:
                 bell.disarm()
                 continue
             polls = [p for e in executors if (p := e.idle_poll_secs) is not None]
-            bell.wait(min(polls) if polls else _POLL_SECS)
+            if (io_poll := io.idle_poll_secs) is not None:
+                polls.append(io_poll)
+            io.wait(bell, min(polls) if polls else _POLL_SECS)

@@ -34,6 +34,7 @@ import zmq
 from squall.messaging import schema
 from squall.messaging.security import LinkSecurity
 from squall.messaging.transport import FullTasksFn, Transport
+from squall.utils.batch_queue import Bell
 
 log = logging.getLogger("squall.transport")
 
@@ -41,6 +42,10 @@ LOOPBACK = "127.0.0.1"
 # How often a worker republishes its backpressure state even when it did not change (a
 # subscriber that just connected misses earlier messages).
 _REPUBLISH_SECS = 0.1
+# The kernel's buffers of a link, each side: what a peer sends while this worker's thread is
+# busy elsewhere waits there (and in ZeroMQ's high-water marks), unseen by backpressure, so
+# they are kept small (the kernel's default on loopback grows to megabytes).
+_SOCKET_BUFFER_BYTES = 64 * 1024
 
 
 def endpoint(host: str, port: int) -> str:
@@ -48,12 +53,18 @@ def endpoint(host: str, port: int) -> str:
 
 
 class ZmqTransport(Transport):
-    def __init__(self, context: zmq.Context, index: int, security: LinkSecurity, host: str = LOOPBACK) -> None:
+    def __init__(self, context: zmq.Context, index: int, security: LinkSecurity, host: str = LOOPBACK,
+                 buffered_payloads: int = 8) -> None:
         self._context = context
         self._index = index
         self._security = security
         self.host = host
+        # payloads ZeroMQ holds per link on each side (topology.receiver.buffer.size): past
+        # that, a sender keeps a backlog and sends the peer nothing new (see full_tasks)
+        self._hwm = buffered_payloads
         self._pull = context.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.RCVHWM, buffered_payloads)
+        self._pull.setsockopt(zmq.RCVBUF, _SOCKET_BUFFER_BYTES)
         security.server(self._pull, "worker port")
         self._pub = context.socket(zmq.PUB)
         security.server(self._pub, "backpressure port")
@@ -94,8 +105,12 @@ class ZmqTransport(Transport):
         self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
         return self.port, self.bp_port
 
-    def register(self, worker: int, full_tasks: FullTasksFn) -> None:
-        pass  # peers announce their full queues (see publish_backpressure)
+    def register(self, worker: int, full_tasks: FullTasksFn, bell: Bell) -> None:
+        # peers announce their full queues (see publish_backpressure); the reading thread
+        # waits for the worker port and its bell at once
+        self._wait_poller = zmq.Poller()
+        self._wait_poller.register(self._pull, zmq.POLLIN)
+        self._wait_poller.register(bell.fileno(), zmq.POLLIN)
 
     def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
         """The other workers' addresses (control thread). A peer whose address changed is
@@ -130,6 +145,8 @@ class ZmqTransport(Transport):
                 current[0].close(linger=0)
             sock = self._context.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, self._hwm)
+            sock.setsockopt(zmq.SNDBUF, _SOCKET_BUFFER_BYTES)
             self._security.client(sock)
             sock.connect(address)
             self._push[i] = (sock, address)
@@ -177,7 +194,13 @@ class ZmqTransport(Transport):
             except zmq.Again:
                 return payloads
 
+    def wait(self, worker: int, bell: Bell, timeout: float) -> None:
+        self._wait_poller.poll(timeout * 1000)
+        bell.disarm()
+
     def full_tasks(self, dest_worker: int) -> frozenset[int] | None:
+        if self._backlog.get(dest_worker):
+            return None  # it has not taken what was sent yet
         return self._peer_backpressure.get(dest_worker)  # None: not heard from it yet
 
     # -- backpressure (control thread) ------------------------------------------------------

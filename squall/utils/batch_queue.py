@@ -10,6 +10,7 @@ the working set small enough to stay in the CPU's caches.
 
 from __future__ import annotations
 
+import os
 import threading
 from threading import get_ident
 from collections import deque
@@ -23,27 +24,37 @@ class Bell:
 
     A bare lock held while nobody rang: cheaper than a Condition, whose wait allocates a
     lock each time; a consumer waits once per batch or less, so this is on the hot path.
+    A consumer that must also wait for sockets polls :meth:`fileno` with them instead of
+    calling :meth:`wait`, then calls :meth:`disarm`.
     """
 
-    __slots__ = ("waiting", "_lock", "_rung")
+    __slots__ = ("waiting", "_lock", "_rung", "_pipe")
 
     def __init__(self) -> None:
         self.waiting = False
         self._lock = threading.Lock()
         self._rung = threading.Lock()
         self._rung.acquire()
+        self._pipe: tuple[int, int] | None = None
 
     def arm(self) -> None:
         """Announce a wait: a producer appending from now on rings. The consumer checks its
-        queues after arming and before :meth:`wait`, so no ring is lost in between."""
+        queues after arming and before waiting, so no ring is lost in between."""
         self.waiting = True
 
     def disarm(self) -> None:
+        """End a wait (after :meth:`wait` timed out, or a poll of :meth:`fileno` returned)."""
         with self._lock:
-            if self.waiting:
-                self.waiting = False
-                return
-        self._rung.acquire()  # rung after arming: take the ring, re-arming the bell
+            rung = not self.waiting
+            self.waiting = False
+        if rung:
+            self._rung.acquire()  # rung after arming: take the ring, re-arming the bell
+            self._drain_pipe()
+
+    def _drain_pipe(self) -> None:
+        # the byte of the ring just taken (written before its release)
+        if self._pipe is not None:
+            os.read(self._pipe[0], 1)
 
     def ring(self) -> None:
         """Wake the consumer if it is armed (rings at most once per wait)."""
@@ -51,20 +62,44 @@ class Bell:
             if not self.waiting:
                 return
             self.waiting = False
+        if self._pipe is not None:  # before the release: whoever takes the ring finds the byte
+            try:
+                os.write(self._pipe[1], b"r")
+            except OSError:
+                pass  # closed: the consumer is gone
         self._rung.release()
 
     def wait(self, timeout: float | None) -> None:
         """Wait (armed) up to ``timeout`` seconds for a ring; disarmed on return."""
-        rung = self._rung.acquire(True, -1 if timeout is None else timeout)
-        if not rung:
+        if self._rung.acquire(True, -1 if timeout is None else timeout):
+            self._drain_pipe()
+        else:
             self.disarm()
+
+    def fileno(self) -> int:
+        """A file descriptor that becomes readable when the bell rings (made on first use)."""
+        if self._pipe is None:
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            os.set_blocking(w, False)
+            self._pipe = (r, w)
+        return self._pipe[0]
+
+    def close(self) -> None:
+        """Close the file descriptors of :meth:`fileno`, if made."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            for fd in pipe:
+                os.close(fd)
 
 
 class BatchQueue:
     """Bounded queue; each element is a batch of ``size`` tuples (or a control message).
 
     * :meth:`put` blocks while the queue holds ``capacity`` tuples or more (backpressure);
-      the batch that fills it may overshoot by its own size.
+      the batch that fills it may overshoot by its own size. What the consumer took last
+      counts until it comes back for more: a batch being executed still occupies the queue,
+      so a slow consumer that took a large batch is not taken for one with room.
     * :meth:`force_put` never blocks: for control messages and for paths that must not
       wait (a worker's receive path, cooperative executors), whose volume the senders bound.
     * :meth:`offer` appends only if there is room, and never blocks.
@@ -75,8 +110,8 @@ class BatchQueue:
     * ``bell`` wakes the consumer; a thread consuming several queues gives them one.
     """
 
-    __slots__ = ("capacity", "name", "on_room", "consumer", "_items", "_size", "_local", "_local_size", "_lock", "_bell",
-                 "_not_full", "_producers_waiting")
+    __slots__ = ("capacity", "name", "on_room", "consumer", "_items", "_size", "_local", "_local_size", "_taken",
+                 "_lock", "_bell", "_not_full", "_producers_waiting")
 
     def __init__(self, capacity: int, name: str = "", bell: Bell | None = None) -> None:
         if capacity < 1:
@@ -90,6 +125,7 @@ class BatchQueue:
         self._size = 0  # tuples queued by other threads
         self._local: list[Any] = []  # batches from the consumer's own thread (no lock)
         self._local_size = 0
+        self._taken = 0  # tuples the consumer took last, until it takes again
         self._lock = threading.Lock()
         self._bell = bell if bell is not None else Bell()
         self._not_full = threading.Condition(self._lock)
@@ -100,7 +136,7 @@ class BatchQueue:
         return self._size + self._local_size
 
     def has_room(self) -> bool:
-        return self._size + self._local_size < self.capacity
+        return self._size + self._local_size + self._taken < self.capacity
 
     def is_empty(self) -> bool:
         """Nothing queued (lock-free; exact from the consumer's thread once its bell is armed)."""
@@ -145,7 +181,9 @@ class BatchQueue:
 
     def take_all(self, timeout: float | None = 0) -> list[Any]:
         """Every queued element, oldest first per producing thread (other threads' first);
-        waits up to ``timeout`` for one ([] if none)."""
+        waits up to ``timeout`` for one ([] if none). What it returned before is done with."""
+        if self._taken:
+            self._finish_taken()
         if self._items or self._local or not timeout:
             return self._drain()
         bell = self._bell
@@ -156,25 +194,33 @@ class BatchQueue:
             bell.wait(timeout)
         return self._drain()
 
-    def _drain(self) -> list[Any]:
+    def _finish_taken(self) -> None:
         was_full = not self.has_room()
+        self._taken = 0
+        if was_full and self.has_room():
+            with self._lock:
+                if self._producers_waiting:
+                    self._not_full.notify_all()
+                if self.on_room is not None:
+                    self.on_room()
+
+    def _drain(self) -> list[Any]:
+        # what is drained becomes taken: room does not change here, so nobody is notified
         items = self._local
+        taken = self._local_size
         if items:
             self._local = []
             self._local_size = 0
         # _items is read without the lock: an append racing with the read is taken next time
-        if self._items or (items and (was_full or self._producers_waiting)):
+        if self._items:
             with self._lock:
-                if self._items:
-                    # other threads' elements first: one queued before the consumer's own thread
-                    # emitted (a tick, say) stays ahead of what that emit caused
-                    items = [*self._items, *items]
-                    self._items.clear()
-                    self._size = 0
-                if self._producers_waiting:
-                    self._not_full.notify_all()
-                if was_full and self.on_room is not None:
-                    self.on_room()
+                # other threads' elements first: one queued before the consumer's own thread
+                # emitted (a tick, say) stays ahead of what that emit caused
+                items = [*self._items, *items]
+                self._items.clear()
+                taken += self._size
+                self._size = 0
+        self._taken = taken
         return items
 
     def wake(self) -> None:
