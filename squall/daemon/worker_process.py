@@ -29,6 +29,7 @@ gone, and — fail-fast — with code 1 after a last heartbeat when a thread of 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -171,6 +172,9 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
                 f"component {executor.component!r} (task {executor.task_ids[0]}) failed to start: "
                 f"{type(error).__name__}: {error}"
             ) from error
+        # what set-up made (modules, the topology, components) lives as long as the process:
+        # out of the collector's sight, a full collection scans only what the tuples made
+        gc.freeze()
     except _Killed:
         code = 0
     except BaseException as e:  # noqa: BLE001 - whatever it is, the master must hear the cause
