@@ -21,6 +21,7 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import cloudpickle
 
@@ -89,14 +90,17 @@ def run_topology(sentences: list[str], total_words: int, acking: bool, workers: 
 
 def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
               overrides: dict | None = None, cluster=None, shuffle_split: bool = False,
-              count_parallelism: int | None = None) -> tuple[float, float]:
+              count_parallelism: int | None = None, extend: Callable[[TopologyBuilder], None] | None = None,
+              watch: Callable[[dict], None] | None = None) -> tuple[float, float]:
     """(seconds from submit until done, words/s after the first 10% of the words): the second
     leaves out the start-up (worker processes, or a Spark job and its executors' task
     launches) for comparing running topologies.
 
     By default the split takes local-or-shuffle grouping and each bolt has one executor per
     worker; ``shuffle_split`` and ``count_parallelism`` give the shuffle-split/fields-count
-    variant (benchmarks/vs_bytewax.py)."""
+    variant (benchmarks/vs_bytewax.py). ``extend``, if given, adds components of its own to
+    the builder before the topology is created, and ``watch`` gets each poll's per-component
+    figures (``get_topology_info``'s ``components``) (benchmarks/blocking.py)."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", ListSpout(sentences, reliable=acking), workers)
     split = builder.set_bolt("split", SplitSentence(), workers)
@@ -108,6 +112,8 @@ def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int
         split.local_or_shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(report_every_secs=3600), count_parallelism or workers).fields_grouping(
         "split", ["word"])
+    if extend is not None:
+        extend(builder)
     conf = Config().set_num_workers(workers).set_num_ackers(workers if acking else 0)
     conf["worker.heartbeat.frequency.secs"] = 0.05  # how soon the figures reach this process
     if acking:
@@ -120,6 +126,8 @@ def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int
 
         def done() -> bool:
             components = running.get_topology_info("bench")["components"]
+            if watch is not None:
+                watch(components)
             if components["sentences"]["failed"]:
                 raise SystemExit(f"{components['sentences']['failed']} sentences failed")
             executed = components["count"]["executed"]

@@ -135,6 +135,11 @@ class Serializer:
         for value in values:
             if value.__class__ not in PLAIN_TYPES:
                 return msgpack.ExtType(_EXT_PACKED, self.dumps(values))
+            if value.__class__ is str and not value.isascii():
+                try:  # a lone surrogate would fail the packing of the whole batch, later
+                    value.encode()
+                except UnicodeEncodeError as e:
+                    raise SerializationError(f"string {value!r:.40} cannot be encoded as UTF-8: {e.reason}") from None
         return values
 
     def pack_batch(self, records: list[tuple[Any, ...]]) -> bytes:

@@ -399,8 +399,6 @@ def test_a_value_that_cannot_travel_fails_the_emit_and_no_destination_gets_the_t
     assert w.tracker.in_flight == len(targets)
 
 
-@pytest.mark.xfail(strict=True, reason="a str with a lone surrogate passes the check at emit (str is a plain type); "
-                   "Serializer.pack_batch then fails in the worker's transfer thread and the whole batch is dropped")
 def test_a_string_that_cannot_be_encoded_fails_the_emit():
     w = world()
     sender = w.sender()
