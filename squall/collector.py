@@ -29,6 +29,7 @@ from squall.tuple import Tuple
 if TYPE_CHECKING:
     import threading
 
+    from squall.acker import RoundAcks
     from squall.executor.route import StreamRoute
     from squall.executor.transfer import ExecutorTransfer
     from squall.tuple import StreamSource
@@ -55,7 +56,9 @@ class CollectorHost(Protocol):
     lock: threading.Lock
     acker_tasks: list[int]
     system_sources: dict[str, StreamSource]
-    pending_acks: dict[int, int]  # root id -> XOR of acks not sent yet
+    pending_acks: dict[int, int]  # root id -> XOR of acks not sent yet, for the executor's thread
+    foreign_acks: dict[int, int]  # the same, for threads of the component's own
+    round_acks: RoundAcks | None  # where a spout's inits go, if not straight to the acker
 
     transfer: ExecutorTransfer
 
@@ -241,7 +244,12 @@ class SpoutOutputCollector(_Collector):
             # failed below: at-least-once holds (the acker forgets such trees after timeouts)
             self._send((task,), Tuple(values, route.source, self._task_id, {root: edge}))
         self._pending.put(root, (msg_id, time.perf_counter()))
-        self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])
+        round_acks = self._executor.round_acks
+        if round_acks is None:
+            self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])
+        else:  # combined with the round's acks (see squall.acker.RoundAcks)
+            round_acks.acks[root] = round_acks.acks.get(root, 0) ^ ack_val
+            round_acks.inits[root] = self._task_id
         return tasks
 
 
@@ -271,9 +279,9 @@ class OutputCollector(_Collector):
     def ack(self, tup: Tuple) -> None:
         """The tuple is processed: its part of every tree it belongs to is done."""
         if get_ident() != self._owner:
-            self._foreign(self._ack, tup)
+            self._foreign(self._ack, tup, self._executor.foreign_acks)
         else:
-            self._ack(tup)
+            self._ack(tup, self._pending_acks)
 
     def fail(self, tup: Tuple) -> None:
         """Fail the tuple: every spout tuple whose tree it belongs to is failed."""
@@ -339,9 +347,9 @@ class OutputCollector(_Collector):
             send((task,), Tuple(values, route.source, self._task_id, ids))
         return tasks
 
-    def _ack(self, tup: Tuple) -> None:
+    def _ack(self, tup: Tuple, pending_acks: dict[int, int]) -> None:
         if tup._anchors_to_ids and self._acker_tasks:
-            combine_ack(self._pending_acks, tup)
+            combine_ack(pending_acks, tup)
         self._executor.record_ack(tup)
 
     def _fail(self, tup: Tuple) -> None:

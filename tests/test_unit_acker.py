@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from squall.acker import ACK_ACK, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, acker_for
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, RoundAcks, acker_for
 
 SPOUT_TASK = 5
 
@@ -268,3 +268,66 @@ def test_the_acker_of_a_tree_is_chosen_by_its_root():
     assert [acker_for(root, tasks) for root in range(6)] == [7, 8, 9, 7, 8, 9]
     assert acker_for(2**64 - 1, tasks) == tasks[(2**64 - 1) % 3]
     assert acker_for(12345, [4]) == 4
+
+
+# -- RoundAcks: a cooperative thread's inits and acks, combined per round ------------------------
+
+
+def play_round(messages: list[tuple[str, list]]) -> tuple[RoundAcks, list, list]:
+    """Put ``messages`` (inits and acks; the rest goes to the acker directly) into a RoundAcks
+    the way collectors do, flush it, and return it with what went to the acker and which
+    trees completed locally."""
+    acks = RoundAcks()
+    for stream, values in messages:
+        root, val = values[0], values[1]
+        acks.acks[root] = acks.acks.get(root, 0) ^ val
+        if stream == ACK_INIT:
+            acks.inits[root] = values[2]
+    to_acker, completed = [], []
+    acks.flush(lambda root, stream, values: to_acker.append((stream, list(values))),
+               lambda task, root: completed.append((task, root)))
+    return acks, to_acker, completed
+
+
+def test_a_tree_whose_init_and_acks_all_meet_in_the_round_completes_without_the_acker():
+    rng = random.Random(7)
+    trees = [Tree(rng, size=12, spout_task=SPOUT_TASK + i % 3) for i in range(50)]
+    messages = [m for tree in trees for m in tree.messages()]
+    rng.shuffle(messages)
+    acks, to_acker, completed = play_round(messages)
+    assert to_acker == []
+    assert sorted(completed) == sorted((tree.spout_task, tree.root) for tree in trees)
+    assert acks.acks == {} and acks.inits == {}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_tree_split_over_rounds_and_workers_completes_once_at_its_acker(spouts, seed):
+    # a round has the init and some acks, another worker's round the others: the acker gets
+    # each part combined, and acks the spout once, in any order of arrival
+    rng = random.Random(seed)
+    tree = Tree(rng, size=10)
+    messages = tree.messages(rng)
+    cut = rng.randrange(1, len(messages))
+    parts = [play_round(messages[:cut]), play_round(messages[cut:])]
+    acker = Acker(spouts)
+    sent = [m for _, to_acker, _ in parts for m in to_acker]
+    rng.shuffle(sent)
+    for stream, values in sent:
+        acker.execute(stream, values)
+    local = [c for _, _, completed in parts for c in completed]
+    assert spouts.told(ACK_ACK) + local == [(SPOUT_TASK, tree.root)]
+    for stream, values in sent:  # what reaches the acker is an init or an ack, never a zero ack
+        assert stream == ACK_INIT or (stream == ACK_ACK and values[1] != 0)
+
+
+def test_a_tree_with_a_failed_tuple_never_completes_in_the_round_and_its_acker_fails_it(spouts):
+    rng = random.Random(3)
+    tree = Tree(rng, size=8)
+    messages = tree.failing(rng)
+    fail = [m for m in messages if m[0] == ACK_FAIL]
+    _, to_acker, completed = play_round([m for m in messages if m[0] != ACK_FAIL])
+    assert completed == []  # the failed tuple's edge is never acked: the tree cannot add up to 0
+    acker = Acker(spouts)
+    for stream, values in [*fail, *to_acker]:  # the fail went to the acker directly, maybe first
+        acker.execute(stream, values)
+    assert spouts.told(ACK_FAIL) == [(SPOUT_TASK, tree.root)] and spouts.told(ACK_ACK) == []

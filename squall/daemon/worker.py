@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from squall.acker import ACKER_COMPONENT, system_sources
+from squall.acker import ACKER_COMPONENT, RoundAcks, system_sources
 from squall.acker_executor import AckerExecutor
 from squall.cluster_state import TopologyState
 from squall.daemon.worker_receive import WorkerReceive
@@ -103,11 +103,16 @@ class Worker:
         order = {cid: i for i, cid in enumerate(topology.components)}
         assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))
         self.executors: list[Executor] = [self._make_executor(ea, not blocking[ea]) for ea in assigned]
+        cooperative_executors = [e for e in self.executors if e.cooperative]
+        round_acks = RoundAcks() if assignment.acker_tasks and cooperative_executors else None
+        if round_acks is not None:
+            for executor in cooperative_executors:
+                executor.share_round_acks(round_acks)
         self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
         self._threads: list[threading.Thread] = []
         if cooperative:
-            self._runners.append(CooperativeThread([e for e in self.executors if e.cooperative], bell,
-                                                   _DataPath(self), f"worker-{index}-executors", self._executor_died))
+            self._runners.append(CooperativeThread(cooperative_executors, bell, _DataPath(self, cooperative_executors[0]),
+                                                   f"worker-{index}-executors", self._executor_died))
         else:
             bell = Bell()  # the receive thread's
             self._threads = [
@@ -242,7 +247,9 @@ class _DataPath:
     """The worker's transfer and receive paths as its cooperative thread runs them (see
     :class:`squall.executor.scheduler.WorkerIO`)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, ack_sender: Executor) -> None:
+        self._ack_sender = ack_sender  # whose send path the round's combined acks take
+        self._round_acks = ack_sender.round_acks
         self._transfer = worker.transfer
         self._receive = worker.receive
         self._transport = worker.transport
@@ -261,3 +268,7 @@ class _DataPath:
 
     def wait(self, bell: Bell, timeout: float) -> None:
         self._transport.wait(self._index, bell, timeout)
+
+    def end_round(self) -> None:
+        if self._round_acks is not None and self._round_acks.acks:
+            self._ack_sender.flush_round_acks()

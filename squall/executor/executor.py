@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any
 
-from squall.acker import ACK_ACK, acker_for, system_sources
+from squall.acker import ACK_ACK, RoundAcks, acker_for, system_sources
 from squall.context import TopologyContext
 from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
@@ -67,8 +67,12 @@ class Executor:
             self.conf.update(self.spec.conf)
         self.cooperative = cooperative
         self.lock = threading.Lock()
-        # root id -> XOR of this executor's acks for that tree not sent yet
+        # root id -> XOR of acks for that tree not sent yet: this executor's own, or (see
+        # share_round_acks) the cooperative thread's, sent at the end of its round
         self.pending_acks: dict[int, int] = {}
+        self.round_acks: RoundAcks | None = None
+        # acks made by threads of the component's own: sent when they flush
+        self.foreign_acks = self.pending_acks
         self.acker_tasks = worker.assignment.acker_tasks
         self.system_sources = system_sources(self.component)
         self._tracker = worker.state.tracker
@@ -82,6 +86,13 @@ class Executor:
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._sample_tup: Tuple | None = None
         self._sample_t0 = 0.0
+
+    def share_round_acks(self, round_acks: RoundAcks) -> None:
+        """Combine this executor's acks (and a spout's inits) with the other executors of its
+        cooperative thread until the end of the round (see :class:`RoundAcks`)."""
+        self.round_acks = round_acks
+        self.pending_acks = round_acks.acks
+        self.foreign_acks = {}
 
     def blocks_on_full_queues(self) -> bool:
         """Whether the send path waits for room (else: an overflow, see ExecutorTransfer)."""
@@ -147,18 +158,27 @@ class Executor:
     # -- the send path ----------------------------------------------------------------
 
     def flush_all(self) -> None:
-        """Send the combined acks, then hand on every gathered batch (from the executor's
-        thread, or holding ``self.lock``)."""
-        if self.pending_acks:
-            self._send_acks()
+        """Send the combined acks (but those combined for the round), then hand on every
+        gathered batch (from the executor's thread, or holding ``self.lock``)."""
+        acks = self.foreign_acks
+        if acks:
+            source, me, ackers = self.system_sources[ACK_ACK], self.task_ids[0], self.acker_tasks
+            for root, val in acks.items():
+                if val:  # acks that cancel out would not change the acker's value
+                    self.send((acker_for(root, ackers),), Tuple([root, val], source, me))
+            acks.clear()
         self.transfer.flush_all()
 
-    def _send_acks(self) -> None:
-        source, me, ackers = self.system_sources[ACK_ACK], self.task_ids[0], self.acker_tasks
-        for root, val in self.pending_acks.items():
-            if val:  # acks that cancel out would not change the acker's value
-                self.send((acker_for(root, ackers),), Tuple([root, val], source, me))
-        self.pending_acks.clear()
+    def flush_round_acks(self) -> None:
+        """The end of the cooperative thread's round: send its combined acks, and tell the
+        spouts of the trees that completed (see :class:`RoundAcks`)."""
+        sources, me, ackers = self.system_sources, self.task_ids[0], self.acker_tasks
+        with self.lock:
+            self.round_acks.flush(
+                lambda root, stream, values: self.send((acker_for(root, ackers),), Tuple(values, sources[stream], me)),
+                lambda spout_task, root: self.send((spout_task,), Tuple([root, 0], sources[ACK_ACK], me)),
+            )
+            self.transfer.flush_all()
 
     def wait_for_room(self) -> None:
         """Called by a thread of the component's own after it emitted (not holding the

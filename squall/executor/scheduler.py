@@ -56,6 +56,9 @@ class WorkerIO(Protocol):
     def wait(self, bell: Bell, timeout: float) -> None:
         """Wait (``bell`` armed) for a payload, a ring or ``timeout``; ``bell`` disarmed after."""
 
+    def end_round(self) -> None:
+        """Hand on what the round left to the worker as a whole (its combined acks)."""
+
 
 class _Runner:
     """A thread running one or more executors (see the module's docstring)."""
@@ -130,6 +133,7 @@ class CooperativeThread(_Runner):
                 if executor.run_once(0):
                     did = True
             self._current = None
+            io.end_round()
             if did:
                 continue
             bell.arm()
