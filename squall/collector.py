@@ -101,18 +101,24 @@ class _Collector:
         # stream id -> emit(values) of an untracked, regular emit: prepared once per stream
         self._emitters = {stream: self._emitter(route) for stream, route in routes.items()}
 
-    def _emitter(self, route: StreamRoute) -> Callable[..., list[int]]:
+    def _emitter(self, route: StreamRoute, basic: BasicOutputCollector | None = None) -> Callable[..., list[int]]:
         """``emit(values, stream=route's stream, anchor=None) -> tasks``: a regular emit on
         ``route``'s stream, untracked or anchored to one tracked tuple, prepared once per task
         and stream: no stream lookup, no anchor list; a tuple for a one-task executor of this
         worker goes straight into its outbox. An emit on another stream goes through
-        :meth:`_emit_other`, so that the emitter can stand for a collector's whole ``emit``."""
+        :meth:`_emit_other`, so that the emitter can stand for a collector's whole ``emit``.
+        With ``basic``, the emitter is that BasicOutputCollector's ``emit``: anchored to its
+        input (when tracked)."""
         transfer = self._executor.transfer
         source, arity, choose, send, task_id = route.source, route.arity, route.choose, self._send, self._task_id
         one_task, batch_size, flush = transfer.one_task_outboxes(), transfer.batch_size, transfer.flush
         own_stream, invalid, other_stream = source.stream, self._invalid, self._emit_other
 
         def emit(values: Any, stream: str = own_stream, anchor: Tuple | None = None) -> list[int]:
+            if basic is not None:
+                anchor = basic.input
+                if not anchor._anchors_to_ids:
+                    anchor = None
             if stream != own_stream:
                 return other_stream(values, stream, anchor)
             if values.__class__ is not list:
@@ -377,9 +383,10 @@ class BasicOutputCollector:
         self._emitters = collector._emitters
         self._collector = collector
         self.input: Tuple | None = None
-        if not collector._acker_tasks and "default" in self._emitters:
-            # no ackers: no input is tracked, so every emit is untracked (one call, not two)
-            self.emit = self._emitters["default"]  # type: ignore[method-assign]
+        if "default" in self._emitters:
+            # the default stream's emitter, reading the input itself: one call per emit, not two
+            self.emit = (self._emitters["default"] if not collector._acker_tasks  # nothing is tracked
+                         else collector._emitter(collector._routes["default"], self))  # type: ignore[method-assign]
 
     def emit(self, values: Any, stream: str = "default") -> list[int]:
         emit = self._emitters.get(stream)
