@@ -236,7 +236,9 @@ class PystormBolt(_Hosted, Bolt):
     def _on_message(self, message: dict[str, Any]) -> None:
         command = message.get("command")
         if command == "emit":
-            self._emit(message, anchors=[self.inflight[a] for a in message.get("anchors", ()) if a in self.inflight])
+            anchors = [self.inflight[a] for a in message.get("anchors", ()) if a in self.inflight]
+            # one anchor (auto_anchor's usual case) as a tuple: the collector's prepared emit
+            self._emit(message, anchors=anchors[0] if len(anchors) == 1 else anchors)
         elif command in ("ack", "fail"):
             tup = self.inflight.pop(message["id"], None)
             if tup is not None:  # acking twice, or a tick tuple (not tracked), does nothing
