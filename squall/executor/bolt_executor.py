@@ -66,6 +66,7 @@ class BoltExecutor(Executor):
                 if self.stopping:
                     break
             self.flush_all()
+        self.queue.done()
         if self._tracker is not None:
             self._tracker.done(executed)
         return True

@@ -100,6 +100,7 @@ class SpoutExecutor(Executor):
             items = queue.take_all(0)
             if items:
                 self._handle(items)
+                queue.done()
             if self.transfer.overflow:
                 self.transfer.retry_overflow()
             emitted = False
@@ -112,6 +113,7 @@ class SpoutExecutor(Executor):
         if items:
             with self.lock:
                 self._handle(items)
+            queue.done()
         return bool(items)
 
     def _next_tuples(self) -> bool:

@@ -97,9 +97,9 @@ class BatchQueue:
     """Bounded queue; each element is a batch of ``size`` tuples (or a control message).
 
     * :meth:`put` blocks while the queue holds ``capacity`` tuples or more (backpressure);
-      the batch that fills it may overshoot by its own size. What the consumer took last
-      counts until it comes back for more: a batch being executed still occupies the queue,
-      so a slow consumer that took a large batch is not taken for one with room.
+      the batch that fills it may overshoot by its own size. What the consumer took counts
+      until it calls :meth:`done` (or takes again): a batch being executed still occupies the
+      queue, so a slow consumer that took a large batch is not taken for one with room.
     * :meth:`force_put` never blocks: for control messages and for paths that must not
       wait (a worker's receive path, cooperative executors), whose volume the senders bound.
     * :meth:`offer` appends only if there is room, and never blocks.
@@ -183,7 +183,7 @@ class BatchQueue:
         """Every queued element, oldest first per producing thread (other threads' first);
         waits up to ``timeout`` for one ([] if none). What it returned before is done with."""
         if self._taken:
-            self._finish_taken()
+            self.done()
         if self._items or self._local or not timeout:
             return self._drain()
         bell = self._bell
@@ -194,7 +194,10 @@ class BatchQueue:
             bell.wait(timeout)
         return self._drain()
 
-    def _finish_taken(self) -> None:
+    def done(self) -> None:
+        """The consumer is done with what it took (the queue's room counts it no more)."""
+        if not self._taken:
+            return
         was_full = not self.has_room()
         self._taken = 0
         if was_full and self.has_room():
