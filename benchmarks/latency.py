@@ -115,7 +115,7 @@ def main() -> None:
           f"{args.seconds:g} s each")
     _, p99 = describe("2 worker processes", measure(args.rate, args.seconds, True, args.warmup))
     describe("2 in-process workers", measure(args.rate, args.seconds, False, args.warmup))
-    print(f"  worker processes p99 {p99:.2f} ms (target <= 10 ms)")
+    print(f"  worker processes p99 {p99:.2f} ms (target <= 2 ms)")
     print("reproduce: python benchmarks/latency.py " + " ".join(sys.argv[1:]))
 
 

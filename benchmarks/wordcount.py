@@ -2,9 +2,10 @@
 
 The topology is examples/wordcount.py's (sentence spout -> split on local-or-shuffle
 grouping -> count on fields grouping, each with one task per worker); the spout emits a
-fixed list of generated sentences. Throughput is words per second from submit until the count bolts have executed
-every word (and, with acking, every sentence is acked). The baseline is the bolts' per-word
-work as a plain loop, in the same run.
+fixed list of generated sentences. Throughput is words per second once the count bolts have
+executed the first 10% of the words (start-up left out) until they have executed every word
+(and, with acking, every sentence is acked). The baseline is the bolts' per-word work as a
+plain loop, in the same run.
 
 Reproduce:
     python benchmarks/wordcount.py [--sentences 200000] [--workers 1]      # in-process workers
@@ -79,13 +80,6 @@ def plain_loop(sentences: list[str]) -> tuple[int, float]:
             counts[word] += 1
             changed.add(word)
     return sum(counts.values()), time.perf_counter() - start
-
-
-def run_topology(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
-                 overrides: dict | None = None, cluster=None) -> float:
-    """Seconds from submit until every word is counted (and every sentence acked); on
-    ``cluster`` if given (left running), else on a LocalCluster of its own."""
-    return timed_run(sentences, total_words, acking, workers, processes, overrides, cluster)[0]
 
 
 def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
@@ -163,30 +157,33 @@ def main() -> None:
     sentences = make_sentences(args.sentences or (400_000 if args.processes else 200_000))
     words = plain_loop(sentences)[0]
 
+    def steady(acking: bool, n: int) -> float:
+        """Words/s after the first 10% (worker processes' start-up left out)."""
+        return timed_run(sentences, words, acking, n, args.processes, overrides)[1]
+
     def rate(acking: bool, n: int) -> float:
-        return best_rate(words, args.runs,
-                         lambda: run_topology(sentences, words, acking, n, args.processes, overrides))
+        return max(steady(acking, n) for _ in range(args.runs))
 
     loop_rate = best_rate(words, args.runs, lambda: plain_loop(sentences)[1])
     kind = "worker process(es)" if args.processes else "in-process worker(s)"
-    print(f"word count, {len(sentences):,} sentences ({words:,} words), best of {args.runs} runs")
+    print(f"word count, {len(sentences):,} sentences ({words:,} words), best of {args.runs} runs; "
+          "Squall: words/s after the first 10% of the words")
     print(f"  plain Python loop                    {loop_rate:>10,.0f} words/s")
     if args.processes and workers > 1:
         # alternate the two, so that both meet the same conditions on this shared machine
         one = off = 0.0
         for _ in range(args.runs):
-            one = max(one, words / run_topology(sentences, words, False, 1, True, overrides))
-            off = max(off, words / run_topology(sentences, words, False, workers, True, overrides))
+            one = max(one, steady(False, 1))
+            off = max(off, steady(False, workers))
         print(f"  squall, acking off, 1 {kind:<19}{one:>10,.0f} words/s  {one / loop_rate:6.1%} of the loop")
     else:
         off = rate(False, workers)
-    print(f"  squall, acking off, {workers} {kind:<19}{off:>10,.0f} words/s  {off / loop_rate:6.1%} of the loop "
-          f"(target >= 8%)")
+    print(f"  squall, acking off, {workers} {kind:<19}{off:>10,.0f} words/s  {off / loop_rate:6.1%} of the loop")
     if args.processes and workers > 1:
-        print(f"      {workers} worker processes / 1 worker process: {off / one:.2f}x (target >= 1.3x)")
+        print(f"      {workers} worker processes / 1 worker process: {off / one:.2f}x (target >= 1.5x)")
     on = rate(True, workers)
     print(f"  squall, acking on,  {workers} {kind:<19}{on:>10,.0f} words/s  {on / off:6.1%} of acking off "
-          f"(target >= 40%)")
+          f"(target >= 60%)")
     print("reproduce: python benchmarks/wordcount.py " + " ".join(sys.argv[1:]))
 
 
