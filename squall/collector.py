@@ -214,6 +214,9 @@ class SpoutOutputCollector(_Collector):
     def emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> list[int]:
         """Emit ``values`` on ``stream``; returns the ids of the tasks that will receive it
         (a list the caller must not modify, as in Storm)."""
+        if msg_id is None and (emit := self._emitters.get(stream)) is not None:
+            self.emitted_count += 1  # untracked: nothing to settle should it raise
+            return emit(values)
         return self._emit(values, stream, msg_id, None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
@@ -229,9 +232,6 @@ class SpoutOutputCollector(_Collector):
             raise
 
     def _emit_values(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
-        if msg_id is None and direct_task is None and stream in self._emitters:
-            self.emitted_count += 1
-            return self._emitters[stream](values)
         if values.__class__ is not list:
             values = list(values)
         route, tasks = self._targets(values, stream, direct_task)
