@@ -140,6 +140,18 @@ class _Hosted:
         for handler in root.handlers[len(before):]:
             root.removeHandler(handler)
         self.component.initialize(storm_conf, handshake)
+        if self.plain:
+            self._call_directly()
+
+    def _call_directly(self) -> None:
+        """Give the component methods that reach Squall's collector directly where its class
+        keeps pystorm's own (which build a message for :meth:`_on_message` to take apart)."""
+
+    @staticmethod
+    def _checked(tup: Any) -> Any:
+        if not isinstance(tup, (list, tuple)):  # pystorm's own check and words
+            raise TypeError(f"All Tuples must be either lists or tuples, received {type(tup)!r} instead.")
+        return tup
 
     def _run(self, command: dict[str, Any]) -> None:
         """Give the component one command, as its multilang loop would, and run one turn."""
@@ -192,6 +204,7 @@ class PystormBolt(_Hosted, Bolt):
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
         self.collector = collector
         self.inflight: dict[str, Tuple] = {}  # pystorm tuple id -> the Squall tuple
+        self.current: Tuple | None = None  # the tuple being processed (what auto_anchor anchors to)
         self.ids = (str(n) for n in itertools.count(1))
         self._start(conf, context)
 
@@ -220,8 +233,43 @@ class PystormBolt(_Hosted, Bolt):
         ptup = PystormTuple(tup_id, tup.source_component, tup.source_stream_id, task,
                             tuple(values) if named is None else named(*values))
         component._current_tups = [ptup]
+        self.current = tup
         self._call(self._process, component, ptup, task == -1)
         component._current_tups = []
+        self.current = None
+
+    def _call_directly(self) -> None:
+        cls, pystorm_bolt = type(self.component), pystorm.bolt.Bolt
+        if (cls.emit, cls.ack, cls.fail) != (pystorm_bolt.emit, pystorm_bolt.ack, pystorm_bolt.fail):
+            return
+        component, collector, inflight, checked = self.component, self.collector, self.inflight, self._checked
+
+        def emit(tup: Any, stream: str | None = None, anchors: Any = None, direct_task: int | None = None,
+                 need_task_ids: bool = False) -> list[int] | None:
+            """pystorm's ``Bolt.emit``: anchored to the current tuple when ``auto_anchor``."""
+            if anchors is None:
+                anchors = self.current if component.auto_anchor else None
+            else:
+                anchors = [t for t in (inflight.get(a.id if isinstance(a, PystormTuple) else a) for a in anchors)
+                           if t is not None]
+                if len(anchors) == 1:
+                    anchors = anchors[0]  # the collector's prepared emit
+            stream = "default" if stream is None else stream
+            if direct_task is not None:
+                collector.emit_direct(direct_task, checked(tup), anchors, stream)
+                return [direct_task] if need_task_ids else None
+            tasks = collector.emit(checked(tup), anchors, stream)
+            return tasks if need_task_ids else None
+
+        def settle(squall_settle: Callable[[Tuple], None]) -> Callable[[Any], None]:
+            def settle_tuple(tup: Any) -> None:
+                """pystorm's ``ack``/``fail`` of a tuple or its id (twice, or a tick: nothing)."""
+                settled = inflight.pop(tup.id if isinstance(tup, PystormTuple) else tup, None)
+                if settled is not None:
+                    squall_settle(settled)
+            return settle_tuple
+
+        component.emit, component.ack, component.fail = emit, settle(collector.ack), settle(collector.fail)
 
     def _process_batches(self) -> None:
         with self.component._batch_lock:
@@ -263,6 +311,23 @@ class PystormSpout(_Hosted, Spout):
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: Any) -> None:
         self.collector = collector
         self._start(conf, context)
+
+    def _call_directly(self) -> None:
+        if type(self.component).emit is not pystorm.spout.Spout.emit:
+            return  # e.g. ReliableSpout, which keeps its own books in emit
+        collector, checked = self.collector, self._checked
+
+        def emit(tup: Any, tup_id: Any = None, stream: str | None = None, direct_task: int | None = None,
+                 need_task_ids: bool = False) -> list[int] | None:
+            """pystorm's ``Spout.emit``: reliable with a ``tup_id``."""
+            stream = "default" if stream is None else stream
+            if direct_task is not None:
+                collector.emit_direct(direct_task, checked(tup), stream, msg_id=tup_id)
+                return [direct_task] if need_task_ids else None
+            tasks = collector.emit(checked(tup), stream, msg_id=tup_id)
+            return tasks if need_task_ids else None
+
+        self.component.emit = emit
 
     def next_tuple(self) -> None:
         self._command("next", "next_tuple")
