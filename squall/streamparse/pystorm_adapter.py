@@ -205,6 +205,7 @@ class PystormBolt(_Hosted, Bolt):
         self.collector = collector
         self.inflight: dict[str, Tuple] = {}  # pystorm tuple id -> the Squall tuple
         self.current: Tuple | None = None  # the tuple being processed (what auto_anchor anchors to)
+        self.named_values: dict[Any, Any] = {}  # StreamSource -> pystorm's namedtuple of its fields, or None
         self.ids = (str(n) for n in itertools.count(1))
         self._start(conf, context)
 
@@ -226,15 +227,23 @@ class PystormBolt(_Hosted, Bolt):
                 self._call(self._process_batches)
             return
         # what pystorm's Bolt._run does with a tuple it read (read_tuple: values named after
-        # the source stream's fields)
-        component = self.component
-        named = component._source_tuple_types[tup.source_component].get(tup.source_stream_id)
+        # the source stream's fields), its turn inlined
+        component, source = self.component, tup._source
+        try:
+            named = self.named_values[source]
+        except KeyError:
+            named = self.named_values[source] = component._source_tuple_types[source.component].get(source.stream)
         values = tup.values
-        ptup = PystormTuple(tup_id, tup.source_component, tup.source_stream_id, task,
+        ptup = PystormTuple(tup_id, source.component, source.stream, task,
                             tuple(values) if named is None else named(*values))
         component._current_tups = [ptup]
         self.current = tup
-        self._call(self._process, component, ptup, task == -1)
+        try:
+            (component.process_tick if tick else component.process)(ptup)
+            if component.auto_ack:
+                component.ack(ptup)
+        except Exception as e:  # noqa: BLE001 - handled as pystorm does (see _call)
+            component._handle_run_exception(e)
         component._current_tups = []
         self.current = None
 
@@ -274,12 +283,6 @@ class PystormBolt(_Hosted, Bolt):
     def _process_batches(self) -> None:
         with self.component._batch_lock:
             self.component.process_batches()
-
-    @staticmethod
-    def _process(component: Any, ptup: Any, tick: bool) -> None:
-        (component.process_tick if tick else component.process)(ptup)
-        if component.auto_ack:
-            component.ack(ptup)
 
     def _on_message(self, message: dict[str, Any]) -> None:
         command = message.get("command")
