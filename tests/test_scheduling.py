@@ -783,3 +783,35 @@ def test_word_count_is_the_same_cooperative_or_not(workers):
         assert len(read_tuples(results, "count")) == sum(expected.values())  # each word counted once
         totals[cooperative] = final
     assert totals[True] == totals[False] == dict(expected)
+
+
+class LifecycleNumberSpout(NumberSpout):
+    """A NumberSpout recording its activate/deactivate/close calls under "spout-life"."""
+
+    def activate(self):
+        record("spout-life", "activate")
+
+    def deactivate(self):
+        record("spout-life", "deactivate")
+
+    def close(self):
+        record("spout-life", "close")
+
+
+def test_a_kill_deactivates_the_spouts_before_closing_them_even_while_the_worker_is_busy(cluster, gate):
+    # the cooperative thread is inside a (not blocking-declared) bolt's execute when the kill
+    # deactivates the spouts and asks the worker to stop: once the execute returns, the thread
+    # stops at once, but the deactivate it had not taken yet still reaches the spout before close
+    b = TopologyBuilder()
+    b.set_spout("spout", LifecycleNumberSpout(limit=1))
+    b.set_bolt("stuck", GatedBolt()).shuffle_grouping("spout")
+    cluster.submit_topology("t", Config(), b.create_topology())
+    wait_until(lambda: logged("gated-entered") == [0], WAIT, message="the worker's thread busy in execute")
+    executors = [e for w in cluster._get("t").runner.workers for e in w.executors]
+    killer = threading.Thread(target=cluster.kill_topology, args=("t",), kwargs={"wait_secs": 0})
+    killer.start()
+    wait_until(lambda: all(e.stopping for e in executors), WAIT, message="the stop requested")
+    gate.set()
+    killer.join(WAIT)
+    assert not killer.is_alive()
+    assert logged("spout-life") == ["activate", "deactivate", "close"]

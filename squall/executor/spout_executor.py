@@ -84,6 +84,14 @@ class SpoutExecutor(Executor):
         if self.active:
             self._call_all("activate")
 
+    def shut_down(self) -> None:
+        # an activate/deactivate queued before the stop still reaches the spout before its close
+        # (a kill deactivates first); the runner may have stopped before taking it
+        for item in self.queue.take_all(0):
+            if item.__class__ is Control and item.kind in (Control.ACTIVATE, Control.DEACTIVATE):
+                self._control(item)
+        super().shut_down()
+
     def teardown(self) -> None:
         self._call_all("close")
 
