@@ -116,6 +116,11 @@ class RoundAcks:
         self.acks: dict[int, int] = {}  # root id -> XOR of inits and acks not sent yet
         self.inits: dict[int, int] = {}  # root id -> spout task, for the inits among them
 
+    def init(self, root: int, val: int, spout_task: int) -> None:
+        """A spout task's init of tree ``root`` (what ACK_INIT would carry)."""
+        self.acks[root] = self.acks.get(root, 0) ^ val
+        self.inits[root] = spout_task
+
     def flush(self, to_acker: Callable[[int, str, list[Any]], None], complete: Callable[[int, int], None]) -> None:
         """Hand everything on: ``to_acker(root, stream, values)``, ``complete(spout task, root)``."""
         inits = self.inits

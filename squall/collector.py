@@ -253,9 +253,8 @@ class SpoutOutputCollector(_Collector):
         round_acks = self._executor.round_acks
         if round_acks is None:
             self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])
-        else:  # combined with the round's acks (see squall.acker.RoundAcks)
-            round_acks.acks[root] = round_acks.acks.get(root, 0) ^ ack_val
-            round_acks.inits[root] = self._task_id
+        else:  # combined with the round's acks
+            round_acks.init(root, ack_val, self._task_id)
         return tasks
 
 
@@ -313,44 +312,32 @@ class OutputCollector(_Collector):
         return result
 
     def _emit(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:
-        if direct_task is None and stream in self._emitters:
+        if direct_task is None and (emit := self._emitters.get(stream)) is not None:
             if anchors is None:
-                return self._emitters[stream](values)
+                return emit(values)
             if anchors.__class__ is Tuple:
-                return self._emitters[stream](values, stream, anchors if anchors._anchors_to_ids else None)
+                return emit(values, stream, anchors if anchors._anchors_to_ids else None)
+            anchors = [a for a in anchors if a._anchors_to_ids]
+            if len(anchors) <= 1:
+                return emit(values, stream, anchors[0] if anchors else None)
+        # direct emits, emits anchored to several tracked tuples, and emits that are invalid
         if values.__class__ is not list:
             values = list(values)
-        route = self._routes.get(stream)
-        if direct_task is None and route is not None and len(values) == route.arity:
-            tasks = route.choose(values)  # the common case, inlined: a regular, valid emit
-            route.emitted += 1
-        else:
-            route, tasks = self._targets(values, stream, direct_task)
-        if anchors is None:
-            self._send(tasks, Tuple(values, route.source, self._task_id))
-            return tasks
+        route, tasks = self._targets(values, stream, direct_task)
         if anchors.__class__ is Tuple:
-            anchors = (anchors,) if anchors._anchors_to_ids else ()
-        else:
-            anchors = [a for a in anchors if a._anchors_to_ids]
+            anchors = (anchors,)
+        anchors = [a for a in anchors or () if a._anchors_to_ids]
         if not anchors:
             self._send(tasks, Tuple(values, route.source, self._task_id))
             return tasks
-        send = self._send
         for task in tasks:
-            if len(anchors) == 1:
-                anchor = anchors[0]
+            ids: dict[int, int] = {}
+            for anchor in anchors:  # a new edge per anchor, XOR-ed into each of its trees
                 edge = _rand64(64)
                 anchor._ack_val ^= edge
-                ids = dict.fromkeys(anchor._anchors_to_ids, edge)
-            else:
-                ids = {}
-                for anchor in anchors:
-                    edge = _rand64(64)
-                    anchor._ack_val ^= edge
-                    for root in anchor._anchors_to_ids:
-                        ids[root] = ids.get(root, 0) ^ edge
-            send((task,), Tuple(values, route.source, self._task_id, ids))
+                for root in anchor._anchors_to_ids:
+                    ids[root] = ids.get(root, 0) ^ edge
+            self._send((task,), Tuple(values, route.source, self._task_id, ids))
         return tasks
 
     def _ack(self, tup: Tuple, pending_acks: dict[int, int]) -> None:

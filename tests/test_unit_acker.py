@@ -279,10 +279,10 @@ def play_round(messages: list[tuple[str, list]]) -> tuple[RoundAcks, list, list]
     trees completed locally."""
     acks = RoundAcks()
     for stream, values in messages:
-        root, val = values[0], values[1]
-        acks.acks[root] = acks.acks.get(root, 0) ^ val
         if stream == ACK_INIT:
-            acks.inits[root] = values[2]
+            acks.init(*values)
+        else:  # an ack, as collectors combine them
+            acks.acks[values[0]] = acks.acks.get(values[0], 0) ^ values[1]
     to_acker, completed = [], []
     acks.flush(lambda root, stream, values: to_acker.append((stream, list(values))),
                lambda task, root: completed.append((task, root)))

@@ -162,23 +162,23 @@ class Executor:
         gathered batch (from the executor's thread, or holding ``self.lock``)."""
         acks = self.foreign_acks
         if acks:
-            source, me, ackers = self.system_sources[ACK_ACK], self.task_ids[0], self.acker_tasks
             for root, val in acks.items():
                 if val:  # acks that cancel out would not change the acker's value
-                    self.send((acker_for(root, ackers),), Tuple([root, val], source, me))
+                    self._to_acker(root, ACK_ACK, [root, val])
             acks.clear()
         self.transfer.flush_all()
 
     def flush_round_acks(self) -> None:
         """The end of the cooperative thread's round: send its combined acks, and tell the
         spouts of the trees that completed (see :class:`RoundAcks`)."""
-        sources, me, ackers = self.system_sources, self.task_ids[0], self.acker_tasks
+        ack_source, me = self.system_sources[ACK_ACK], self.task_ids[0]
         with self.lock:
-            self.round_acks.flush(
-                lambda root, stream, values: self.send((acker_for(root, ackers),), Tuple(values, sources[stream], me)),
-                lambda spout_task, root: self.send((spout_task,), Tuple([root, 0], sources[ACK_ACK], me)),
-            )
+            self.round_acks.flush(self._to_acker,
+                                  lambda spout_task, root: self.send((spout_task,), Tuple([root, 0], ack_source, me)))
             self.transfer.flush_all()
+
+    def _to_acker(self, root: int, stream: str, values: list[Any]) -> None:
+        self.send((acker_for(root, self.acker_tasks),), Tuple(values, self.system_sources[stream], self.task_ids[0]))
 
     def wait_for_room(self) -> None:
         """Called by a thread of the component's own after it emitted (not holding the

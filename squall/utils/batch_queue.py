@@ -118,14 +118,15 @@ class BatchQueue:
             raise ValueError(f"queue {name!r}: capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.name = name
-        # called (under the queue's lock; must be quick) when the consumer drains a full queue
+        # called (under the queue's lock; must be quick) when a full queue gets room back: its
+        # consumer is done with what it took
         self.on_room: Callable[[], None] | None = None
         self.consumer = 0  # the consuming thread's ident, once it has started
         self._items: deque[Any] = deque()
         self._size = 0  # tuples queued by other threads
         self._local: list[Any] = []  # batches from the consumer's own thread (no lock)
         self._local_size = 0
-        self._taken = 0  # tuples the consumer took last, until it takes again
+        self._taken = 0  # tuples the consumer took and is not done with (see done)
         self._lock = threading.Lock()
         self._bell = bell if bell is not None else Bell()
         self._not_full = threading.Condition(self._lock)
