@@ -28,12 +28,16 @@ ACK_INIT = "__ack_init"
 ACK_ACK = "__ack_ack"
 ACK_FAIL = "__ack_fail"
 ACK_RESET_TIMEOUT = "__ack_reset_timeout"
+# not the acker's: a restarted task asks the checkpoint spout for a rollback (see
+# squall.executor.checkpointing); a system stream so that every component may send it
+CHECKPOINT_RECOVER = "__checkpoint_recover"
 
 SYSTEM_STREAM_FIELDS = {
     ACK_INIT: Fields("id", "init-val", "spout-task"),
     ACK_ACK: Fields("id", "ack-val"),
     ACK_FAIL: Fields("id"),
     ACK_RESET_TIMEOUT: Fields("id"),
+    CHECKPOINT_RECOVER: Fields("task"),
 }
 
 

@@ -31,14 +31,33 @@ from squall.control import ControlError
 from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
 from squall.scheduler import assign
+from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY
 from squall.topology import StormTopology
 
 
 def _file_topology(args: argparse.Namespace) -> tuple[str, StormTopology, dict[str, Any]]:
-    """The topology name, topology and config ``args`` give: the file's, ``-c`` over its config."""
+    """The topology name, topology and config ``args`` give: the file's, ``-c`` over its config;
+    a checkpointed topology's state goes to ``--checkpoint-dir`` (see :func:`_state_location`)."""
     topology, config = load_topology_file(args.file)
     config.update(parse_overrides(args.conf))
-    return args.name or os.path.splitext(os.path.basename(args.file))[0], topology, config
+    name = args.name or os.path.splitext(os.path.basename(args.file))[0]
+    if topology.checkpointed:
+        _state_location(name, config, args.checkpoint_dir)
+    return name, topology, config
+
+
+def _state_location(name: str, config: dict[str, Any], checkpoint_dir: str | None) -> None:
+    """Unless the config names a state provider, the state goes to SQLite files under
+    ``checkpoint_dir`` (default ~/.squall/state/NAME), so that it survives a crash and a
+    topology submitted again under the same name resumes from its last commit."""
+    if config.get(PROVIDER_KEY) is not None:
+        if checkpoint_dir is not None:
+            raise UsageError(f"--checkpoint-dir is for the default state provider, but the config sets "
+                             f"{PROVIDER_KEY}={config[PROVIDER_KEY]!r}")
+        return
+    path = checkpoint_dir or os.path.join("~", ".squall", "state", name)
+    config[PROVIDER_KEY] = "sqlite"
+    config[PROVIDER_CONFIG_KEY] = {"path": os.path.abspath(os.path.expanduser(path))}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -155,6 +174,10 @@ VERBOSE_HELP = "on an error, print its traceback too"
 DURATION_HELP = "stop after this many seconds (default: until Ctrl-C)"
 
 
+CHECKPOINT_DIR_HELP = ("where a topology with stateful components keeps its state (SQLite files; default "
+                       "~/.squall/state/NAME): the same NAME and PATH resume from the last commit")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="squall", description="Storm topologies in Python.")
     parser.add_argument("--version", action="version", version=f"squall {squall.__version__}")
@@ -177,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "process per worker")
     run.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (value read as JSON if it parses)")
+    run.add_argument("--checkpoint-dir", metavar="PATH", help=CHECKPOINT_DIR_HELP)
     run.set_defaults(func=cmd_run)
     submit = subcommand("submit", "run a topology on Spark (the driver is this process)")
     submit.add_argument("file", help=FILE_HELP)
@@ -190,11 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a Spark setting")
     submit.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                         help="override a topology config key (value read as JSON if it parses)")
+    submit.add_argument("--checkpoint-dir", metavar="PATH",
+                        help=CHECKPOINT_DIR_HELP + "; on a cluster, a path every executor can reach")
     submit.set_defaults(func=cmd_submit)
     plan = subcommand("plan", "print the workers, executors and tasks a topology gets, and how its links "
                               "and values are secured")
     plan.add_argument("file", help=FILE_HELP)
-    plan.set_defaults(name=None)
+    plan.set_defaults(name=None, checkpoint_dir=None)
     plan.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE")
     plan.set_defaults(func=cmd_plan)
     subcommand("list", "list the topologies running on this machine").set_defaults(func=cmd_list)

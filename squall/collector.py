@@ -210,6 +210,8 @@ class SpoutOutputCollector(_Collector):
         super().__init__(executor, task_id, routes)
         self._pending = executor.pending_for(task_id)
         self.emitted_count = 0
+        #: OR-ed into the root ids of this task's trees (see squall.executor.checkpointing)
+        self.root_bit = 0
 
     def emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> list[int]:
         """Emit ``values`` on ``stream``; returns the ids of the tasks that will receive it
@@ -241,7 +243,7 @@ class SpoutOutputCollector(_Collector):
             if msg_id is not None:
                 self._executor.settle_now(self._task_id, "ack", msg_id)
             return tasks
-        root = _rand64(64)
+        root = _rand64(63) | self.root_bit
         ack_val = 0
         for task in tasks:
             edge = _rand64(64)

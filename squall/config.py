@@ -127,6 +127,7 @@ _CHECKS = {
     Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION: _boolean,
     Config.TOPOLOGY_MESSAGING_SECURE: _boolean,
     "topology.spout.stall.secs": lambda k, v: _positive_number(k, v),
+    "topology.state.checkpoint.interval.ms": lambda k, v: _positive_number(k, v),
     "topology.worker.cooperative": _boolean,
     "topology.worker.gc.thresholds": _gc_thresholds,
     "topology.worker.gil.switch.interval.secs": lambda k, v: _positive_number(k, v),

@@ -73,6 +73,17 @@ DEFAULTS: dict[str, Any] = {
     # per topology: a peer without the keys is refused before any byte of it is decoded.
     # Off only for measuring what it costs, on a machine nobody else can reach.
     "topology.messaging.secure": True,
+    # A topology with stateful components takes a checkpoint this often (Storm's key and
+    # default); it must be below the message timeout.
+    "topology.state.checkpoint.interval.ms": 1000,
+    # Where stateful components keep their state: "memory" (this process only: tests and
+    # in-process topologies), "sqlite" (a local directory; survives kill -9), "redis", Storm's
+    # class names for memory and Redis, or "module:Class" of a squall.state.StateProvider.
+    # None: "memory", except that `squall run` and `squall submit` choose "sqlite" under
+    # --checkpoint-dir.
+    "topology.state.provider": None,
+    # The provider's settings: a dict, or a JSON string as in Storm (see squall/state/).
+    "topology.state.provider.config": None,
     # Ports the local supervisor hands to workers, one per worker.
     "supervisor.slots.ports": [6700, 6701, 6702, 6703],
     "storm.zookeeper.servers": None,

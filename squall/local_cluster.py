@@ -79,6 +79,7 @@ class LocalCluster(Nimbus):
     def __init__(self, processes: bool = False) -> None:
         super().__init__()
         self.processes = processes
+        self.in_process = not processes
 
     def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                      state: TopologyState) -> _InProcessRunner | ProcessSupervisor:

@@ -9,6 +9,7 @@ from typing import Any
 import cloudpickle
 
 from squall.bolt import BasicBolt, Bolt
+from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_FIELDS, CHECKPOINT_STREAM, CheckpointSpout
 from squall.component import BLOCKING_KEY, Component, OutputFieldsDeclarer, check_id
 from squall.errors import InvalidTopologyError
 from squall.grouping import (
@@ -16,6 +17,7 @@ from squall.grouping import (
     GroupingSpec,
 )
 from squall.spout import Spout
+from squall.stateful import StatefulComponent
 from squall.tuple import Fields
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class ComponentSpec:
     conf: types.MappingProxyType
     inputs: types.MappingProxyType  # (source component, stream) -> GroupingSpec
     outputs: types.MappingProxyType  # stream id -> StreamSpec
+    stateful: bool = False  # a StatefulComponent: its tasks have state in each checkpoint
 
     @property
     def is_spout(self) -> bool:
@@ -59,6 +62,16 @@ class StormTopology:
     @property
     def bolts(self) -> list[ComponentSpec]:
         return [c for c in self.components.values() if not c.is_spout]
+
+    @property
+    def checkpointed(self) -> bool:
+        """Whether the topology has stateful components, hence checkpoints."""
+        return CHECKPOINT_COMPONENT in self.components
+
+    @property
+    def state_layout(self) -> dict[str, int]:
+        """Stateful component id -> number of tasks (what a state location holds)."""
+        return {c.id: c.num_tasks for c in self.components.values() if c.stateful}
 
 
 class _ComponentDeclarer:
@@ -205,12 +218,15 @@ class TopologyBuilder:
         """
         if not self._entries:
             raise InvalidTopologyError("the topology has no components")
-        outputs = {cid: self._declared_outputs(cid, e.obj) for cid, e in self._entries.items()}
+        entries, inputs_of = self._entries, self._inputs
+        outputs = {cid: self._declared_outputs(cid, e.obj) for cid, e in entries.items()}
+        if any(isinstance(e.obj, StatefulComponent) for e in entries.values()):
+            entries, inputs_of = _with_checkpoints(entries, inputs_of, outputs)
         specs = {}
-        for cid, entry in self._entries.items():
+        for cid, entry in entries.items():
             parallelism = check_count(f"component {cid!r}: parallelism", entry.parallelism)
             num_tasks = check_count(f"component {cid!r}: number of tasks", self._num_tasks.get(cid, parallelism))
-            inputs = self._inputs.get(cid, {})
+            inputs = inputs_of.get(cid, {})
             for (source, stream), grouping in inputs.items():
                 _check_subscription(cid, source, stream, grouping, outputs)
             conf = {BLOCKING_KEY: True} if entry.obj.blocking else {}
@@ -218,7 +234,7 @@ class TopologyBuilder:
                 conf.update(entry.obj.get_component_configuration() or {})
             except Exception as e:
                 raise InvalidTopologyError(f"component {cid!r}: get_component_configuration failed: {e}") from e
-            conf.update(self._confs[cid])
+            conf.update(self._confs.get(cid, {}))
             if not isinstance(conf.get(BLOCKING_KEY, False), bool):
                 raise InvalidTopologyError(f"component {cid!r}: {BLOCKING_KEY!r} must be true or false, "
                                            f"got {conf[BLOCKING_KEY]!r}")
@@ -237,6 +253,7 @@ class TopologyBuilder:
                 conf=types.MappingProxyType(conf),
                 inputs=types.MappingProxyType(dict(inputs)),
                 outputs=types.MappingProxyType(outputs[cid]),
+                stateful=isinstance(entry.obj, StatefulComponent),
             )
         return StormTopology(types.MappingProxyType(specs))
 
@@ -250,6 +267,35 @@ class TopologyBuilder:
         except Exception as e:
             raise InvalidTopologyError(f"component {cid!r}: declare_output_fields failed: {e}") from e
         return {s: StreamSpec(f, d) for s, (f, d) in declarer.streams.items()}
+
+
+def _with_checkpoints(
+    entries: dict[str, _Entry], inputs_of: dict[str, dict[tuple[str, str], GroupingSpec]],
+    outputs: dict[str, dict[str, StreamSpec]],
+) -> tuple[dict[str, _Entry], dict[str, dict[tuple[str, str], GroupingSpec]]]:
+    """The components and subscriptions of a checkpointed topology (Storm's
+    ``TopologyBuilder`` for stateful bolts): the checkpoint spout comes first; every spout
+    subscribes to its barriers and every bolt to the barriers of each component it reads,
+    so that barriers follow the tuples. ``outputs`` gets the ``$checkpoint`` stream of each."""
+    for cid, streams in outputs.items():
+        if cid == CHECKPOINT_COMPONENT:
+            raise InvalidTopologyError(f"component id {cid!r} is reserved for the checkpoint spout")
+        if CHECKPOINT_STREAM in streams:
+            raise InvalidTopologyError(f"component {cid!r}: stream id {CHECKPOINT_STREAM!r} is reserved for "
+                                       "checkpoints (the topology has stateful components)")
+    barrier = StreamSpec(Fields(CHECKPOINT_FIELDS), False)
+    for streams in outputs.values():
+        streams[CHECKPOINT_STREAM] = barrier
+    outputs[CHECKPOINT_COMPONENT] = {CHECKPOINT_STREAM: barrier}
+    all_grouping = GroupingSpec(ALL)
+    new_inputs = {}
+    for cid, entry in entries.items():
+        inputs = dict(inputs_of.get(cid, {}))
+        sources = [CHECKPOINT_COMPONENT] if entry.kind == "spout" else dict.fromkeys(s for s, _ in inputs)
+        for source in sources:
+            inputs[(source, CHECKPOINT_STREAM)] = all_grouping
+        new_inputs[cid] = inputs
+    return {CHECKPOINT_COMPONENT: _Entry(CheckpointSpout(), "spout", 1), **entries}, new_inputs
 
 
 def check_count(what: str, value: Any) -> int:

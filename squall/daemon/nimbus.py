@@ -25,6 +25,7 @@ from squall.dsl import Topology, as_storm_topology
 from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from squall.metrics import component_summary
 from squall.scheduler import Assignment, assign
+from squall.state.provider import StateProviderError, provider_for
 from squall.topology import StormTopology
 from squall.utils import time as clock
 
@@ -51,6 +52,9 @@ class _Running:
 class Nimbus(ABC):
     """Topologies by name, and the Storm cluster API over them. Use it as a context
     manager: leaving the block kills every topology."""
+
+    #: whether the workers run in this process (what the 'memory' state provider needs)
+    in_process = False
 
     def __init__(self) -> None:
         self._topologies: dict[str, _Running] = {}
@@ -107,6 +111,8 @@ class Nimbus(ABC):
             if name in self._topologies:
                 raise AlreadyAliveError(f"topology {name!r} is already alive")
             merged = self._configure(merged)
+            if topology.checkpointed:
+                check_state(name, topology, merged, self.in_process)
             assignment = assign(topology, merged)
             runner = self._make_runner(name, topology, merged, assignment, state)
             running = _Running(name, topology, merged, state, runner, clock.now())
@@ -223,3 +229,29 @@ class Nimbus(ABC):
             "workers": running.runner.workers_info(),
             "components": components,
         }
+
+
+def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_process: bool) -> None:
+    """A checkpointed topology needs ackers and an interval below the message timeout (a
+    checkpoint is a tracked tuple), and a state provider every worker can reach, whose location
+    holds no other topology's state."""
+    where = f"topology {name!r} has stateful components {sorted(topology.state_layout)}"
+    if conf["topology.acker.executors"] == 0:
+        raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so 'topology.acker.executors' "
+                                   "cannot be 0")
+    interval, timeout = conf["topology.state.checkpoint.interval.ms"], conf["topology.message.timeout.secs"]
+    if interval >= timeout * 1000:
+        raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so "
+                                   f"'topology.state.checkpoint.interval.ms' ({interval}) must be below the message "
+                                   f"timeout ({timeout} s)")
+    provider = provider_for(conf, name)
+    try:
+        if provider.name == "memory" and not in_process:
+            raise StateProviderError(
+                f"{where}: the 'memory' state provider keeps state in one process, and this cluster runs its workers "
+                "as processes of their own; use 'sqlite' (a directory every worker can reach) or 'redis' "
+                "(topology.state.provider)"
+            )
+        provider.check(topology.state_layout)
+    finally:
+        provider.close()

@@ -59,6 +59,7 @@ class Worker:
         transport: Transport,
         state: TopologyState,
         active: bool = True,
+        restarted: bool = False,
     ) -> None:
         self.topology_name = topology_name
         self.topology = topology
@@ -96,7 +97,8 @@ class Worker:
         cooperative = not all(blocking.values())
         self.transfer = WorkerTransfer(index, conf, transport, bell if cooperative else None)
         self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
-                                     frozenset(single_task_queues), self.sources, state, self.transfer.transfer)
+                                     frozenset(single_task_queues), self.sources, state, self.transfer.transfer,
+                                     restarted)
         self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues, self.context.is_single_task,
                                      transport, state)
         # topology order: a batch a spout emits is executed by the next bolts in the same round
@@ -105,13 +107,12 @@ class Worker:
         self.executors: list[Executor] = [self._make_executor(ea, not blocking[ea]) for ea in assigned]
         cooperative_executors = [e for e in self.executors if e.cooperative]
         round_acks = RoundAcks() if assignment.acker_tasks and cooperative_executors else None
-        if round_acks is not None:
-            for executor in cooperative_executors:
-                executor.share_round_acks(round_acks)
+        # the round's acks are sent by an executor sharing them (any of them: they are one map)
+        sharing = [e for e in cooperative_executors if round_acks is not None and e.share_round_acks(round_acks)]
         self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
         self._threads: list[threading.Thread] = []
         if cooperative:
-            self._runners.append(CooperativeThread(cooperative_executors, bell, _DataPath(self, cooperative_executors[0]),
+            self._runners.append(CooperativeThread(cooperative_executors, bell, _DataPath(self, (sharing or cooperative_executors)[0]),
                                                    f"worker-{index}-executors", self._executor_died))
         else:
             bell = Bell()  # the receive thread's

@@ -7,7 +7,7 @@ fit the stream's fields and are of msgpack's plain types (or were packed at emit
 anchors map ints to ints, system streams carry ints — so that a forged record cannot kill
 the executor (or acker) it would reach; what does not pass is dropped and recorded as an
 error. The tuples go onto the destination executors' queues by task id, one batch per
-queue and payload. The receive path never blocks on a full queue (senders wait for room
+queue and payload (a checkpoint barrier cuts its queue's batch: it travels alone). The receive path never blocks on a full queue (senders wait for room
 before sending instead), so two workers sending to each other cannot deadlock.
 
 Whoever reads the transport calls :meth:`WorkerReceive.deliver`: the worker's cooperative
@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.cluster_state import TopologyState
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
@@ -41,9 +42,10 @@ class WorkerReceive:
         self._assignment = assignment
         self._transport = transport
         self._state = state
-        # emitting task -> stream id -> (source, number of fields, whether the values must be ints)
+        # emitting task -> stream id -> (source, number of fields, whether the values must be
+        # ints, whether it is the checkpoint barriers' stream)
         self._task_streams = {
-            task: {stream: (source, len(source.fields), stream.startswith("__"))
+            task: {stream: (source, len(source.fields), stream.startswith("__"), stream == CHECKPOINT_STREAM)
                    for (cid, stream), source in sources.items() if cid == component}
             for task, component in assignment.task_component.items()
         }
@@ -73,7 +75,7 @@ class WorkerReceive:
         try:
             for task, src, stream, values, ids in serializer.load_batches(payload):
                 try:
-                    source, arity, system = task_streams[src][stream]
+                    source, arity, system, barrier = task_streams[src][stream]
                     q, single = dispatch[task]
                 except (KeyError, TypeError):
                     malformed.append(f"task {task!r} from task {src!r} on stream {stream!r} is not "
@@ -96,6 +98,11 @@ class WorkerReceive:
                                      f"{values!r:.80} / anchors {ids!r:.80} do not fit the stream")
                     continue
                 tup = Tuple(values, source, src, ids)
+                if barrier:  # in a batch of its own (see squall.executor.checkpointing)
+                    if batch := batches.pop(q, None):
+                        q.force_put(batch, len(batch))
+                    q.force_put([tup if single else (task, tup)], 1)
+                    continue
                 batch = batches.get(q)
                 if batch is None:
                     batch = batches[q] = []

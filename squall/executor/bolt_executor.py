@@ -7,9 +7,12 @@ import time
 from typing import Any
 
 from squall.bolt import BasicBolt
+from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.collector import BasicOutputCollector, OutputCollector, combine_ack
 from squall.errors import FailedException
+from squall.executor.checkpointing import Checkpointing, TaskStates
 from squall.executor.executor import Control, Executor
+from squall.stateful import StatefulComponent
 from squall.tuple import TICK_SOURCE, Tuple
 
 
@@ -34,6 +37,19 @@ class BoltExecutor(Executor):
         self.is_basic = bool(self.basic_collectors)
         self.stats.process_is_execute = self.is_basic
         self.process_batch = self._process_basic if self.is_basic else self._process_rich
+        self.checkpointing: Checkpointing | None = None
+        if self.worker.topology.checkpointed:
+            stateful = {task: bolt for task, bolt in self.bolts.items() if isinstance(bolt, StatefulComponent)}
+            states = TaskStates(self, stateful) if stateful else None
+            if states is not None:
+                states.init()
+            self.checkpointing = Checkpointing(self, self._emit_barrier, states)
+            self.process_batch = self.checkpointing.wrap(self.process_batch)
+            if self.worker.restarted:
+                self.checkpointing.request_recovery()
+
+    def _emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
+        self.collectors[task]._emit(values, CHECKPOINT_STREAM, anchors, None)
 
     def teardown(self) -> None:
         for task, bolt in getattr(self, "bolts", {}).items():
@@ -41,6 +57,9 @@ class BoltExecutor(Executor):
                 bolt.cleanup()
             except Exception as e:
                 self.report_error(task, e)
+        checkpointing = getattr(self, "checkpointing", None)
+        if checkpointing is not None and checkpointing.states is not None:
+            checkpointing.states.close()
 
     def run_once(self, timeout: float) -> bool:
         transfer = self.transfer

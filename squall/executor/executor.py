@@ -25,7 +25,9 @@ import traceback
 from typing import Any
 
 from squall.acker import ACK_ACK, RoundAcks, acker_for, system_sources
+from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.context import TopologyContext
+from squall.executor.checkpointing import UNHELD_ROOT_BIT
 from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
 from squall.executor.worker_context import WorkerContext
@@ -73,6 +75,10 @@ class Executor:
         self.round_acks: RoundAcks | None = None
         # acks made by threads of the component's own: sent when they flush
         self.foreign_acks = self.pending_acks
+        #: a stateful bolt's acks of trees of plain spouts, held until its state is committed
+        #: (see squall.executor.checkpointing); None: acks are sent as they are flushed
+        self.held_acks: dict[int, int] | None = (
+            {} if self.kind == "bolt" and self.spec is not None and self.spec.stateful else None)
         self.acker_tasks = worker.assignment.acker_tasks
         self.system_sources = system_sources(self.component)
         self._tracker = worker.state.tracker
@@ -87,12 +93,16 @@ class Executor:
         self._sample_tup: Tuple | None = None
         self._sample_t0 = 0.0
 
-    def share_round_acks(self, round_acks: RoundAcks) -> None:
+    def share_round_acks(self, round_acks: RoundAcks) -> bool:
         """Combine this executor's acks (and a spout's inits) with the other executors of its
-        cooperative thread until the end of the round (see :class:`RoundAcks`)."""
+        cooperative thread until the end of the round (see :class:`RoundAcks`); False for a
+        stateful bolt, whose acks are held (see :attr:`held_acks`)."""
+        if self.held_acks is not None:
+            return False
         self.round_acks = round_acks
         self.pending_acks = round_acks.acks
         self.foreign_acks = {}
+        return True
 
     def blocks_on_full_queues(self) -> bool:
         """Whether the send path waits for room (else: an overflow, see ExecutorTransfer)."""
@@ -162,9 +172,14 @@ class Executor:
         gathered batch (from the executor's thread, or holding ``self.lock``)."""
         acks = self.foreign_acks
         if acks:
+            held = self.held_acks
             for root, val in acks.items():
-                if val:  # acks that cancel out would not change the acker's value
-                    self._to_acker(root, ACK_ACK, [root, val])
+                if not val:
+                    continue  # acks that cancel out would not change the acker's value
+                if held is None or root & UNHELD_ROOT_BIT:
+                    self.to_acker(root, ACK_ACK, [root, val])
+                else:
+                    held[root] = held.get(root, 0) ^ val
             acks.clear()
         self.transfer.flush_all()
 
@@ -173,11 +188,11 @@ class Executor:
         spouts of the trees that completed (see :class:`RoundAcks`)."""
         ack_source, me = self.system_sources[ACK_ACK], self.task_ids[0]
         with self.lock:
-            self.round_acks.flush(self._to_acker,
+            self.round_acks.flush(self.to_acker,
                                   lambda spout_task, root: self.send((spout_task,), Tuple([root, 0], ack_source, me)))
             self.transfer.flush_all()
 
-    def _to_acker(self, root: int, stream: str, values: list[Any]) -> None:
+    def to_acker(self, root: int, stream: str, values: list[Any]) -> None:
         self.send((acker_for(root, self.acker_tasks),), Tuple(values, self.system_sources[stream], self.task_ids[0]))
 
     def wait_for_room(self) -> None:
@@ -196,7 +211,8 @@ class Executor:
     def stats_snapshot(self) -> dict[str, Any]:
         """The executor's figures (see :mod:`squall.metrics`); emitted and transferred count
         the user's streams, from the routes."""
-        routes = [r for task_routes in self._routes.values() for r in task_routes.values()]
+        routes = [r for task_routes in self._routes.values() for stream, r in task_routes.items()
+                  if stream != CHECKPOINT_STREAM]
         return self.stats.snapshot(sum(r.emitted for r in routes), sum(r.transferred for r in routes))
 
     def _sample(self, tup: Tuple) -> None:

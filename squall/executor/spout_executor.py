@@ -13,17 +13,21 @@ import logging
 import time
 from typing import Any
 
-from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, CHECKPOINT_RECOVER
+from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.collector import SpoutOutputCollector
+from squall.executor.checkpointing import UNHELD_ROOT_BIT, Checkpointing, TaskStates
 from squall.executor.executor import Control, Executor
 from squall.executor.worker_context import WorkerContext
 from squall.scheduler import ExecutorAssignment
+from squall.stateful import StatefulComponent
 from squall.utils.rotating_map import RotatingMap
 
 log = logging.getLogger("squall.executor")
 
 # An active spout that emitted nothing is called again this soon (Storm's sleep wait strategy).
 _IDLE_SPOUT_SECS = 0.001
+_ACKER_STREAMS = frozenset({ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT})
 
 
 class SpoutExecutor(Executor):
@@ -81,8 +85,22 @@ class SpoutExecutor(Executor):
             self.spouts[task] = spout
             self.collectors[task] = collector
             spout.open(dict(self.conf), context, collector)
+        self.checkpointing: Checkpointing | None = None
+        if self.worker.topology.checkpointed and self.component != CHECKPOINT_COMPONENT:
+            stateful = {task: spout for task, spout in self.spouts.items() if isinstance(spout, StatefulComponent)}
+            for task in stateful:
+                self.collectors[task].root_bit = UNHELD_ROOT_BIT
+            states = TaskStates(self, stateful) if stateful else None
+            if states is not None:
+                states.init()
+            self.checkpointing = Checkpointing(self, self._emit_barrier, states)
+            if self.worker.restarted:
+                self.checkpointing.request_recovery()
         if self.active:
             self._call_all("activate")
+
+    def _emit_barrier(self, task: int, values: list[Any], anchors: list[Any]) -> None:
+        self.collectors[task]._emitters[CHECKPOINT_STREAM](values, CHECKPOINT_STREAM, anchors[0])
 
     def shut_down(self) -> None:
         # an activate/deactivate queued before the stop still reaches the spout before its close
@@ -94,6 +112,9 @@ class SpoutExecutor(Executor):
 
     def teardown(self) -> None:
         self._call_all("close")
+        checkpointing = getattr(self, "checkpointing", None)
+        if checkpointing is not None and checkpointing.states is not None:
+            checkpointing.states.close()
 
     def _call_all(self, method: str) -> None:
         for task, spout in getattr(self, "spouts", {}).items():
@@ -179,6 +200,9 @@ class SpoutExecutor(Executor):
             done += len(item)
             for task, tup in self.pairs(item):
                 stream = tup._source.stream
+                if stream not in _ACKER_STREAMS:
+                    self._checkpoint_input(task, tup)
+                    continue
                 root = tup.values[0]
                 pending = self._pending[task]
                 if stream == ACK_RESET_TIMEOUT:
@@ -192,13 +216,21 @@ class SpoutExecutor(Executor):
                     self.stats.complete_secs += time.perf_counter() - entry[1]
                     self.stats.complete_count += 1
                     self._call(task, "ack", entry[0])
-                elif stream == ACK_FAIL:
+                else:
                     self.stats.failed += 1
                     self._call(task, "fail", entry[0])
         self._run_settle_now()
         self.flush_all()  # replays emitted from fail()
         if self._tracker is not None and done:
             self._tracker.done(done)
+
+    def _checkpoint_input(self, task: int, tup: Any) -> None:
+        """A barrier from the checkpoint spout, or (for the checkpoint spout) a restarted task's
+        request for a rollback."""
+        if tup._source.stream == CHECKPOINT_RECOVER:
+            self.spouts[task].request_recovery(f"task {tup.values[0]} restarted")
+        elif self.checkpointing is not None:
+            self.checkpointing.barrier(task, tup)
 
     def _call(self, task: int, method: str, msg_id: Any) -> None:
         try:

@@ -28,6 +28,7 @@ class WorkerContext:
     * ``sources``: the :class:`StreamSource` of every (component, stream) of the topology,
       system streams included, shared by every tuple of that stream.
     * ``transfer``: see :data:`TransferFn`.
+    * ``restarted``: the worker replaces one that died (its tasks ask for a rollback).
     """
 
     topology_name: str
@@ -40,6 +41,7 @@ class WorkerContext:
     sources: dict[tuple[str, str], StreamSource]
     state: TopologyState
     transfer: TransferFn
+    restarted: bool = False
 
     def is_single_task(self, queue: BatchQueue) -> bool:
         return id(queue) in self.single_task_queues

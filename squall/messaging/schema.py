@@ -103,7 +103,7 @@ WorkerMessage = Hello | Bound | Ready | SetupFailed | Heartbeat | Stopped
 
 
 class Bootstrap(msgspec.Struct, frozen=True, tag="bootstrap", tag_field="type"):
-    """The pickled (name, topology, config, assignment, active): sent only over an
+    """The pickled (name, topology, config, assignment, active, restarted): sent only over an
     authenticated link, to a worker of this topology."""
 
     payload: bytes

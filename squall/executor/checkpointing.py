@@ -1,0 +1,249 @@
+"""Checkpoint barriers in executors (Storm's ``StatefulBoltExecutor`` and
+``CheckpointTupleForwarder``, with aligned barriers and spouts in the snapshot).
+
+Barriers are ``$checkpoint`` tuples (see :mod:`squall.checkpoint_spout`). The channel from one
+task to another is FIFO (one outbox per destination, one ZeroMQ connection per pair of
+workers), so a barrier splits each channel into the tuples before it and after it. A batch
+holding a barrier holds only barriers: the sender hands its batches on before and after
+one, and the receive path cuts its batches at one. An executor therefore looks at the first
+tuple of each batch only, until a barrier arrives; then, until one of the same id has
+arrived from every upstream task (*alignment*), the tuples of the tasks whose barrier has
+arrived wait in memory, and the others are executed. Once aligned, the executor acts on the
+barrier (state written, committed or rolled back), passes it on, acks it (or fails it), and
+executes what waited. The state of every task then reflects exactly the tuples before the
+barrier of the cut, and a spout's position taken when the barrier passed it matches.
+
+A barrier with a newer id from a task not waiting on the current one means the current one
+was superseded (the checkpoint spout sends a ROLLBACK when a worker restarted): the current
+alignment is given up (its barriers failed) and the newer one starts.
+
+A task of a restarted worker fails every PREPARE until a rollback has reached it: its
+worker lost tuples, which no checkpoint may leave out.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from squall.acker import ACK_ACK, ACK_FAIL, CHECKPOINT_RECOVER
+from squall.checkpoint_spout import (
+    CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, COMMIT, PREPARE, RECOVERY_ACTIONS,
+)
+from squall.serialization import Serializer
+from squall.state.key_value_state import KeyValueState
+from squall.state.provider import provider_for
+from squall.tuple import Tuple
+
+if TYPE_CHECKING:
+    from squall.executor.executor import Executor
+
+log = logging.getLogger("squall.checkpoint")
+
+#: set in the root id of the trees of stateful spouts: a stateful bolt does not hold their acks
+#: (those spouts replay through rollbacks, not through fails)
+UNHELD_ROOT_BIT = 1 << 63
+
+
+class TaskStates:
+    """The states of an executor's stateful tasks, and what a barrier does to them."""
+
+    def __init__(self, executor: Executor, components: dict[int, Any]) -> None:
+        self._executor = executor
+        self._components = components
+        self._provider = provider_for(executor.conf, executor.worker.topology_name)
+        serializer = Serializer.for_config(executor.conf)
+        self.states = {
+            task: KeyValueState(self._provider.task_store(executor.component, task), serializer,
+                                f"component {executor.component!r} task {task}")
+            for task in components
+        }
+
+    def init(self) -> None:
+        """Load the last committed state and call ``init_state`` (before the first tuple);
+        raises what they raise."""
+        committed = self._provider.committed()
+        for task, state in self.states.items():
+            state.load(committed)
+            self._components[task].init_state(state)
+
+    def act(self, tasks: Any, txid: int | None, action: str) -> bool:
+        """Do ``action`` of checkpoint ``txid`` for ``tasks``; False (error recorded for the
+        task) if a hook or the store raised."""
+        for task in tasks:
+            component, state = self._components[task], self.states[task]
+            try:
+                if action == PREPARE:
+                    component.pre_prepare(txid)
+                    state.prepare(txid)
+                elif action == COMMIT:
+                    component.pre_commit(txid)
+                    state.commit(txid)
+                else:
+                    component.pre_rollback()
+                    state.load(txid)
+                    component.init_state(state)
+            except Exception as e:  # noqa: BLE001 - the checkpoint fails and rolls back
+                log.warning("component %r task %d: %s of checkpoint %s failed: %s",
+                            self._executor.component, task, action, txid, e)
+                self._executor.report_error(task, e)
+                return False
+        return True
+
+    def close(self) -> None:
+        for state in self.states.values():
+            state.close()
+        self._provider.close()
+
+
+class Checkpointing:
+    """Barrier handling for one executor of a checkpointed topology.
+
+    ``process_batch`` replaces the bolt executor's; a spout executor calls :meth:`barrier`
+    for the barriers from the checkpoint spout (its only upstream task, so it aligns at once).
+    ``emit_barrier(task, values, anchors)`` passes a barrier on from ``task``;
+    ``states``: the stateful tasks' :class:`TaskStates`, or None.
+    """
+
+    def __init__(self, executor: Executor, emit_barrier: Any, states: TaskStates | None) -> None:
+        self._executor = executor
+        self._emit_barrier = emit_barrier
+        self.states = states
+        self._execute = None  # the executor's own process_batch
+        assignment = executor.worker.assignment
+        upstream = [source for source, stream in executor.spec.inputs if stream == CHECKPOINT_STREAM]
+        self._expected = {(src, task) for component in upstream for src in assignment.component_tasks[component]
+                          for task in executor.task_ids}
+        self._current: int | None = None  # id of the barrier being aligned
+        self._barrier: tuple[Any, str] | None = None  # its (txid, action)
+        self._arrived: set[tuple[int, int]] = set()  # (source task, task)
+        self._waiting: set[int] = set()  # source tasks whose barrier arrived
+        self._held: dict[int, list[Tuple]] = {}  # task -> its barriers, acked once acted on
+        self._buffer: list[tuple[int, Tuple]] = []  # (task, tuple) of waiting sources
+        #: a restarted worker's tasks fail every PREPARE until a rollback reached them
+        self.recovered = not executor.worker.restarted
+        # a stateful bolt's acks of trees of plain spouts: held until the state is committed
+        self._prepared_acks: dict[int, int] = {}
+        self._checkpoint_task = assignment.component_tasks[CHECKPOINT_COMPONENT][0]
+
+    def wrap(self, process_batch: Any) -> Any:
+        """The bolt executor's ``process_batch`` with barriers taken out (see the module)."""
+        self._execute = process_batch
+        single = self._executor.single_task
+
+        def process(batch: list[Any]) -> None:
+            if self._current is None:
+                first = batch[0] if single else batch[0][1]
+                if first._source.stream != CHECKPOINT_STREAM:
+                    process_batch(batch)
+                    return
+            self._process(self._executor.pairs(batch))
+        return process
+
+    def request_recovery(self) -> None:
+        """Ask the checkpoint spout for a rollback (a restarted worker's executor, at start)."""
+        ex = self._executor
+        task = ex.task_ids[0]
+        ex.send((self._checkpoint_task,), Tuple([task], ex.system_sources[CHECKPOINT_RECOVER], task))
+
+    # -- alignment ----------------------------------------------------------------------
+
+    def _process(self, pairs: Any) -> None:
+        run: list[tuple[int, Tuple]] = []  # tuples to execute, in order
+        for task, tup in pairs:
+            if self._current is not None and tup.source_task in self._waiting:
+                self._buffer.append((task, tup))
+            elif tup._source.stream == CHECKPOINT_STREAM:
+                self._run(run)
+                run = []
+                self.barrier(task, tup)
+            else:
+                run.append((task, tup))
+        self._run(run)
+
+    def _run(self, pairs: list[tuple[int, Tuple]]) -> None:
+        if pairs:
+            self._execute([tup for _, tup in pairs] if self._executor.single_task else pairs)
+
+    def barrier(self, task: int, tup: Tuple) -> None:
+        """A barrier for ``task`` from the task upstream that emitted ``tup``."""
+        txid, action, barrier_id = tup.values
+        if self._current is not None and barrier_id != self._current:
+            if barrier_id < self._current:
+                self._settle([tup], False)  # of a superseded checkpoint
+                return
+            self._give_up()
+        if self._current is None:
+            self._current, self._barrier = barrier_id, (txid, action)
+        self._held.setdefault(task, []).append(tup)
+        self._arrived.add((tup.source_task, task))
+        self._waiting.add(tup.source_task)
+        if self._arrived >= self._expected:
+            self._complete()
+
+    def _give_up(self) -> None:
+        log.info("component %r: checkpoint barrier %s superseded", self._executor.component, self._current)
+        for held in self._held.values():
+            self._settle(held, False)
+        self._reset()
+
+    def _reset(self) -> None:
+        buffered = self._buffer
+        self._current = self._barrier = None
+        self._arrived, self._waiting, self._held, self._buffer = set(), set(), {}, []
+        if buffered:
+            self._process(buffered)
+
+    def _complete(self) -> None:
+        txid, action = self._barrier
+        ok = self.act(self._executor.task_ids, txid, action)
+        ex = self._executor
+        ex.flush_all()  # every tuple before the barrier goes first, in batches of their own
+        for task, held in self._held.items():
+            if ok:
+                self._emit_barrier(task, [txid, action, self._current], held)
+            self._settle(held, ok)
+        ex.transfer.flush_all()
+        self._reset()
+
+    def act(self, tasks: Any, txid: int | None, action: str) -> bool:
+        """Act on a barrier for ``tasks`` (all of them aligned); False to fail it."""
+        ex = self._executor
+        if action in RECOVERY_ACTIONS:
+            self.recovered = True
+        elif not self.recovered:
+            log.warning("component %r: %s %s failed: this worker restarted and has not rolled back yet",
+                        ex.component, action, txid)
+            return False
+        if self.states is not None and not self.states.act(tasks, txid, action):
+            return False
+        held = ex.held_acks
+        if held is None:
+            return True
+        if action == PREPARE:
+            ex.flush_all()  # the acks of tuples before the barrier join the held ones
+            for root, val in held.items():
+                self._prepared_acks[root] = self._prepared_acks.get(root, 0) ^ val
+            held.clear()
+        elif action == COMMIT:
+            for root, val in self._prepared_acks.items():
+                if val:
+                    ex.to_acker(root, ACK_ACK, [root, val])
+            self._prepared_acks.clear()
+        else:  # their updates are rolled back: the trees are failed, their spouts replay
+            ex.flush_all()
+            for root in {*held, *self._prepared_acks}:
+                ex.to_acker(root, ACK_FAIL, [root])
+            held.clear()
+            self._prepared_acks.clear()
+        return True
+
+    def _settle(self, barriers: list[Tuple], ok: bool) -> None:
+        """Ack (or fail) ``barriers`` straight to their acker: never held with the data's."""
+        ex = self._executor
+        for tup in barriers:
+            for root, edge in tup._anchors_to_ids.items():
+                if ok:
+                    ex.to_acker(root, ACK_ACK, [root, edge ^ tup._ack_val])
+                else:
+                    ex.to_acker(root, ACK_FAIL, [root])

@@ -1,0 +1,273 @@
+"""State and checkpoints (squall.stateful, squall.checkpoint_spout, squall.executor.checkpointing)
+in-process: effectively-once counts, rollbacks, Storm's hooks and acks, and the errors a
+checkpointed topology gets at submit. Crashes of worker processes and Spark are in
+tests/test_state_recovery.py.
+
+The topology is examples/stateful_wordcount.py's (a stateful file spout, split, a stateful
+count) over a small file made here; its committed state is read with
+``squall.testing.committed_state``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+
+import pytest
+
+from squall import BasicBolt, Bolt, Config, InvalidTopologyError, LocalCluster, TopologyBuilder
+from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
+from squall.grouping import ALL
+from squall.state import StateProviderError
+from squall.stateful import StatefulBolt
+from squall.testing import FeederSpout, committed_state, wait_until
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import stateful_wordcount as swc  # noqa: E402 - the example's components
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def words_file(tmp_path):
+    return swc.make_input(str(tmp_path / "words.txt"), 3000)
+
+
+def expected_counts(path: str) -> Counter:
+    with open(path) as f:
+        return Counter(w for line in f for w in line.split())
+
+
+def counts_of(name: str, topology, conf) -> Counter:
+    counts: Counter = Counter()
+    for task_counts in committed_state(name, topology, "count", conf).values():
+        counts.update(task_counts)
+    return counts
+
+
+def spout_done(name: str, topology, conf, path: str) -> bool:
+    """Whether the spout's committed offset is the end of the file."""
+    states = committed_state(name, topology, "lines", conf)
+    return sum(s.get("offset", 0) for s in states.values()) == os.path.getsize(path)
+
+
+def wait_for_commit_of_all(name, topology, conf, path, timeout=30.0):
+    wait_until(lambda: spout_done(name, topology, conf, path), timeout=timeout, interval=0.05,
+               message="the whole file committed")
+
+
+def conf(**extra) -> Config:
+    c = Config()
+    c.update({"topology.state.checkpoint.interval.ms": 100, "topology.message.timeout.secs": 5})
+    c.update(extra)
+    return c
+
+
+# -- wiring ----------------------------------------------------------------------------------------
+
+
+def test_create_topology_adds_the_checkpoint_spout_and_barrier_subscriptions(words_file):
+    topology = swc.build(words_file)
+    assert topology.checkpointed and topology.state_layout == {"lines": 1, "count": 2}
+    assert list(topology.components)[0] == CHECKPOINT_COMPONENT
+    comps = topology.components
+    assert comps["lines"].inputs[(CHECKPOINT_COMPONENT, CHECKPOINT_STREAM)].type == ALL
+    assert comps["split"].inputs[("lines", CHECKPOINT_STREAM)].type == ALL
+    assert comps["count"].inputs[("split", CHECKPOINT_STREAM)].type == ALL
+    assert all(CHECKPOINT_STREAM in c.outputs for c in comps.values())
+    plain = TopologyBuilder()
+    plain.set_spout("s", FeederSpout(["v"]))
+    assert not plain.create_topology().checkpointed
+
+
+def test_checkpoint_stream_and_component_ids_are_reserved():
+    class Declares(BasicBolt):
+        outputs = {CHECKPOINT_STREAM: ["x"]}
+
+    builder = TopologyBuilder()
+    builder.set_spout("s", FeederSpout(["v"]))
+    builder.set_bolt("count", swc.WordCount()).shuffle_grouping("s")
+    builder.set_bolt("bad", Declares()).shuffle_grouping("s")
+    with pytest.raises(InvalidTopologyError, match=r"component 'bad': stream id '\$checkpoint' is reserved"):
+        builder.create_topology()
+
+
+# -- effectively once ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_counts_are_exact(words_file, workers):
+    topology, c = swc.build(words_file), conf(**{"topology.workers": workers})
+    with LocalCluster() as cluster:
+        cluster.submit_topology(f"exact{workers}", c, topology)
+        wait_for_commit_of_all(f"exact{workers}", topology, c, words_file)
+        assert counts_of(f"exact{workers}", topology, c) == expected_counts(words_file)
+
+
+class FlakyCount(swc.WordCount):
+    """Fails the prepare of its first checkpoints (task of index 0)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.first = context.get_this_task_index() == 0
+
+    def pre_prepare(self, txid):
+        if self.first and self.failures:
+            self.failures -= 1
+            raise RuntimeError(f"prepare of {txid} refused")
+
+
+def paced_topology(words_file: str, count: swc.WordCount):
+    """The example's topology, paced (so that checkpoints happen mid-file), with ``count``."""
+    builder = TopologyBuilder()
+    builder.set_spout("lines", swc.FileSpout(words_file, lines_per_sec=6000))
+    builder.set_bolt("split", swc.SplitLine(), 2).shuffle_grouping("lines")
+    builder.set_bolt("count", count, 2).fields_grouping("split", ["word"])
+    return builder.create_topology(), conf()
+
+
+def test_a_failed_checkpoint_rolls_back_and_counts_stay_exact(words_file):
+    topology, c = paced_topology(words_file, FlakyCount(failures=3))
+    with LocalCluster() as cluster:
+        cluster.submit_topology("flaky", c, topology)
+        wait_for_commit_of_all("flaky", topology, c, words_file)
+        assert counts_of("flaky", topology, c) == expected_counts(words_file)
+        errors = cluster.get_topology_info("flaky")["components"]["count"]["errors"]
+        assert len(errors) == 3 and all("refused" in e["error"] for e in errors)
+
+
+class PutsUnstorable(swc.WordCount):
+    """Puts a value no serializer takes, once (the rollback removes it)."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.pending_bad = context.get_this_task_index() == 0
+
+    def execute(self, tup):
+        if self.pending_bad:
+            self.pending_bad = False
+            self.counts.put("bad key", object())
+        super().execute(tup)
+
+
+def test_an_unstorable_value_fails_the_checkpoint_naming_component_and_key(words_file):
+    topology, c = paced_topology(words_file, PutsUnstorable())
+    with LocalCluster() as cluster:
+        cluster.submit_topology("unstorable", c, topology)
+        wait_for_commit_of_all("unstorable", topology, c, words_file)
+        # rolled back, then went on: exact counts, and the bad value never committed
+        assert counts_of("unstorable", topology, c) == expected_counts(words_file)
+        errors = cluster.get_topology_info("unstorable")["components"]["count"]["errors"]
+        assert len(errors) == 1
+        assert "component 'count' task" in errors[0]["error"] and "key 'bad key'" in errors[0]["error"]
+
+
+def test_a_topology_submitted_again_resumes_from_its_last_commit(tmp_path, words_file):
+    topology, c = swc.build(words_file), conf()
+    expected = expected_counts(words_file)
+    with LocalCluster() as cluster:
+        cluster.submit_topology("again", c, topology)
+        wait_for_commit_of_all("again", topology, c, words_file)
+        cluster.kill_topology("again", wait_secs=0)
+        wait_until(lambda: "again" not in cluster.get_topologies(), message="killed")
+        # the same components over an empty file: only init_state's committed state can hold counts
+        empty = tmp_path / "empty.txt"
+        empty.write_text("")
+        again = swc.build(str(empty))
+        cluster.submit_topology("again", c, again)
+        wait_until(lambda: counts_of("again", again, c) == expected, message="committed counts kept")
+        # the spout resumed at its committed offset (past this file's end): nothing was read again
+        assert counts_of("again", again, c) == expected
+
+
+# -- Storm's hooks and acks --------------------------------------------------------------------------
+
+
+class Hooked(StatefulBolt):
+    """Keeps the values it sees in its state and logs its hooks to a file; a checkpoint whose
+    state holds "boom" fails."""
+
+    def __init__(self, log_path: str) -> None:
+        self.log_path = log_path
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def _log(self, *entry) -> None:
+        with open(self.log_path, "a") as f:
+            f.write(" ".join(map(str, entry)) + "\n")
+
+    def init_state(self, state):
+        self.state = state
+        self._log("init_state", sorted(state.keys()))
+
+    def pre_prepare(self, txid):
+        self._log("pre_prepare", txid)
+        if "boom" in self.state:
+            raise RuntimeError("boom")
+
+    def pre_commit(self, txid):
+        self._log("pre_commit", txid)
+
+    def pre_rollback(self):
+        self._log("pre_rollback")
+
+    def execute(self, tup):
+        self.state.put(tup.values[0], True)
+        self.collector.ack(tup)
+
+
+def test_plain_reliable_spout_gets_acks_after_the_commit_and_fails_on_rollback(tmp_path):
+    log = tmp_path / "hooks.log"
+    feeder = FeederSpout(["v"])
+    builder = TopologyBuilder()
+    builder.set_spout("feed", feeder)
+    builder.set_bolt("hooked", Hooked(str(log))).shuffle_grouping("feed")
+    topology = builder.create_topology()
+    c = conf(**{"topology.state.checkpoint.interval.ms": 300})
+    with LocalCluster() as cluster:
+        cluster.submit_topology("hooks", c, topology)
+        wait_until(lambda: "pre_commit" in log.read_text() if log.exists() else False, message="a first commit")
+        feeder.feed(["a"], msg_id="a")
+        wait_until(lambda: feeder.acked == ["a"], message="a acked")
+        lines = log.read_text().splitlines()
+        # init_state with the (empty) committed state came first; "a" was acked after a commit that holds it
+        assert lines[0] == "init_state []"
+        assert any(line.startswith("pre_commit") for line in lines[lines.index("init_state []") + 1:])
+        state = committed_state("hooks", topology, "hooked", c)
+        assert list(state.values()) == [{"a": True}]
+        # a failed checkpoint rolls the state back and fails the tuples it held: the spout replays them
+        feeder.feed(["boom"], msg_id="boom")
+        wait_until(lambda: feeder.failed == ["boom"], message="boom failed")
+        lines = log.read_text().splitlines()
+        assert lines[-2:] == ["pre_rollback", "init_state ['a']"]
+        assert feeder.acked == ["a"]
+
+
+def test_acker_executors_zero_and_a_long_interval_are_refused_at_submit(words_file):
+    topology = swc.build(words_file)
+    with LocalCluster() as cluster:
+        with pytest.raises(InvalidTopologyError, match=r"stateful components \['count', 'lines'\].*acker.executors"):
+            cluster.submit_topology("noackers", conf(**{"topology.acker.executors": 0}), topology)
+        with pytest.raises(InvalidTopologyError, match=r"interval.ms' \(5000\) must be below the message timeout"):
+            cluster.submit_topology("slow", conf(**{"topology.state.checkpoint.interval.ms": 5000}), topology)
+        assert cluster.get_topologies() == []
+
+
+def test_a_state_location_holding_other_components_is_refused(words_file):
+    with LocalCluster() as cluster:
+        cluster.submit_topology("layout", conf(), swc.build(words_file, counters=2))
+        cluster.kill_topology("layout", wait_secs=0)
+        wait_until(lambda: "layout" not in cluster.get_topologies(), message="killed")
+        with pytest.raises(StateProviderError, match=r"'count': 2.*but this topology has.*'count': 3"):
+            cluster.submit_topology("layout", conf(), swc.build(words_file, counters=3))
+
+
+def test_the_memory_provider_is_refused_for_worker_processes(words_file):
+    with LocalCluster(processes=True) as cluster:
+        with pytest.raises(StateProviderError, match="'memory' state provider keeps state in one process"):
+            cluster.submit_topology("mem", conf(), swc.build(words_file))
