@@ -19,15 +19,18 @@ from squall.grouping import CustomStreamGrouping, GlobalStreamId
 from squall.local_cluster import LocalCluster
 from squall.multilang import ShellBolt, ShellSpout
 from squall.spout import Spout
+from squall.state import KeyValueState
+from squall.stateful import IStatefulBolt, StatefulBolt, StatefulComponent, StatefulSpout
 from squall.topology import StormTopology, TopologyBuilder
 from squall.tuple import Fields, Tuple, Values
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AlreadyAliveError", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "CustomStreamGrouping",
-    "EmitError", "FailedException", "Fields", "GlobalStreamId", "Grouping", "InvalidTopologyError", "LocalCluster",
-    "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SecurityError", "SerializationError", "ShellBolt", "ShellSpout",
-    "Spout", "SpoutOutputCollector", "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError",
-    "Tuple", "Values", "__version__",
+    "AlreadyAliveError", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "CustomStreamGrouping", "EmitError",
+    "FailedException", "Fields", "GlobalStreamId", "Grouping", "IStatefulBolt", "InvalidTopologyError",
+    "KeyValueState", "LocalCluster", "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SecurityError",
+    "SerializationError", "ShellBolt", "ShellSpout", "Spout", "SpoutOutputCollector", "StatefulBolt",
+    "StatefulComponent", "StatefulSpout", "StormTopology", "Topology", "TopologyBuilder", "TopologyContext",
+    "TopologySetupError", "Tuple", "Values", "__version__",
 ]

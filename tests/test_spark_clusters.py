@@ -23,6 +23,7 @@ from squall.spark import SparkCluster  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 from test_processes import at_least_once_topology, put_messages, read_lines, sentences, wordcount  # noqa: E402
 from test_spark import run_wordcount, sconf, spark_workers  # noqa: E402
+from test_state_recovery import committed_offset, crash_conf, counts_of, swc, wait_for_offset, words  # noqa: E402, F401
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.spark]  # the first test of a class also pays for the cluster's start
 
@@ -85,6 +86,22 @@ class TestLocalCluster:
                    message="every message acked (moved to done/)")
         assert {line.split()[0] for line in read_lines(tmp_path, "sink-")} == wanted
         cluster.kill_topology("alo", wait_secs=0)
+
+    def test_kill_9_of_a_worker_restores_every_stateful_task_and_the_counts_are_exact(self, cluster, tmp_path, words):
+        path, size, expected = words
+        topology = swc.build(path, lines_per_sec=4000)
+        conf = crash_conf(tmp_path / "state", **{k: v for k, v in sconf().items() if k != "topology.workers"})
+        conf["topology.workers"] = 2
+        cluster.submit_topology("sstate", conf, topology)
+        wait_for_offset("sstate", topology, conf, 0.3, size)
+        pid = spark_workers(cluster, "sstate")[0]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: all(w["restarts"] == 1 and w["port"] for w in spark_workers(cluster, "sstate")),
+                   timeout=40, interval=0.05, message="the Spark job resubmitted")
+        assert committed_offset("sstate", topology, conf) < size, "the kill was not mid-stream"
+        wait_for_offset("sstate", topology, conf, 1.0, size)
+        assert counts_of("sstate", topology, conf) == expected
+        cluster.kill_topology("sstate", wait_secs=0)
 
 
 class TestStandalone:

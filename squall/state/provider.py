@@ -134,7 +134,7 @@ class _MemoryTaskStore(TaskStore):
     def load(self, committed: int | None) -> dict[bytes, bytes]:
         with self._location.lock:
             record = self._record
-            if _folds(record[2], committed):
+            if prepared_is_committed(record[2], committed):
                 self._fold(record[2])
             record[2], record[3], record[4] = None, {}, []
             return dict(record[1])
@@ -143,7 +143,7 @@ class _MemoryTaskStore(TaskStore):
         with self._location.lock:
             _, base, prepared, puts, deletes = self._record
             content = dict(base)
-            if _folds(prepared, committed):
+            if prepared_is_committed(prepared, committed):
                 content.update(puts)
                 for key in deletes:
                     content.pop(key, None)
@@ -167,7 +167,7 @@ class _MemoryTaskStore(TaskStore):
         record[0], record[2], record[3], record[4] = txid, None, {}, []
 
 
-def _folds(prepared: int | None, committed: int | None) -> bool:
+def prepared_is_committed(prepared: int | None, committed: int | None) -> bool:
     """Whether a prepared delta of txid ``prepared`` belongs to the committed state."""
     return prepared is not None and committed is not None and prepared <= committed
 
