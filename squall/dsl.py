@@ -33,6 +33,7 @@ from squall.grouping import (
 from squall.spec import Spec
 from squall.spout import Spout
 from squall.topology import BoltDeclarer, StormTopology, TopologyBuilder, check_count
+from squall.windowing.bolt import BaseWindowedBolt
 
 
 @dataclass(frozen=True, repr=False)
@@ -246,7 +247,7 @@ def _declare(cls: type[Topology]) -> tuple[_Declared, ...]:
 def _check_spec(topology: str, spec: Spec, cid: str, where: str, ids: dict[Spec, str]) -> _Declared:
     kind = spec.component_class
     is_spout = issubclass(kind, Spout)
-    if not is_spout and not issubclass(kind, (Bolt, BasicBolt)):
+    if not is_spout and not issubclass(kind, (Bolt, BasicBolt, BaseWindowedBolt)):
         raise InvalidTopologyError(
             f"{where}: {kind.__name__} is neither a squall.Spout, a squall.Bolt nor a squall.BasicBolt"
         )

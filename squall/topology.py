@@ -19,6 +19,10 @@ from squall.grouping import (
 from squall.spout import Spout
 from squall.stateful import StatefulComponent
 from squall.tuple import Fields
+from squall.windowing.bolt import BaseWindowedBolt
+from squall.windowing.checks import check_windowed_bolt
+from squall.windowing.executor import WindowedBoltExecutor, windowed_executor
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -191,14 +195,21 @@ class TopologyBuilder:
         self._add(component_id, spout, "spout", parallelism)
         return SpoutDeclarer(self, component_id)
 
-    def set_bolt(self, component_id: str, bolt: Bolt | BasicBolt, parallelism: int = 1) -> BoltDeclarer:
+    def set_bolt(self, component_id: str, bolt: Bolt | BasicBolt | BaseWindowedBolt,
+                 parallelism: int = 1) -> BoltDeclarer:
+        """A bolt, basic bolt or windowed bolt (run through the
+        :class:`~squall.windowing.executor.WindowedBoltExecutor` this wraps it in, as Storm's
+        ``TopologyBuilder`` does)."""
+        if isinstance(bolt, BaseWindowedBolt):
+            bolt = windowed_executor(bolt)
         if isinstance(bolt, Bolt):
             kind = "bolt"
         elif isinstance(bolt, BasicBolt):
             kind = "basic_bolt"
         else:
             raise InvalidTopologyError(
-                f"bolt {component_id!r}: {type(bolt).__name__} is neither a squall.Bolt nor a squall.BasicBolt"
+                f"bolt {component_id!r}: {type(bolt).__name__} is neither a squall.Bolt, a squall.BasicBolt nor a "
+                "windowed bolt"
             )
         self._add(component_id, bolt, kind, parallelism)
         self._inputs[component_id] = {}
@@ -235,6 +246,9 @@ class TopologyBuilder:
             except Exception as e:
                 raise InvalidTopologyError(f"component {cid!r}: get_component_configuration failed: {e}") from e
             conf.update(self._confs.get(cid, {}))
+            if isinstance(entry.obj, WindowedBoltExecutor):
+                check_windowed_bolt(cid, conf, entry.obj.bolt.get_timestamp_extractor(), inputs, outputs,
+                                    isinstance(entry.obj, StatefulComponent))
             if not isinstance(conf.get(BLOCKING_KEY, False), bool):
                 raise InvalidTopologyError(f"component {cid!r}: {BLOCKING_KEY!r} must be true or false, "
                                            f"got {conf[BLOCKING_KEY]!r}")

@@ -28,6 +28,7 @@ from squall.scheduler import Assignment, assign
 from squall.state.provider import StateProviderError, provider_for
 from squall.topology import StormTopology
 from squall.utils import time as clock
+from squall.windowing.checks import check_topology_windows
 
 ACTIVE, INACTIVE, KILLED, FAILED = "ACTIVE", "INACTIVE", "KILLED", "FAILED"
 
@@ -113,6 +114,7 @@ class Nimbus(ABC):
             merged = self._configure(merged)
             if topology.checkpointed:
                 check_state(name, topology, merged, self.in_process)
+            check_topology_windows(name, topology, merged)
             assignment = assign(topology, merged)
             runner = self._make_runner(name, topology, merged, assignment, state)
             running = _Running(name, topology, merged, state, runner, clock.now())
