@@ -267,6 +267,18 @@ def test_a_state_location_holding_other_components_is_refused(words_file):
             cluster.submit_topology("layout", conf(), swc.build(words_file, counters=3))
 
 
+def test_a_state_location_of_another_topology_is_refused_at_submit(tmp_path, words_file):
+    sqlite = {"topology.state.provider": "sqlite", "topology.state.provider.config": {"path": str(tmp_path / "s")}}
+    with LocalCluster() as cluster:
+        cluster.submit_topology("first", conf(**sqlite), swc.build(words_file))
+        cluster.kill_topology("first", wait_secs=0)
+        wait_until(lambda: "first" not in cluster.get_topologies(), message="killed")
+        with pytest.raises(StateProviderError, match=r"'sqlite' at .*/s: it holds the state of topology 'first', "
+                                                     r"not of 'second'"):
+            cluster.submit_topology("second", conf(**sqlite), swc.build(words_file))
+        assert cluster.get_topologies() == []
+
+
 def test_the_memory_provider_is_refused_for_worker_processes(words_file):
     with LocalCluster(processes=True) as cluster:
         with pytest.raises(StateProviderError, match="'memory' state provider keeps state in one process"):
