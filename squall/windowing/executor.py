@@ -147,20 +147,24 @@ class WindowedBoltExecutor(Bolt):
     def _timestamp(self, tup: Tuple) -> int | None:
         """``tup``'s event timestamp (whole milliseconds), or None once it is failed and an
         error recorded."""
-        what = f"timestamp field {self._field!r}" if self._extractor is None else "timestamp extractor"
         try:
             ts = tup[self._field] if self._extractor is None else self._extractor(tup)
         except Exception as e:  # noqa: BLE001 - the tuple is failed, the bolt goes on
-            problem = f"its {what} raised {type(e).__name__}: {e}"
+            problem = f"its {self._what()} raised {type(e).__name__}: {e}"
         else:
+            if ts.__class__ is int:
+                return ts
             if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts):
                 return math.floor(ts)
-            problem = f"its {what} is {reprlib.repr(ts)}, not a number of milliseconds"
+            problem = f"its {self._what()} is {reprlib.repr(ts)}, not a number of milliseconds"
         self._collector.report_error(ValueError(
             f"windowed bolt {self._component!r}: a tuple from {tup.source_component!r}:{tup.source_stream_id!r} "
             f"has no event time: {problem}; the tuple is failed"))
         self._collector.fail(tup)
         return None
+
+    def _what(self) -> str:
+        return f"timestamp field {self._field!r}" if self._extractor is None else "timestamp extractor"
 
     def _late(self, tup: Tuple, ts: int) -> None:
         """``tup`` came after the watermark passed its timestamp: to the late tuple stream, or
