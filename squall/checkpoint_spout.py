@@ -16,6 +16,10 @@ A checkpoint is two barriers:
 2. ``COMMIT txid``: the tasks fold the prepared delta into their committed state (a task
    that misses it folds it when it recovers, since ``txid`` is committed).
 
+If recording the commit fails (the provider unreachable, or it timed out after writing),
+nothing is sent until the provider answers which txid is committed: COMMIT if it is
+``txid``, else ROLLBACK (the tasks' prepared deltas are never prepared a second time).
+
 ``INITSTATE txid`` (when this spout opens) and ``ROLLBACK txid`` (after a failed
 checkpoint, or when a restarted worker asks for recovery) return every task to committed
 txid ``txid`` and the spouts to the position committed with it. A failed PREPARE is followed
@@ -61,6 +65,8 @@ class CheckpointSpout(Spout):
         self._next_prepare_at = 0.0
         self._last_id = 0
         self.recovery_requested = False
+        self._unsure: int | None = None  # a txid whose commit raised: committed or not?
+        self._ask_at = 0.0  # when to ask the provider again
 
     def close(self) -> None:
         self._provider.close()
@@ -71,6 +77,8 @@ class CheckpointSpout(Spout):
         self.recovery_requested = True
 
     def next_tuple(self) -> None:
+        if self._unsure is not None and not self._resolve():
+            return
         if self.recovery_requested:
             self.recovery_requested = False
             self._in_flight = None  # superseded: its ack or fail will be ignored
@@ -97,7 +105,9 @@ class CheckpointSpout(Spout):
             return
         txid, action = barrier
         if action == PREPARE:
+            self._unsure = txid  # until set_committed returns; if it raises, next_tuple asks
             self._provider.set_committed(txid)  # the commit point
+            self._unsure = None
             self.committed = txid
             self._next = COMMIT
         else:
@@ -111,6 +121,23 @@ class CheckpointSpout(Spout):
         log.warning("checkpoint spout: %s of txid %s failed; %s", action, txid,
                     "rolling back" if action == PREPARE else "sending it again")
         self._next = ROLLBACK if action in (PREPARE, ROLLBACK) else action
+
+    def _resolve(self) -> bool:
+        """Whether the provider said if the commit of ``_unsure`` happened (then the next
+        barrier is COMMIT of it, or ROLLBACK to what is committed); asks at most once a second."""
+        if time.monotonic() < self._ask_at:
+            return False
+        try:
+            committed = self._provider.committed()
+        except Exception as e:  # noqa: BLE001 - asked again in a second
+            self._ask_at = time.monotonic() + 1.0
+            log.warning("checkpoint spout: whether txid %s is committed is unknown: %s", self._unsure, e)
+            return False
+        self._next = COMMIT if committed == self._unsure else ROLLBACK
+        log.warning("checkpoint spout: txid %s %s", self._unsure,
+                    "was committed" if self._next == COMMIT else "was not committed; rolling back")
+        self.committed, self._unsure = committed, None
+        return True
 
     def _finish(self, msg_id: Any) -> tuple[int | None, str] | None:
         """(txid, action) of the barrier in flight if ``msg_id`` is its id, which is then in

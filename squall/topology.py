@@ -283,6 +283,31 @@ class TopologyBuilder:
         return {s: StreamSpec(f, d) for s, (f, d) in declarer.streams.items()}
 
 
+def _cycle(inputs_of: dict[str, dict[tuple[str, str], GroupingSpec]]) -> list[str]:
+    """A cycle of subscriptions (its components, the first repeated last), or [] if none."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(cid: str) -> list[str]:
+        if cid in path:
+            return [*path[path.index(cid):], cid]
+        if cid in done:
+            return []
+        path.append(cid)
+        for source, _ in inputs_of.get(cid, {}):
+            found = visit(source)
+            if found:
+                return found
+        path.pop()
+        done.add(cid)
+        return []
+
+    for cid in inputs_of:
+        found = visit(cid)
+        if found:
+            return found[::-1]  # in the direction tuples flow
+    return []
+
 def _with_checkpoints(
     entries: dict[str, _Entry], inputs_of: dict[str, dict[tuple[str, str], GroupingSpec]],
     outputs: dict[str, dict[str, StreamSpec]],
@@ -297,6 +322,13 @@ def _with_checkpoints(
         if CHECKPOINT_STREAM in streams:
             raise InvalidTopologyError(f"component {cid!r}: stream id {CHECKPOINT_STREAM!r} is reserved for "
                                        "checkpoints (the topology has stateful components)")
+    cycle = _cycle(inputs_of)
+    if cycle:
+        raise InvalidTopologyError(
+            f"components {' -> '.join(repr(c) for c in cycle)} form a cycle, which a checkpointed topology (it has stateful "
+            "components) cannot have: a bolt passes a checkpoint barrier on once it came from all its inputs, which "
+            "in a cycle never happens"
+        )
     barrier = StreamSpec(Fields(CHECKPOINT_FIELDS), False)
     for streams in outputs.values():
         streams[CHECKPOINT_STREAM] = barrier

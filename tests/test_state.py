@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import Counter
 
 import pytest
@@ -19,8 +20,8 @@ import pytest
 from squall import BasicBolt, Bolt, Config, InvalidTopologyError, LocalCluster, TopologyBuilder
 from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.grouping import ALL
-from squall.state import StateProviderError
-from squall.stateful import StatefulBolt
+from squall.state import InMemoryStateProvider, StateProviderError
+from squall.stateful import StatefulBolt, StatefulSpout
 from squall.testing import FeederSpout, committed_state, wait_until
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -93,7 +94,107 @@ def test_checkpoint_stream_and_component_ids_are_reserved():
         builder.create_topology()
 
 
+def test_a_cycle_is_refused_in_a_checkpointed_topology():
+    class Again(BasicBolt):
+        outputs = {"default": ["word"], "again": ["word"]}
+
+    builder = TopologyBuilder()
+    builder.set_spout("s", FeederSpout(["word"]))
+    builder.set_bolt("a", Again()).shuffle_grouping("s").shuffle_grouping("count")
+    builder.set_bolt("count", swc.WordCount()).shuffle_grouping("a")
+    with pytest.raises(InvalidTopologyError, match=r"components 'a' -> 'count' -> 'a' form a cycle"):
+        builder.create_topology()
+
+
 # -- effectively once ------------------------------------------------------------------------------
+
+
+class Numbers(StatefulSpout):
+    """0, 1, ... ``total - 1`` at ``per_sec``, the next one in its state."""
+
+    outputs = ["n"]
+
+    def __init__(self, total: int, per_sec: float = 5000) -> None:
+        self.total, self.per_sec = total, per_sec
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.state, self.next = state, state.get("next", 0)
+        self.resumed_at, self.resumed_from = time.monotonic(), self.next
+
+    def next_tuple(self):
+        due = self.resumed_from + int((time.monotonic() - self.resumed_at) * self.per_sec)
+        for n in range(self.next, min(due, self.total, self.next + 50)):
+            self.collector.emit([n])
+            self.next = n + 1
+            self.state.put("next", self.next)
+
+
+class Keys(StatefulBolt):
+    """Each number a key of its own: a checkpoint losing a task's delta loses keys for good."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.state = state
+
+    def execute(self, tup):
+        self.state.put(tup.values[0], True)
+        self.collector.ack(tup)
+
+
+def numbers_topology(total: int, executors: int = 1, tasks: int = 1):
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", Numbers(total))
+    builder.set_bolt("keys", Keys(), executors).set_num_tasks(tasks).shuffle_grouping("numbers")
+    return builder.create_topology()
+
+
+def wait_for_every_number(name, topology, conf, total, timeout=30.0):
+    def done():
+        nexts = committed_state(name, topology, "numbers", conf).values()
+        return sum(s.get("next", 0) for s in nexts) == total
+    wait_until(done, timeout=timeout, interval=0.05, message="every number committed")
+    keys = [k for state in committed_state(name, topology, "keys", conf).values() for k in state]
+    assert sorted(keys) == list(range(total))
+
+
+def test_executors_of_several_tasks_align_on_each_task_channel():
+    topology = numbers_topology(3000, executors=2, tasks=5)
+    with LocalCluster() as cluster:
+        cluster.submit_topology("tasks", conf(), topology)
+        wait_for_every_number("tasks", topology, conf(), 3000)
+
+
+class FlakyCommitProvider(InMemoryStateProvider):
+    """Its third ``set_committed`` raises: before writing or, with ``LANDED``, after."""
+
+    LANDED = False
+    calls = 0
+
+    def set_committed(self, txid):
+        FlakyCommitProvider.calls += 1
+        if FlakyCommitProvider.calls == 3:
+            if FlakyCommitProvider.LANDED:
+                super().set_committed(txid)
+            raise StateProviderError(f"recording txid {txid} timed out")
+        super().set_committed(txid)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not-written", "written"])
+def test_a_commit_point_that_raises_is_settled_by_asking_the_provider(landed, monkeypatch):
+    monkeypatch.setattr(FlakyCommitProvider, "LANDED", landed)
+    monkeypatch.setattr(FlakyCommitProvider, "calls", 0)
+    topology = numbers_topology(3000, executors=2)
+    flaky, name = conf(**{"topology.state.provider": f"{__name__}:FlakyCommitProvider"}), f"flaky-{landed}"
+    with LocalCluster() as cluster:
+        cluster.submit_topology(name, flaky, topology)
+        wait_for_every_number(name, topology, flaky, 3000)
+        errors = cluster.get_topology_info(name)["components"][CHECKPOINT_COMPONENT]["errors"]
+        assert FlakyCommitProvider.calls > 3 and any("timed out" in e["error"] for e in errors)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

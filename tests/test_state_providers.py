@@ -108,16 +108,30 @@ def test_load_folds_a_prepared_delta_up_to_the_committed_txid(make: MakeProvider
     assert store.load(2) == {b"b": b"20"}  # folded once: loading again changes nothing
 
 
-def test_load_discards_a_prepared_delta_past_the_committed_txid(make: MakeProvider) -> None:
+def test_load_keeps_a_prepared_delta_past_the_committed_txid_unfolded(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
     store = provider.task_store("count", 0)
     _checkpoint(provider, store, 1, {b"a": b"1"})
-    store.prepare(2, {b"a": b"2", b"b": b"2"}, [])  # checkpoint 2 never completed
+    store.prepare(2, {b"a": b"2", b"b": b"2"}, [])
+    # the task restarts and loads while the other tasks are still finishing checkpoint 2
 
     assert store.load(1) == {b"a": b"1"}
-    store.commit(2)  # a commit arriving late finds nothing to fold
-    assert store.load(2) == {b"a": b"1"}
+    assert make().task_store("count", 0).load(1) == {b"a": b"1"}
+    provider.set_committed(2)  # they finished it: the recovery to txid 2 must see this task's part
+    assert store.load(2) == {b"a": b"2", b"b": b"2"}
+
+
+def test_an_uncommitted_delta_is_replaced_by_the_next_prepare(make: MakeProvider) -> None:
+    provider = make()
+    provider.check(LAYOUT)
+    store = provider.task_store("count", 0)
+    _checkpoint(provider, store, 1, {b"a": b"1"})
+    store.prepare(2, {b"a": b"2", b"b": b"2"}, [])  # checkpoint 2 failed: rolled back to 1
+    assert store.load(1) == {b"a": b"1"}
+    _checkpoint(provider, store, 2, {b"c": b"3"})  # checkpoint 2 taken again
+
+    assert store.load(2) == {b"a": b"1", b"c": b"3"}
 
 
 def test_read_is_what_load_would_return_changing_nothing(make: MakeProvider) -> None:
@@ -134,13 +148,13 @@ def test_read_is_what_load_would_return_changing_nothing(make: MakeProvider) -> 
     assert outside.read(1) == {b"b": b"2", b"c": b"2"}
 
 
-def test_load_with_nothing_committed_discards_the_prepared_delta(make: MakeProvider) -> None:
+def test_load_with_nothing_committed_returns_nothing(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
     store = provider.task_store("count", 0)
-    store.prepare(1, {b"a": b"1"}, [])
+    store.prepare(0, {b"a": b"1"}, [])
     assert store.load(None) == {}
-    assert store.load(1) == {}
+    assert store.read(None) == {}
 
 
 def test_deletes(make: MakeProvider) -> None:
@@ -241,10 +255,12 @@ def test_check_refuses_a_location_of_another_topology(make_durable: MakeProvider
     assert make_durable("first").committed() is None
 
 
-def test_set_committed_needs_a_claimed_location(make_durable: MakeProvider) -> None:
+def test_an_unclaimed_location_is_refused(make_durable: MakeProvider) -> None:
+    # a worker seeing another location than the submitter (a path not shared) must not start empty
     provider = make_durable()
-    assert provider.committed() is None
-    with pytest.raises(StateProviderError, match="not claimed"):
+    with pytest.raises(StateProviderError, match="not claimed for topology"):
+        provider.committed()
+    with pytest.raises(StateProviderError, match="not claimed for topology"):
         provider.set_committed(1)
 
 

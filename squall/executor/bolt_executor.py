@@ -41,9 +41,9 @@ class BoltExecutor(Executor):
         if self.worker.topology.checkpointed:
             stateful = {task: bolt for task, bolt in self.bolts.items() if isinstance(bolt, StatefulComponent)}
             states = TaskStates(self, stateful) if stateful else None
+            self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
             if states is not None:
                 states.init()
-            self.checkpointing = Checkpointing(self, self._emit_barrier, states)
             self.process_batch = self.checkpointing.wrap(self.process_batch)
             if self.worker.restarted:
                 self.checkpointing.request_recovery()

@@ -7,15 +7,18 @@ workers), so a barrier splits each channel into the tuples before it and after i
 holding a barrier holds only barriers: the sender hands its batches on before and after
 one, and the receive path cuts its batches at one. An executor therefore looks at the first
 tuple of each batch only, until a barrier arrives; then, until one of the same id has
-arrived from every upstream task (*alignment*), the tuples of the tasks whose barrier has
-arrived wait in memory, and the others are executed. Once aligned, the executor acts on the
+arrived from every upstream task for each of the executor's tasks (*alignment*), the tuples
+on the channels (upstream task -> task) whose barrier has arrived wait in memory, and the
+others are executed. Once aligned, the executor acts on the
 barrier (state written, committed or rolled back), passes it on, acks it (or fails it), and
 executes what waited. The state of every task then reflects exactly the tuples before the
 barrier of the cut, and a spout's position taken when the barrier passed it matches.
 
-A barrier with a newer id from a task not waiting on the current one means the current one
-was superseded (the checkpoint spout sends a ROLLBACK when a worker restarted): the current
-alignment is given up (its barriers failed) and the newer one starts.
+A barrier with a newer id from a channel not waiting on the current one means the current
+one was superseded (the checkpoint spout sends a ROLLBACK when a worker restarted): the
+current alignment is given up (its barriers failed) and the newer one starts. A barrier is
+passed on even when acting on it failed (its tree fails all the same), so that the tasks
+downstream are never left waiting for it.
 
 Until an INITSTATE or ROLLBACK has reached its executor since its worker started, a task
 fails every PREPARE and COMMIT (a restarted worker lost tuples, which no checkpoint may leave
@@ -118,14 +121,14 @@ class Checkpointing:
                           for task in executor.task_ids}
         self._current: int | None = None  # id of the barrier being aligned
         self._barrier: tuple[Any, str] | None = None  # its (txid, action)
-        self._arrived: set[tuple[int, int]] = set()  # (source task, task)
-        self._waiting: set[int] = set()  # source tasks whose barrier arrived
+        self._arrived: set[tuple[int, int]] = set()  # channels (source task, task) its barrier came on
         self._held: dict[int, list[Tuple]] = {}  # task -> its barriers, acked once acted on
-        self._buffer: list[tuple[int, Tuple]] = []  # (task, tuple) of waiting sources
+        self._buffer: list[tuple[int, Tuple]] = []  # (task, tuple) that came after it on their channel
         #: whether an INITSTATE or ROLLBACK reached the executor since its worker started
         self.recovered = False
         # a stateful bolt's acks of trees of plain spouts: held until the state is committed
         self._prepared_acks: dict[int, int] = {}
+        self._prepared_txid: int | None = None  # the PREPARE they were moved aside at
         self._checkpoint_task = assignment.component_tasks[CHECKPOINT_COMPONENT][0]
 
     def wrap(self, process_batch: Any) -> Any:
@@ -153,7 +156,7 @@ class Checkpointing:
     def _process(self, pairs: Any) -> None:
         run: list[tuple[int, Tuple]] = []  # tuples to execute, in order
         for task, tup in pairs:
-            if self._current is not None and tup.source_task in self._waiting:
+            if self._current is not None and (tup.source_task, task) in self._arrived:
                 self._buffer.append((task, tup))
             elif tup._source.stream == CHECKPOINT_STREAM:
                 self._run(run)
@@ -175,11 +178,13 @@ class Checkpointing:
                 self._settle([tup], False)  # of a superseded checkpoint
                 return
             self._give_up()
+            if self._current is not None:  # what waited started an alignment of its own
+                self.barrier(task, tup)
+                return
         if self._current is None:
             self._current, self._barrier = barrier_id, (txid, action)
         self._held.setdefault(task, []).append(tup)
         self._arrived.add((tup.source_task, task))
-        self._waiting.add(tup.source_task)
         if self._arrived >= self._expected:
             self._complete()
 
@@ -192,7 +197,7 @@ class Checkpointing:
     def _reset(self) -> None:
         buffered = self._buffer
         self._current = self._barrier = None
-        self._arrived, self._waiting, self._held, self._buffer = set(), set(), {}, []
+        self._arrived, self._held, self._buffer = set(), {}, []
         if buffered:
             self._process(buffered)
 
@@ -202,8 +207,7 @@ class Checkpointing:
         ex = self._executor
         ex.flush_all()  # every tuple before the barrier goes first, in batches of their own
         for task, held in self._held.items():
-            if ok:
-                self._emit_barrier(task, [txid, action, self._current], held)
+            self._emit_barrier(task, [txid, action, self._current], held)
             self._settle(held, ok)
         ex.transfer.flush_all()
         self._reset()
@@ -227,17 +231,22 @@ class Checkpointing:
             for root, val in held.items():
                 self._prepared_acks[root] = self._prepared_acks.get(root, 0) ^ val
             held.clear()
-        elif action == COMMIT:
+            self._prepared_txid = txid
+        elif action == COMMIT or self._prepared_txid is not None and txid is not None and txid >= self._prepared_txid:
+            # committed: what the prepared acks' tuples did is in the committed state (also when
+            # a recovery to that txid superseded its COMMIT)
             for root, val in self._prepared_acks.items():
                 if val:
                     ex.to_acker(root, ACK_ACK, [root, val])
             self._prepared_acks.clear()
-        else:  # their updates are rolled back: the trees are failed, their spouts replay
+            self._prepared_txid = None
+        if action in RECOVERY_ACTIONS:  # the updates since are rolled back: the trees fail, spouts replay
             ex.flush_all()
             for root in {*held, *self._prepared_acks}:
                 ex.to_acker(root, ACK_FAIL, [root])
             held.clear()
             self._prepared_acks.clear()
+            self._prepared_txid = None
         return True
 
     def _settle(self, barriers: list[Tuple], ok: bool) -> None:

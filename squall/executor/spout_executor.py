@@ -40,7 +40,9 @@ class SpoutExecutor(Executor):
         self.exhausted = False
         self._pending = {task: RotatingMap(2) for task in self.task_ids}
         self._settle_now: list[tuple[int, str, Any]] = []  # (task, "ack" | "fail", msg_id)
-        self._max_pending = self.conf["topology.max.spout.pending"]
+        # the checkpoint spout has one barrier in flight, but a superseded one may still hold a
+        # slot until it times out: the next barrier must not wait for that
+        self._max_pending = None if self.component == CHECKPOINT_COMPONENT else self.conf["topology.max.spout.pending"]
         self._max_batch = self.conf["topology.spout.max.batch.size"]
         # (monotonic time, task) since which a spout task's next_tuple calls run, or None:
         # written once per task and batch, read by the worker's timer (check_stall)
@@ -92,10 +94,10 @@ class SpoutExecutor(Executor):
             for task in stateful:
                 self.collectors[task].root_bit = UNHELD_ROOT_BIT
             states = TaskStates(self, stateful) if stateful else None
+            self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
             if states is not None:
                 states.init()
             self._unrecovered = frozenset(stateful)  # they wait for the first INITSTATE or ROLLBACK
-            self.checkpointing = Checkpointing(self, self._emit_barrier, states)
             if self.worker.restarted:
                 self.checkpointing.request_recovery()
         if self.active:

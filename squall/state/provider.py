@@ -48,7 +48,11 @@ class TaskStore(ABC):
     @abstractmethod
     def load(self, committed: int | None) -> dict[bytes, bytes]:
         """Recover to the topology's committed txid ``committed`` (None: nothing was ever
-        committed, the state is empty) and return the whole committed content."""
+        committed, the state is empty) and return the whole committed content: a prepared
+        delta of a txid up to ``committed`` is folded into the base. One of a later txid is
+        kept as it is, unfolded: that checkpoint may still be committed (a restarted task
+        loads while the others finish it), and then a later load or :meth:`commit` folds it;
+        if it is not, the next :meth:`prepare` replaces it."""
 
     @abstractmethod
     def read(self, committed: int | None) -> dict[bytes, bytes]:
@@ -98,7 +102,10 @@ class StateProvider(ABC):
 
     @abstractmethod
     def committed(self) -> int | None:
-        """The topology's committed txid (None before the first commit)."""
+        """The topology's committed txid (None before the first commit). A durable provider
+        raises :class:`StateProviderError` if :meth:`check` did not claim the location for this
+        topology: a worker that sees another location than the submitter did (a path that is
+        not shared, say) must not start from an empty state."""
 
     @abstractmethod
     def set_committed(self, txid: int) -> None:
@@ -136,7 +143,6 @@ class _MemoryTaskStore(TaskStore):
             record = self._record
             if prepared_is_committed(record[2], committed):
                 self._fold(record[2])
-            record[2], record[3], record[4] = None, {}, []
             return dict(record[1])
 
     def read(self, committed: int | None) -> dict[bytes, bytes]:

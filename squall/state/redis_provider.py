@@ -55,7 +55,7 @@ log = logging.getLogger("squall.state")
 # ARGV[1] = 'commit': fold the prepared delta into the base if its txid is ARGV[2]; returns 1
 #   if it did, else 0.
 # ARGV[1] = 'load': fold it if its txid is <= ARGV[2], the committed txid ('' for none), else
-#   discard it; returns the base, as a flat list key, value, key, value...
+#   leave it (TaskStore.load); returns the base, as a flat list key, value, key, value...
 # The deletes are applied after the puts, so that a key both put and deleted is deleted.
 _FOLD = """
 local function in_chunks(command, key, items)
@@ -77,8 +77,6 @@ if fold then
   in_chunks('HSET', KEYS[1], redis.call('HGETALL', KEYS[2]))
   in_chunks('HDEL', KEYS[1], redis.call('SMEMBERS', KEYS[3]))
   redis.call('HSET', KEYS[4], 'base', prepared)
-end
-if fold or ARGV[1] == 'load' then
   redis.call('DEL', KEYS[2], KEYS[3])
   redis.call('HDEL', KEYS[4], 'prepared')
 end
@@ -261,10 +259,9 @@ class RedisStateProvider(StateProvider):
     def committed(self) -> int | None:
         with self._client.errors("reading the committed txid"):
             name, committed = self._client.get().hmget(self._topology_key, ["name", "committed"])
-        if name is None:
-            return None
-        if name.decode() != self.topology_name:
-            raise StateProviderError(name_mismatch(self, name.decode()))
+        found = None if name is None else name.decode()
+        if found != self.topology_name:
+            raise StateProviderError(name_mismatch(self, found))
         return None if committed is None else int(committed)
 
     def set_committed(self, txid: int) -> None:

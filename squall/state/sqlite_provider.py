@@ -172,9 +172,6 @@ class _SqliteTaskStore(TaskStore):
             prepared = _prepared_txid(conn)
             if prepared_is_committed(prepared, committed):
                 _fold(conn, prepared)
-            elif prepared is not None:
-                conn.execute("DELETE FROM prepared")
-                conn.execute("UPDATE txids SET prepared = NULL")
             return dict(conn.execute("SELECT key, value FROM base"))
 
     def read(self, committed: int | None) -> dict[bytes, bytes]:
@@ -270,10 +267,9 @@ class SqliteStateProvider(StateProvider):
     def committed(self) -> int | None:
         with self._topology.transaction("reading the committed txid", write=False) as conn:
             row = conn.execute("SELECT name, committed FROM topology").fetchone()
-        if row is None:
-            return None
-        if row[0] != self.topology_name:
-            raise StateProviderError(name_mismatch(self, row[0]))
+        found = None if row is None else row[0]
+        if found != self.topology_name:
+            raise StateProviderError(name_mismatch(self, found))
         return row[1]
 
     def set_committed(self, txid: int) -> None:
