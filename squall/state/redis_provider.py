@@ -42,10 +42,10 @@ from squall.state.provider import (
     StateProvider, StateProviderError, TaskStore, prepared_is_committed, name_mismatch, verify_claim,
 )
 
+from squall.connectors.redis_client import redis_address, redis_settings
+
 try:
     import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
 except ImportError:  # the optional extra: its absence is said when a provider is made
     redis = None
 
@@ -211,16 +211,11 @@ class RedisStateProvider(StateProvider):
             ) from None
         socket = config.get("unix_socket_path")
         host = config.get("host", "127.0.0.1")
-        self.address = f"unix:{socket}" if socket else f"{host}:{port}"
+        self.address = redis_address(host, port, socket)
         self._prefix = str(config.get("key_prefix", f"squall:{topology_name}"))
         self._db = db
-        self._settings = {
-            "host": host, "port": port, "unix_socket_path": socket, "db": db, "password": config.get("password"),
-            "socket_timeout": timeout, "socket_connect_timeout": timeout,
-            # no retries (redis-py's default retries with backoff for many seconds): every
-            # call returns or fails within the timeout, and a failed checkpoint is retaken
-            "retry": Retry(NoBackoff(), 0),
-        }
+        # no retries: every call returns or fails within the timeout, and a failed checkpoint is retaken
+        self._settings = redis_settings(host, port, socket, db, config.get("password"), timeout)
         self._client = _Client(self._settings, f"state provider {self.name!r} at {self.location}")
 
     @property

@@ -1,0 +1,560 @@
+"""Redis connectors: a spout reading a Redis Stream through a consumer group, and Storm's
+storm-redis bolts (``RedisStoreBolt``, ``RedisLookupBolt``). Needs the ``redis`` client
+(``pip install "squall[redis]"``); the spout needs Redis 6.2 or later (``XAUTOCLAIM``).
+
+Connection settings, the same for the three (Storm's ``JedisPoolConfig``): ``host``
+(``127.0.0.1``), ``port`` (6379), or ``unix_socket_path`` instead; ``db`` (Storm's
+``database``, 0); ``password``; ``timeout`` (milliseconds, 2000, as Storm's): how long
+connecting, and waiting for any reply, may take. ``open``/``prepare`` connect, so a Redis that
+cannot be reached fails the submission with an error naming the component and ``host:port``.
+
+:class:`RedisStreamSpout` — the contract
+-----------------------------------------
+
+* **Reading.** The spout is consumer ``consumer`` (default ``<component id>-<task id>``, stable
+  across restarts of the topology) of consumer group ``group`` of stream ``stream``; ``open``
+  creates the group (and the stream) if missing, at ``start_id`` (``"0"``: the whole stream;
+  ``"$"``: only entries added from now). It first re-delivers the entries this consumer had
+  read and not acknowledged before a restart (``XREADGROUP ... 0``), then reads new entries
+  (``XREADGROUP ... >``), ``batch_size`` at a time, emitting one entry per ``next_tuple`` call,
+  so ``topology.max.spout.pending`` caps the entries in flight. ``block_ms`` (0: none) is how
+  long a read may wait for new entries: keep it to a few milliseconds at most, ``next_tuple``
+  must not block.
+* **Emitting.** Each entry is emitted with the entry id as message id. ``translator``, a
+  callable ``(entry_id, fields) -> values`` (``fields``: the entry's fields as a ``dict`` of
+  ``str``, decoded as UTF-8, invalid bytes replaced), or ``-> Route(stream, values)`` to pick a
+  stream, or ``-> None`` to skip the entry (it is acknowledged, counted as ``skipped``);
+  ``output_fields`` declares the streams (a list: the ``default`` stream's fields; a dict:
+  stream -> fields). Default: the ``default`` stream, fields ``id`` and ``fields`` (the dict).
+* **Acknowledging.** An entry is ``XACK``-ed when the tree of its tuple is fully processed
+  (the spout's ``ack``), never before. Until then it stays in the group's pending entries list
+  (PEL): nothing the spout read is lost if the worker, the topology or Redis restarts.
+* **Retrying.** A failed tuple (a bolt failed it, or it timed out) is emitted again from the
+  pending list after ``retry_delay_ms`` doubling at each failure of the entry up to
+  ``retry_delay_max_ms``; with ``max_retries`` set, an entry that failed that many times is
+  given up: emitted on the error stream (untracked), ``XACK``-ed and logged.
+* **Dead consumers.** Every ``claim_idle_ms`` the spout takes over (``XAUTOCLAIM``) the entries
+  pending longer than ``claim_idle_ms`` for any consumer of the group — one that read entries
+  and died — and emits them. Keep ``claim_idle_ms`` above ``topology.message.timeout.secs``, or
+  a sibling task may take over an entry still in flight (then it is processed twice, which
+  at-least-once allows).
+* **Bad entries.** When the translator raises, the entry is emitted on the ``error`` stream
+  (``error_stream``; fields ``id``, ``error``: the exception), tracked like any tuple: it is
+  ``XACK``-ed once that tuple is processed (immediately when nothing subscribes to the stream),
+  and logged. Never silently dropped. An entry deleted from the stream while pending is
+  ``XACK``-ed and counted as an error.
+* **Redis going away.** ``next_tuple`` catches connection errors, logs the first one, and
+  tries again after a backoff (``reconnect_delay_ms`` doubling up to ``reconnect_delay_max_ms``);
+  acks that could not be sent are kept and sent once Redis is back; a group lost with a Redis
+  that restarted without persistence is created again (at ``start_id``). Entries delivered by
+  a read whose reply was lost with the connection are in this consumer's pending list, and
+  taken back by the next ``XAUTOCLAIM`` once ``claim_idle_ms`` old. Use ``appendonly yes`` for
+  the stream and its pending entries to survive a restart of Redis.
+* **Threads.** The three connectors are blocking components (``blocking = True``): each
+  executor has a thread of its own, so a slow Redis never stalls the worker's other executors.
+* **Guarantee: at-least-once.** Every entry is processed at least once; an entry whose
+  processing completed is not emitted again unless its ``XACK`` was lost with a Redis restart
+  without persistence or it was taken over by another consumer while in flight.
+* **Metrics.** ``spout.metrics``, a dict of counters: ``read`` (entries read from Redis,
+  re-deliveries included), ``emitted``, ``acked``, ``failed``, ``replayed``, ``claimed``
+  (taken over from other consumers), ``errors`` (entries on the error stream, deleted entries),
+  ``given_up``, ``skipped``, ``reconnects`` (times Redis became unreachable).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from squall.bolt import Bolt
+from squall.connectors import require
+from squall.connectors.redis_client import redis_address, redis_settings
+from squall.spout import Spout
+
+if TYPE_CHECKING:
+    from squall.collector import OutputCollector, SpoutOutputCollector
+    from squall.component import OutputFieldsDeclarer
+    from squall.context import TopologyContext
+    from squall.tuple import Tuple
+
+log = logging.getLogger("squall.connectors.redis")
+
+
+class RedisConnectorError(RuntimeError):
+    """Redis could not be reached, or refused a command; the message names ``host:port``."""
+
+
+class Route(NamedTuple):
+    """What a translator returns to emit an entry on ``stream`` rather than ``default``."""
+
+    stream: str
+    values: list[Any]
+
+
+class _Connection:
+    """The settings every connector shares, and its client (made in ``open``/``prepare``)."""
+
+    def __init__(self, connector: str, host: str, port: int, db: int, password: str | None,
+                 unix_socket_path: str | None, timeout: float) -> None:
+        require("redis", "redis", connector)
+        self.connector = connector
+        self.host, self.port, self.db = host, int(port), int(db)
+        self.password, self.unix_socket_path = password, unix_socket_path
+        self.timeout = float(timeout)
+        self.address = redis_address(host, self.port, unix_socket_path)
+
+    def connect(self, what: str, **more: Any) -> Any:
+        """A client that answered PING, or :class:`RedisConnectorError` naming the address."""
+        import redis
+
+        client = redis.Redis(**redis_settings(self.host, self.port, self.unix_socket_path, self.db, self.password,
+                                              self.timeout / 1000, **more))
+        try:
+            client.ping()
+        except redis.RedisError as e:
+            client.close()
+            raise RedisConnectorError(f"{what}: cannot reach Redis at {self.address}: {e}") from e
+        return client
+
+
+def _decode(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _default_translator(entry_id: str, fields: dict[str, str]) -> list[Any]:
+    return [entry_id, fields]
+
+
+class RedisStreamSpout(Spout):
+    """Emits the entries of a Redis Stream, read through a consumer group, at least once
+    (see the module's documentation for the contract)."""
+
+    blocking = True  # network I/O: a thread of its own, never stalling the cooperative ones
+
+    def __init__(self, stream: str, group: str, consumer: str | None = None, *, host: str = "127.0.0.1",
+                 port: int = 6379, db: int = 0, password: str | None = None, unix_socket_path: str | None = None,
+                 timeout: float = 2000, translator: Callable[[str, dict[str, str]], Any] | None = None,
+                 output_fields: list[str] | dict[str, list[str]] | None = None, error_stream: str = "error",
+                 batch_size: int = 100, block_ms: int = 0, claim_idle_ms: int = 30_000, start_id: str = "0",
+                 max_retries: int | None = None, retry_delay_ms: float = 100, retry_delay_max_ms: float = 10_000,
+                 reconnect_delay_ms: float = 100, reconnect_delay_max_ms: float = 5_000) -> None:
+        self._conn = _Connection("RedisStreamSpout", host, port, db, password, unix_socket_path, timeout)
+        self.stream, self.group, self.consumer = stream, group, consumer
+        self.translator = translator or _default_translator
+        if output_fields is None:
+            output_fields = ["id", "fields"]
+        self.output_fields = output_fields if isinstance(output_fields, dict) else {"default": list(output_fields)}
+        if error_stream in self.output_fields:
+            raise ValueError(f"RedisStreamSpout: error stream {error_stream!r} is also in output_fields")
+        self.error_stream = error_stream
+        self.batch_size, self.block_ms = int(batch_size), int(block_ms)
+        self.claim_idle_ms, self.start_id, self.max_retries = int(claim_idle_ms), start_id, max_retries
+        self.retry_delay_ms, self.retry_delay_max_ms = retry_delay_ms, retry_delay_max_ms
+        self.reconnect_delay_ms, self.reconnect_delay_max_ms = reconnect_delay_ms, reconnect_delay_max_ms
+        self.metrics = self._zero_metrics()
+
+    @staticmethod
+    def _zero_metrics() -> dict[str, int]:
+        names = ("read", "emitted", "acked", "failed", "replayed", "claimed", "errors", "given_up", "skipped",
+                 "reconnects")
+        return dict.fromkeys(names, 0)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        for stream, fields in self.output_fields.items():
+            declarer.declare_stream(stream, fields)
+        declarer.declare_stream(self.error_stream, ["id", "error"])
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self._collector = collector
+        component = context.get_this_component_id()
+        if self.consumer is None:
+            self.consumer = f"{component}-{context.get_this_task_id()}"
+        self._where = (f"RedisStreamSpout {component!r}: stream {self.stream!r} group {self.group!r} "
+                       f"at {self._conn.address}")
+        self.metrics = self._zero_metrics()
+        self._inflight: dict[str, dict[str, str]] = {}  # emitted, not yet acked or failed: id -> fields
+        self._attempts: dict[str, int] = {}  # id -> failures so far
+        self._retries: list[tuple[float, str]] = []  # heap of (due, id) of failed entries
+        self._backlog: deque[tuple[str, dict[str, str] | None]] = deque()  # read, not yet emitted
+        self._unsent_acks: list[str] = []  # acked while Redis was unreachable
+        self._history_from: str | None = "0"  # own pending entries still to re-deliver, from this id
+        self._claim_cursor = "0-0"
+        self._next_claim = 0.0
+        self._down_until = 0.0
+        self._down_delay = 0.0
+        self._redis = self._conn.connect(self._where)
+        try:
+            self._check_version()
+            self._create_group()
+        except RedisConnectorError as e:
+            self._redis.close()
+            raise RedisConnectorError(f"{self._where}: {e}") from e
+        except Exception as e:
+            self._redis.close()
+            raise RedisConnectorError(f"{self._where}: creating the consumer group failed: {e}") from e
+
+    def close(self) -> None:
+        redis_client = getattr(self, "_redis", None)
+        if redis_client is not None:
+            redis_client.close()
+
+    def _check_version(self) -> None:
+        import redis
+
+        try:
+            version = str(self._redis.info("server").get("redis_version", ""))
+        except redis.ResponseError:  # INFO disabled (some managed Redis): trust it
+            return
+        numbers = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+        if numbers and numbers < (6, 2):
+            raise RedisConnectorError(f"Redis {version} has no XAUTOCLAIM: the spout needs Redis 6.2 or later")
+
+    def _create_group(self) -> None:
+        import redis
+
+        try:
+            self._redis.xgroup_create(self.stream, self.group, id=self.start_id, mkstream=True)
+        except redis.ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+
+    # -- next_tuple ---------------------------------------------------------------------------
+
+    def next_tuple(self) -> None:
+        import redis
+
+        now = time.monotonic()
+        if now < self._down_until:
+            return
+        try:
+            try:
+                self._step(now)
+            except redis.ResponseError as e:
+                if "NOGROUP" not in str(e):
+                    raise
+                log.warning("%s: the consumer group is gone (Redis restarted without persistence?): creating it "
+                            "again", self._where)
+                self._create_group()
+                return
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            self._went_down(e)
+            return
+        if self._down_delay:
+            log.warning("%s: Redis is reachable again", self._where)
+            self._down_delay = 0.0
+
+    def _went_down(self, error: Exception) -> None:
+        if not self._down_delay:
+            self.metrics["reconnects"] += 1
+            log.warning("%s: Redis is unreachable (%s); retrying with backoff, nothing is acknowledged meanwhile",
+                        self._where, error)
+            self._down_delay = self.reconnect_delay_ms
+        else:
+            self._down_delay = min(self._down_delay * 2, self.reconnect_delay_max_ms)
+        self._down_until = time.monotonic() + self._down_delay / 1000
+
+    def _step(self, now: float) -> None:
+        if self._unsent_acks:
+            self._redis.xack(self.stream, self.group, *self._unsent_acks)
+            self.metrics["acked"] += len(self._unsent_acks)
+            self._unsent_acks.clear()
+        if self._retries and self._retries[0][0] <= now:
+            entry_id = self._retries[0][1]
+            # back in this consumer's hands (and its idle time reset, so no one takes it over);
+            # taken off the heap only once that worked, so a Redis error loses no retry
+            self._redis.xclaim(self.stream, self.group, self.consumer, 0, [entry_id], justid=True)
+            heapq.heappop(self._retries)
+            fields = self._inflight.get(entry_id)
+            if fields is not None:  # else settled since it failed: nothing to replay
+                self.metrics["replayed"] += 1
+                self._emit(entry_id, fields)
+            return
+        if not self._backlog:
+            self._fill(now)
+        if self._backlog:
+            entry_id, fields = self._backlog.popleft()
+            if fields is None:  # deleted from the stream while pending: nothing to deliver
+                log.warning("%s: entry %s was deleted from the stream while pending; acknowledging it",
+                            self._where, entry_id)
+                self.metrics["errors"] += 1
+                self._redis.xack(self.stream, self.group, entry_id)
+                return
+            self._inflight[entry_id] = fields
+            self._emit(entry_id, fields)
+
+    def _fill(self, now: float) -> None:
+        """Read entries into the backlog: taken over from dead consumers when a claim is due,
+        else this consumer's own pending entries after a restart, else new ones."""
+        if now >= self._next_claim:
+            self._claim()
+            if self._claim_cursor in ("0-0", b"0-0"):
+                self._next_claim = now + self.claim_idle_ms / 1000
+            if self._backlog:
+                return
+        if self._history_from is not None:
+            entries = self._read(self._history_from)
+            if entries:
+                self._history_from = entries[-1][0]
+                return
+            self._history_from = None
+        self._read(">")
+
+    def _read(self, start: str) -> list[tuple[str, Any]]:
+        block = self.block_ms if self.block_ms > 0 and start == ">" else None
+        reply = self._redis.xreadgroup(self.group, self.consumer, {self.stream: start}, count=self.batch_size,
+                                       block=block)
+        entries = [(_decode(i), self._fields(f)) for _, stream_entries in (reply or []) for i, f in stream_entries]
+        self.metrics["read"] += len(entries)
+        self._backlog.extend(entries)
+        return entries
+
+    def _claim(self) -> None:
+        reply = self._redis.xautoclaim(self.stream, self.group, self.consumer, self.claim_idle_ms,
+                                       start_id=self._claim_cursor, count=self.batch_size)
+        self._claim_cursor = _decode(reply[0])
+        for raw_id, raw_fields in reply[1]:
+            if raw_id is None:  # deleted from the stream while pending (Redis < 7 reports it so)
+                continue
+            entry_id = _decode(raw_id)
+            if entry_id in self._inflight or any(entry_id == i for i, _ in self._backlog):
+                continue  # one of ours, in flight (or waiting for its retry) for a long time
+            self.metrics["claimed"] += 1
+            self.metrics["read"] += 1
+            self._backlog.append((entry_id, self._fields(raw_fields)))
+
+    @staticmethod
+    def _fields(raw: Any) -> dict[str, str] | None:
+        if raw is None:
+            return None
+        return {_decode(k): _decode(v) for k, v in raw.items()}
+
+    def _emit(self, entry_id: str, fields: dict[str, str]) -> None:
+        try:
+            out = self.translator(entry_id, fields)
+            if out is None:
+                self.metrics["skipped"] += 1
+                self.ack(entry_id)
+                return
+            stream, values = (out.stream, out.values) if isinstance(out, Route) else ("default", out)
+            # an emit that does not fit the declared stream raises here, and is a bad entry too
+            self._collector.emit(list(values), stream=stream, msg_id=entry_id)
+        except Exception as e:  # a bad entry: to the error stream, acked once that tuple is processed
+            self.metrics["errors"] += 1
+            log.warning("%s: the translator rejected entry %s (%s: %s): emitted on stream %r",
+                        self._where, entry_id, type(e).__name__, e, self.error_stream)
+            self._collector.emit([entry_id, f"{type(e).__name__}: {e}"], stream=self.error_stream, msg_id=entry_id)
+        self.metrics["emitted"] += 1
+
+    # -- ack / fail ---------------------------------------------------------------------------
+
+    def _send_ack(self, entry_id: str) -> None:
+        import redis
+
+        if self._unsent_acks or time.monotonic() < self._down_until:
+            self._unsent_acks.append(entry_id)
+            return
+        try:
+            self._redis.xack(self.stream, self.group, entry_id)
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            self._unsent_acks.append(entry_id)
+            self._went_down(e)
+            return
+        self.metrics["acked"] += 1
+
+    def ack(self, msg_id: Any) -> None:
+        self._inflight.pop(msg_id, None)
+        self._attempts.pop(msg_id, None)
+        self._send_ack(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        self.metrics["failed"] += 1
+        if msg_id not in self._inflight:
+            return  # not one this spout has in flight: nothing to replay
+        attempts = self._attempts.get(msg_id, 0) + 1
+        if self.max_retries is not None and attempts > self.max_retries:
+            self.metrics["given_up"] += 1
+            reason = f"failed {attempts} times (max_retries {self.max_retries}): given up"
+            log.warning("%s: entry %s %s", self._where, msg_id, reason)
+            self._collector.emit([msg_id, reason], stream=self.error_stream)
+            self.ack(msg_id)
+            return
+        self._attempts[msg_id] = attempts
+        delay = min(self.retry_delay_ms * 2 ** (attempts - 1), self.retry_delay_max_ms)
+        heapq.heappush(self._retries, (time.monotonic() + delay / 1000, msg_id))
+
+
+class _StoreBoltBase(Bolt):
+    """What the store and lookup bolts share: the connection, the data type and key."""
+
+    blocking = True
+    _connector = "Redis bolt"
+    _types: tuple[str, ...] = ()
+
+    def __init__(self, mapper: Callable[[Tuple], Any], data_type: str, key: str | Callable[[Tuple], Any] | None,
+                 host: str, port: int, db: int, password: str | None, unix_socket_path: str | None,
+                 timeout: float) -> None:
+        if data_type not in self._types:
+            raise ValueError(f"{self._connector}: data_type must be one of {', '.join(self._types)}, got {data_type!r}")
+        if key is None and data_type != "string":
+            raise ValueError(f"{self._connector}: data_type {data_type!r} needs a key (a str, or a callable of the tuple)")
+        self._conn = _Connection(self._connector, host, port, db, password, unix_socket_path, timeout)
+        self.mapper, self.data_type, self.key = mapper, data_type, key
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        self.collector = collector
+        self._component = context.get_this_component_id()
+        self._where = f"{self._connector} {self._component!r} at {self._conn.address}"
+        self._redis = self._conn.connect(self._where, decode_responses=True)
+
+    def cleanup(self) -> None:
+        redis_client = getattr(self, "_redis", None)
+        if redis_client is not None:
+            redis_client.close()
+
+    def _key_of(self, tup: Tuple) -> Any:
+        return self.key(tup) if callable(self.key) else self.key
+
+    def _failed(self, tup: Tuple, what: str, error: BaseException) -> None:
+        """Fail ``tup`` and record why for the component."""
+        reason = (f"{self._where}: {what} the tuple from component {tup.source_component!r} stream "
+                  f"{tup.source_stream_id!r}: {type(error).__name__}: {error}")
+        self.collector.report_error(RedisConnectorError(reason))
+        self.collector.fail(tup)
+
+
+class RedisStoreBolt(_StoreBoltBase):
+    """Writes every input tuple to Redis (Storm's storm-redis ``RedisStoreBolt``), acking it
+    once Redis confirmed the write; failing it (and recording why for the component) when
+    ``mapper`` cannot map it or Redis refuses or cannot be reached.
+
+    ``mapper(tup)`` gives, by ``data_type``, with ``key`` a str or a callable of the tuple:
+
+    * ``"string"``: ``(key, value)`` -> ``SET key value`` (``key`` unused);
+    * ``"hash"``: ``(field, value)`` -> ``HSET key field value``;
+    * ``"set"``: ``member`` -> ``SADD key member``;
+    * ``"sorted_set"``: ``(member, score)`` -> ``ZADD key score member``;
+    * ``"list"``: ``value`` -> ``RPUSH key value``;
+    * ``"stream"``: a dict of fields -> ``XADD key * fields``.
+
+    :func:`by_fields` makes a mapper picking the tuple's fields by name. Declares no stream.
+    """
+
+    _connector = "RedisStoreBolt"
+    _types = ("string", "hash", "set", "sorted_set", "list", "stream")
+
+    def __init__(self, mapper: Callable[[Tuple], Any], *, data_type: str = "hash",
+                 key: str | Callable[[Tuple], Any] | None = None, host: str = "127.0.0.1", port: int = 6379,
+                 db: int = 0, password: str | None = None, unix_socket_path: str | None = None,
+                 timeout: float = 2000) -> None:
+        super().__init__(mapper, data_type, key, host, port, db, password, unix_socket_path, timeout)
+
+    def _command(self, tup: Tuple) -> Callable[[], Any]:
+        """The write of ``tup``, ready to run (mapping errors raise here)."""
+        mapped, r, kind = self.mapper(tup), self._redis, self.data_type
+        key = self._key_of(tup)
+        if kind == "string":
+            k, value = mapped
+            return lambda: r.set(k, value)
+        if kind == "hash":
+            field, value = mapped
+            return lambda: r.hset(key, field, value)
+        if kind == "set":
+            return lambda: r.sadd(key, mapped)
+        if kind == "sorted_set":
+            member, score = mapped
+            score = float(score)
+            return lambda: r.zadd(key, {member: score})
+        if kind == "list":
+            return lambda: r.rpush(key, mapped)
+        if not isinstance(mapped, dict) or not mapped:
+            raise TypeError(f"a stream entry must be a non-empty dict of fields, got {mapped!r}")
+        return lambda: r.xadd(key, mapped)
+
+    def execute(self, tup: Tuple) -> None:
+        import redis
+
+        try:
+            write = self._command(tup)
+        except Exception as e:
+            self._failed(tup, "cannot map", e)
+            return
+        try:
+            write()
+        except (redis.RedisError, redis.exceptions.DataError) as e:
+            self._failed(tup, f"writing ({self.data_type}) failed for", e)
+            return
+        self.collector.ack(tup)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass
+
+
+class RedisLookupBolt(_StoreBoltBase):
+    """Looks a value up in Redis for every input and emits the input's values followed by the
+    value found (``None`` when there is none), anchored to the input, then acks it (Storm's
+    storm-redis ``RedisLookupBolt``). ``output_fields``: the fields of the emitted tuples (the
+    input's fields and one more). A tuple ``mapper`` cannot map, or a failed lookup: the input
+    is failed and the reason recorded for the component.
+
+    ``mapper(tup)`` gives, by ``data_type`` (``key``: a str or a callable of the tuple):
+    ``"string"``: the key (``GET``); ``"hash"``: the field (``HGET key field``); ``"set"``: the
+    member (``SISMEMBER key member``: True/False); ``"sorted_set"``: the member (``ZSCORE key
+    member``: a float or None).
+    """
+
+    _connector = "RedisLookupBolt"
+    _types = ("string", "hash", "set", "sorted_set")
+
+    def __init__(self, mapper: Callable[[Tuple], Any], *, output_fields: list[str], data_type: str = "hash",
+                 key: str | Callable[[Tuple], Any] | None = None, host: str = "127.0.0.1", port: int = 6379,
+                 db: int = 0, password: str | None = None, unix_socket_path: str | None = None,
+                 timeout: float = 2000) -> None:
+        super().__init__(mapper, data_type, key, host, port, db, password, unix_socket_path, timeout)
+        self.output_fields = list(output_fields)
+
+    def execute(self, tup: Tuple) -> None:
+        import redis
+
+        try:
+            looked_up, key = self.mapper(tup), self._key_of(tup)
+        except Exception as e:
+            self._failed(tup, "cannot map", e)
+            return
+        r = self._redis
+        try:
+            if self.data_type == "string":
+                value = r.get(looked_up)
+            elif self.data_type == "hash":
+                value = r.hget(key, looked_up)
+            elif self.data_type == "set":
+                value = bool(r.sismember(key, looked_up))
+            else:
+                value = r.zscore(key, looked_up)
+        except (redis.RedisError, redis.exceptions.DataError) as e:
+            self._failed(tup, f"looking up ({self.data_type}) failed for", e)
+            return
+        self.collector.emit([*tup.values, value], anchors=tup)
+        self.collector.ack(tup)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        declarer.declare(self.output_fields)
+
+
+class by_fields:  # noqa: N801  (used like a function)
+    """A mapper giving the values of the tuple's fields ``names`` (one name: the value itself;
+    several: a tuple of them), e.g. ``RedisStoreBolt(by_fields("word", "count"), key="counts")``."""
+
+    def __init__(self, *names: str) -> None:
+        if not names:
+            raise ValueError("by_fields needs at least one field name")
+        self.names = names
+
+    def __call__(self, tup: Tuple) -> Any:
+        values = tuple(tup.get_value_by_field(name) for name in self.names)
+        return values[0] if len(values) == 1 else values
