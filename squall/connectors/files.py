@@ -491,7 +491,8 @@ class DirectorySpout(Spout):
 
 @dataclass(frozen=True)
 class SizeRotation:
-    """Rotate the file once it holds ``bytes`` bytes (Storm's ``FileSizeRotationPolicy``)."""
+    """Rotate the file once it holds ``bytes`` bytes (Storm's ``FileSizeRotationPolicy``;
+    counted as written, in characters for CSV, which are bytes for ASCII text)."""
 
     bytes: int
 
@@ -573,9 +574,10 @@ class FileBolt(Bolt):
             self.out = None
             return
         self.out = open(self.path, "w", newline="", encoding="utf-8")
+        self.written = 0  # what was written to it: a text file's tell() costs too much per tuple
         if self.format == "csv":
             self.writer = csv.writer(self.out)
-            self.writer.writerow(fields)
+            self.written += self.writer.writerow(fields)
 
     def _close(self) -> None:
         """Sync, complete the current file (rename without ``.tmp``) and ack what it holds."""
@@ -644,7 +646,7 @@ class FileBolt(Bolt):
     def _size(self) -> int:
         if self.format == "parquet":
             return os.path.getsize(self.path) if self.path and os.path.exists(self.path) else 0
-        return self.out.tell() if self.out is not None else 0
+        return self.written if self.out is not None else 0
 
     def _rotate_if_due(self) -> None:
         if self.path is None or self.rotation is None:
@@ -694,12 +696,12 @@ class FileBolt(Bolt):
             self._open(fields)
         try:
             if self.format == "jsonl":
-                self.out.write(line)
+                self.written += self.out.write(line)  # json.dumps writes ASCII: characters are bytes
             elif self.format == "csv":
                 if list(record) != self.file_fields:
                     self._reject(tup, f"its fields {list(record)} differ from the file's {self.file_fields}")
                     return
-                self.writer.writerow(record.values())
+                self.written += self.writer.writerow(record.values())
             else:
                 import pyarrow as pa
 
