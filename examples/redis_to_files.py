@@ -12,7 +12,7 @@ count -> JSON-lines files that a Spark job (or anything) can read.
   since the last commit are replayed).
 * ``files`` appends each ``(word, count)`` to ``$SQUALL_OUTPUT_DIR`` (default
   /tmp/squall-redis-to-files) and acks it once fsync-ed; a file appears without ``.tmp`` once
-  complete. The last line of a word holds its count.
+  complete. The largest count of a word is its count.
 
 Against your Redis (``$SQUALL_REDIS_HOST``, ``$SQUALL_REDIS_PORT``; default 127.0.0.1:6379;
 ``XADD sentences * sentence "the cow jumped over the moon"`` to feed it):
