@@ -180,6 +180,7 @@ class RedisStreamSpout(Spout):
         self.metrics = self._zero_metrics()
         self._inflight: dict[str, dict[str, str]] = {}  # emitted, not yet acked or failed: id -> fields
         self._attempts: dict[str, int] = {}  # id -> failures so far
+        self._failed_emits: set[str] = set()  # ids whose emit raised: the collector's fail for it is not a replay
         self._retries: list[tuple[float, str]] = []  # heap of (due, id) of failed entries
         self._backlog: deque[tuple[str, dict[str, str] | None]] = deque()  # read, not yet emitted
         self._unsent_acks: list[str] = []  # acked while Redis was unreachable
@@ -342,13 +343,24 @@ class RedisStreamSpout(Spout):
                 self.ack(entry_id)
                 return
             stream, values = (out.stream, out.values) if isinstance(out, Route) else ("default", out)
-            # an emit that does not fit the declared stream raises here, and is a bad entry too
+        except Exception as e:
+            self._reject(entry_id, e)
+            return
+        try:
             self._collector.emit(list(values), stream=stream, msg_id=entry_id)
-        except Exception as e:  # a bad entry: to the error stream, acked once that tuple is processed
-            self.metrics["errors"] += 1
-            log.warning("%s: the translator rejected entry %s (%s: %s): emitted on stream %r",
-                        self._where, entry_id, type(e).__name__, e, self.error_stream)
-            self._collector.emit([entry_id, f"{type(e).__name__}: {e}"], stream=self.error_stream, msg_id=entry_id)
+        except Exception as e:  # values that do not fit the declared stream: a bad entry too
+            self._failed_emits.add(entry_id)  # the collector fails it: that fail is no replay
+            self._reject(entry_id, e)
+            return
+        self.metrics["emitted"] += 1
+
+    def _reject(self, entry_id: str, error: Exception) -> None:
+        """A bad entry: to the error stream, acked once that tuple is processed."""
+        self.metrics["errors"] += 1
+        log.warning("%s: the translator rejected entry %s (%s: %s): emitted on stream %r",
+                    self._where, entry_id, type(error).__name__, error, self.error_stream)
+        self._collector.emit([entry_id, f"{type(error).__name__}: {error}"], stream=self.error_stream,
+                             msg_id=entry_id)
         self.metrics["emitted"] += 1
 
     # -- ack / fail ---------------------------------------------------------------------------
@@ -373,6 +385,9 @@ class RedisStreamSpout(Spout):
         self._send_ack(msg_id)
 
     def fail(self, msg_id: Any) -> None:
+        if msg_id in self._failed_emits:  # its emit raised; the error tuple settles it
+            self._failed_emits.discard(msg_id)
+            return
         self.metrics["failed"] += 1
         if msg_id not in self._inflight:
             return  # not one this spout has in flight: nothing to replay

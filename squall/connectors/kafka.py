@@ -1,0 +1,716 @@
+"""Kafka connectors: :class:`KafkaSpout`, reading topics through a consumer group with
+storm-kafka-client's semantics, and :class:`KafkaBolt`, writing tuples to topics. Both use
+librdkafka through ``confluent-kafka`` (``pip install "squall[kafka]"``).
+
+``open``/``prepare`` ask the cluster for its metadata (``open_timeout_ms``, 5000), so a
+cluster that cannot be reached fails the submission with an error naming the component and
+the bootstrap ``host:port``; a topic the spout names and the cluster does not have (with
+auto-creation disabled) fails it naming the topic. Afterwards librdkafka reconnects by itself.
+
+:class:`KafkaSpout` — the contract
+----------------------------------
+
+* **Reading.** Every task of the spout is a consumer of group ``group_id``, subscribed to
+  ``topics`` (or to the topics matching ``pattern``); Kafka spreads the partitions over the
+  tasks and moves them when tasks come and go (a rebalance). A task with no partition (more
+  tasks than partitions) emits nothing. Records are fetched ``max_poll_records`` at a time,
+  waiting at most ``poll_timeout_ms`` (keep it a few milliseconds: ``next_tuple`` must not
+  block), and emitted one per ``next_tuple`` call, so ``topology.max.spout.pending`` caps the
+  records in flight.
+* **Where reading starts** (``first_poll_offset_strategy``), the first time this spout is given
+  a partition: ``EARLIEST``/``LATEST``: the beginning/end of the partition, whatever the group
+  committed (so a redeployed topology reads again from there); ``UNCOMMITTED_EARLIEST``
+  (default)/``UNCOMMITTED_LATEST``: the group's committed offset, or the beginning/end when
+  there is none. A partition that comes back after a rebalance resumes at the committed offset.
+* **Emitting.** ``translator(record)`` (a :class:`KafkaRecord`) gives the values, or a
+  :class:`Route` ``(stream, values)`` to pick a stream, or ``None`` to skip the record (it counts
+  as acked, ``skipped``); ``output_fields`` declares the streams (a list: the ``default``
+  stream's; a dict: stream -> fields). Default: fields ``topic``, ``partition``, ``offset``,
+  ``key``, ``value`` (key and value decoded with ``encoding``, UTF-8; ``encoding=None`` keeps
+  bytes).
+* **AT_LEAST_ONCE** (default). A record is emitted with a :class:`KafkaMessageId` (topic,
+  partition, offset; plus the assignment generation, so an ack arriving after its partition was
+  taken away and given back is ignored). Offsets are committed every ``offset_commit_period_ms``,
+  when partitions are revoked, and on ``close``, and only up to the lowest offset of the
+  partition not yet acked (the committed offset is the next one to read): a record is never
+  committed before its tuple tree completed. A failed tuple (failed by a bolt, or timed out) is
+  emitted again from the kept record after the ``retry`` backoff (``initial_delay_ms``
+  multiplied by ``multiplier`` at each failure up to ``max_delay_ms``); after ``max_retries``
+  failures it is given up: emitted on the error stream, acked (its offset may be committed) and
+  logged. With more than ``max_uncommitted_offsets`` offsets read past a partition's commit point,
+  the partition is paused until commits catch up. **Guarantee:** every record is processed at
+  least once; records are emitted again only after a failure, a crash or kill before the commit
+  (up to ``offset_commit_period_ms`` of acked records), or a rebalance that moved a partition with
+  records in flight.
+* **AT_MOST_ONCE.** The offsets of every fetched batch are committed before any of it is emitted;
+  records are emitted without message id (no ack, no retry). **Guarantee:** no record is
+  processed twice; records fetched but not processed when the worker dies are lost.
+* **NO_GUARANTEE.** Emitted without message id; offsets are committed in the background every
+  ``offset_commit_period_ms`` by librdkafka (auto commit) whatever became of the tuples.
+  **Guarantee:** none: a record can be lost or processed twice.
+* **Rebalances.** When partitions are revoked the spout commits what was acked for them, then
+  forgets their records (buffered, in flight, waiting for retry): their acks and fails arriving
+  later are ignored, their records in flight are read again by whichever task gets the
+  partition. Nothing acked is lost; nothing is committed twice.
+* **Bad records.** When the translator raises (or its values do not fit the declared stream),
+  the record is emitted on the ``error`` stream (``error_stream``; fields ``topic``,
+  ``partition``, ``offset``, ``error``), tracked as the record itself under AT_LEAST_ONCE: its
+  offset is committed once that tuple is processed (at once when nothing subscribes). Never
+  silently dropped.
+* **Kafka going away.** ``next_tuple`` never raises for Kafka's errors: it logs the first error
+  of an outage (and "reachable again" at its end), counts them, and keeps polling; librdkafka
+  reconnects. A failed commit is logged and tried again at the next period.
+* **Threads.** Both connectors are blocking components (``blocking = True``): a thread per
+  executor. Note librdkafka's ``max.poll.interval.ms`` (300 s): a spout not polled that long
+  (deactivated, or held at ``max.spout.pending``) leaves the group until polled again.
+* **Metrics.** ``spout.metrics``: counters ``read``, ``emitted``, ``acked``, ``failed``,
+  ``replayed``, ``given_up``, ``skipped``, ``errors`` (bad records, Kafka errors), ``commits``;
+  and dicts keyed ``"topic:partition"``: ``committed`` (last committed offset) and ``lag``
+  (high watermark minus position, where known).
+
+:class:`KafkaBolt`: see its documentation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from squall.bolt import Bolt
+from squall.connectors import require
+from squall.spout import Spout
+
+if TYPE_CHECKING:
+    from squall.collector import OutputCollector, SpoutOutputCollector
+    from squall.component import OutputFieldsDeclarer
+    from squall.context import TopologyContext
+    from squall.tuple import Tuple
+
+log = logging.getLogger("squall.connectors.kafka")
+
+AT_LEAST_ONCE, AT_MOST_ONCE, NO_GUARANTEE = "AT_LEAST_ONCE", "AT_MOST_ONCE", "NO_GUARANTEE"
+EARLIEST, LATEST = "EARLIEST", "LATEST"
+UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST = "UNCOMMITTED_EARLIEST", "UNCOMMITTED_LATEST"
+_GUARANTEES = (AT_LEAST_ONCE, AT_MOST_ONCE, NO_GUARANTEE)
+_STRATEGIES = (EARLIEST, LATEST, UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST)
+
+
+class KafkaConnectorError(RuntimeError):
+    """Kafka could not be reached, or a topic is missing; the message names ``host:port`` or
+    the topic."""
+
+
+class Route(NamedTuple):
+    """What a translator returns to emit a record on ``stream`` rather than ``default``."""
+
+    stream: str
+    values: list[Any]
+
+
+class KafkaRecord(NamedTuple):
+    """A record as the translator sees it (key and value decoded unless ``encoding=None``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    timestamp: int | None
+    headers: list[tuple[str, bytes]] | None
+
+
+class KafkaMessageId(NamedTuple):
+    """The message id of an AT_LEAST_ONCE tuple: the record's place, and the generation of the
+    partition's assignment it was emitted under."""
+
+    topic: str
+    partition: int
+    offset: int
+    generation: int = 0
+
+
+@dataclass
+class RetryPolicy:
+    """Exponential backoff of failed tuples (storm-kafka-client's
+    ``KafkaSpoutRetryExponentialBackoff``): delay ``initial_delay_ms * multiplier ** (n - 1)``
+    before the n-th retry, at most ``max_delay_ms``; ``max_retries`` (None: forever)."""
+
+    initial_delay_ms: float = 0
+    multiplier: float = 2.0
+    max_delay_ms: float = 10_000
+    max_retries: int | None = None
+
+    def delay_ms(self, failures: int) -> float:
+        return min(self.initial_delay_ms * self.multiplier ** (failures - 1), self.max_delay_ms)
+
+
+def _default_translator(record: KafkaRecord) -> list[Any]:
+    return [record.topic, record.partition, record.offset, record.key, record.value]
+
+
+@dataclass
+class KafkaSpoutConfig:
+    """What a :class:`KafkaSpout` reads and how (see the module's documentation)."""
+
+    bootstrap_servers: str
+    topics: list[str] | None = None
+    pattern: str | None = None
+    group_id: str = "squall"
+    translator: Callable[[KafkaRecord], Any] | None = None
+    output_fields: list[str] | dict[str, list[str]] | None = None
+    error_stream: str = "error"
+    encoding: str | None = "utf-8"
+    processing_guarantee: str = AT_LEAST_ONCE
+    first_poll_offset_strategy: str = UNCOMMITTED_EARLIEST
+    max_uncommitted_offsets: int = 10_000_000
+    offset_commit_period_ms: int = 30_000
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    poll_timeout_ms: int = 5
+    max_poll_records: int = 500
+    open_timeout_ms: int = 5_000
+    consumer_config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.topics is None) == (self.pattern is None):
+            raise ValueError("KafkaSpoutConfig: give topics or pattern (one of the two)")
+        if self.topics is not None:
+            self.topics = [self.topics] if isinstance(self.topics, str) else list(self.topics)
+            if not self.topics:
+                raise ValueError("KafkaSpoutConfig: topics is empty")
+        if self.processing_guarantee not in _GUARANTEES:
+            raise ValueError(f"KafkaSpoutConfig: processing_guarantee must be one of {', '.join(_GUARANTEES)}, "
+                             f"got {self.processing_guarantee!r}")
+        if self.first_poll_offset_strategy not in _STRATEGIES:
+            raise ValueError(f"KafkaSpoutConfig: first_poll_offset_strategy must be one of {', '.join(_STRATEGIES)}, "
+                             f"got {self.first_poll_offset_strategy!r}")
+        if self.max_uncommitted_offsets < 1:
+            raise ValueError("KafkaSpoutConfig: max_uncommitted_offsets must be at least 1")
+
+
+def _check_reachable(client: Any, servers: str, where: str, timeout_ms: float) -> Any:
+    """The cluster's metadata, or :class:`KafkaConnectorError` naming ``servers``."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return client.list_topics(timeout=timeout_ms / 1000)
+    except KafkaException as e:
+        raise KafkaConnectorError(f"{where}: cannot reach Kafka at {servers} within {timeout_ms:g} ms: "
+                                  f"{e.args[0] if e.args else e}") from e
+
+
+class _Outage:
+    """Logs the first error of an outage and its end, not every error in between."""
+
+    def __init__(self, where: str, metrics: dict[str, Any]) -> None:
+        self.where, self.metrics, self.down = where, metrics, False
+
+    def error(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        self.metrics["errors"] += 1
+        if getattr(error, "fatal", lambda: False)():
+            log.error("%s: fatal Kafka error: %s", self.where, error)
+        elif not self.down:
+            self.down = True
+            log.warning("%s: Kafka error (%s); going on (librdkafka reconnects by itself, a failed commit is "
+                        "tried again at the next one)", self.where, error)
+        elif isinstance(error, KafkaError):
+            log.debug("%s: Kafka error: %s", self.where, error)
+
+    def fine(self) -> None:
+        if self.down:
+            self.down = False
+            log.warning("%s: Kafka is reachable again", self.where)
+
+
+class _Partition:
+    """The AT_LEAST_ONCE bookkeeping of one assigned partition (storm-kafka-client's
+    ``OffsetManager``): every offset read and not yet acked is ``pending``; the commit point is
+    the lowest pending offset, or the end of what was read."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.pending: set[int] = set()
+        self.read_end: int | None = None  # the offset after the last one read
+        self.committed: int | None = None  # the last offset committed by this spout
+        self.paused = False
+
+    def commit_point(self) -> int | None:
+        if self.pending:
+            return min(self.pending)
+        return self.read_end
+
+    def uncommitted(self) -> int:
+        if self.read_end is None:
+            return 0
+        start = self.committed if self.committed is not None else min(self.pending, default=self.read_end)
+        return self.read_end - start
+
+
+def _key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class KafkaSpout(Spout):
+    """Emits the records of Kafka topics read through a consumer group (storm-kafka-client's
+    ``KafkaSpout``; see the module's documentation for the contract)."""
+
+    blocking = True  # network I/O: a thread of its own, never stalling the cooperative ones
+
+    def __init__(self, config: KafkaSpoutConfig) -> None:
+        require("confluent_kafka", "kafka", "KafkaSpout")
+        self.config = config
+        self.translator = config.translator or _default_translator
+        fields = config.output_fields or ["topic", "partition", "offset", "key", "value"]
+        self.output_fields = dict(fields) if isinstance(fields, dict) else {"default": list(fields)}
+        if config.error_stream in self.output_fields:
+            raise ValueError(f"KafkaSpout: error stream {config.error_stream!r} is also in output_fields")
+        self.metrics = self._zero_metrics()
+
+    @staticmethod
+    def _zero_metrics() -> dict[str, Any]:
+        names = ("read", "emitted", "acked", "failed", "replayed", "given_up", "skipped", "errors", "commits")
+        metrics: dict[str, Any] = dict.fromkeys(names, 0)
+        metrics["committed"], metrics["lag"] = {}, {}
+        return metrics
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        for stream, fields in self.output_fields.items():
+            declarer.declare_stream(stream, fields)
+        declarer.declare_stream(self.config.error_stream, ["topic", "partition", "offset", "error"])
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        from confluent_kafka import Consumer
+
+        c = self.config
+        self._collector = collector
+        component = context.get_this_component_id()
+        what = ", ".join(c.topics) if c.topics else f"pattern {c.pattern!r}"
+        self._where = f"KafkaSpout {component!r}: {what} group {c.group_id!r} at {c.bootstrap_servers}"
+        self.metrics = self._zero_metrics()
+        self._outage = _Outage(self._where, self.metrics)
+        self._tracked = c.processing_guarantee == AT_LEAST_ONCE
+        self._partitions: dict[tuple[str, int], _Partition] = {}  # assigned now
+        self._ever_assigned: set[tuple[str, int]] = set()
+        self._generation = 0
+        self._buffer: deque[Any] = deque()  # fetched, not yet emitted (confluent_kafka Messages)
+        self._records: dict[KafkaMessageId, Any] = {}  # emitted, kept for a retry until acked
+        self._failures: dict[KafkaMessageId, int] = {}
+        self._retries: list[tuple[float, KafkaMessageId]] = []  # heap of (due, id)
+        self._emit_failed: set[KafkaMessageId] = set()  # the collector fails these: not to retry
+        self._next_commit = time.monotonic() + c.offset_commit_period_ms / 1000
+        settings: dict[str, Any] = {
+            "bootstrap.servers": c.bootstrap_servers,
+            "group.id": c.group_id,
+            "auto.offset.reset": "latest" if c.first_poll_offset_strategy.endswith("LATEST") else "earliest",
+            "enable.auto.commit": c.processing_guarantee == NO_GUARANTEE,
+            "logger": log,
+            "error_cb": self._outage.error,
+        }
+        if c.processing_guarantee == NO_GUARANTEE:
+            settings["auto.commit.interval.ms"] = c.offset_commit_period_ms
+        settings.update(c.consumer_config)
+        self._consumer = Consumer(settings)
+        try:
+            metadata = _check_reachable(self._consumer, c.bootstrap_servers, self._where, c.open_timeout_ms)
+            for topic in c.topics or ():
+                found = metadata.topics.get(topic)
+                if found is None or found.error is not None:
+                    if str(settings.get("allow.auto.create.topics", "false")).lower() != "true":
+                        reason = found.error if found is not None else "not in the cluster's metadata"
+                        raise KafkaConnectorError(f"{self._where}: topic {topic!r} does not exist ({reason})")
+            subscription = list(c.topics) if c.topics else [c.pattern if c.pattern.startswith("^") else f"^{c.pattern}"]
+            self._consumer.subscribe(subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                     on_lost=self._on_lost)
+        except Exception:
+            self._consumer.close()
+            raise
+
+    def close(self) -> None:
+        consumer = getattr(self, "_consumer", None)
+        if consumer is None:
+            return
+        try:
+            if self._tracked:
+                self._commit()
+            consumer.close()  # leaves the group (its revoke callback commits nothing more)
+        except Exception as e:  # closing must not fail the kill
+            log.warning("%s: closing the consumer: %s", self._where, e)
+        self._consumer = None
+
+    # -- rebalances (called inside consumer.consume, on the executor's thread) -------------------
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
+
+        strategy = self.config.first_poll_offset_strategy
+        for tp in partitions:
+            place = (tp.topic, tp.partition)
+            if place not in self._ever_assigned:
+                self._ever_assigned.add(place)
+                if strategy == EARLIEST:
+                    tp.offset = OFFSET_BEGINNING
+                elif strategy == LATEST:
+                    tp.offset = OFFSET_END
+            self._generation += 1
+            self._partitions[place] = _Partition(self._generation)
+        consumer.assign(partitions)
+        log.info("%s: assigned %s", self._where, ", ".join(_key(tp.topic, tp.partition) for tp in partitions))
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        if self._tracked:
+            self._commit(partitions=[(tp.topic, tp.partition) for tp in partitions])
+        self._forget(partitions)
+        consumer.unassign()
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        log.warning("%s: partitions lost (not committed): %s", self._where,
+                    ", ".join(_key(tp.topic, tp.partition) for tp in partitions))
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[Any]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        for place in gone:
+            self._partitions.pop(place, None)
+            self.metrics["lag"].pop(_key(*place), None)
+        self._buffer = deque(m for m in self._buffer if (m.topic(), m.partition()) not in gone)
+        for msg_id in [m for m in self._records if (m.topic, m.partition) in gone]:
+            del self._records[msg_id]
+            self._failures.pop(msg_id, None)
+        self._retries = [r for r in self._retries if (r[1].topic, r[1].partition) not in gone]
+        heapq.heapify(self._retries)
+
+    # -- next_tuple ---------------------------------------------------------------------------
+
+    def next_tuple(self) -> None:
+        from confluent_kafka import KafkaException
+
+        now = time.monotonic()
+        try:
+            if self._tracked and now >= self._next_commit:
+                self._next_commit = now + self.config.offset_commit_period_ms / 1000
+                self._commit()
+            if self._retries and self._retries[0][0] <= now:
+                _, msg_id = heapq.heappop(self._retries)
+                message = self._records.get(msg_id)
+                if message is not None:
+                    self.metrics["replayed"] += 1
+                    self._emit(message, msg_id)
+                return
+            if not self._buffer:
+                self._poll()
+            if self._buffer:
+                message = self._buffer.popleft()
+                if self._tracked and (message.topic(), message.partition()) not in self._partitions:
+                    return  # of a partition no longer ours: its new owner reads it from the commit
+                self._emit(message, self._message_id(message))
+        except KafkaException as e:
+            self._outage.error(e.args[0] if e.args else e)
+
+    def _poll(self) -> None:
+        c = self.config
+        messages = self._consumer.consume(c.max_poll_records, c.poll_timeout_ms / 1000)
+        good = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._outage.error(error)
+                continue
+            good.append(message)
+        if not good:
+            return
+        self._outage.fine()
+        self.metrics["read"] += len(good)
+        if c.processing_guarantee == AT_MOST_ONCE:
+            ends: dict[tuple[str, int], int] = {}
+            for m in good:
+                ends[(m.topic(), m.partition())] = m.offset() + 1
+            self._commit_offsets(ends)  # before anything is emitted: a crash loses, never repeats
+        elif self._tracked:
+            for m in good:
+                state = self._partitions.get((m.topic(), m.partition()))
+                if state is not None:
+                    state.pending.add(m.offset())
+                    state.read_end = max(state.read_end or 0, m.offset() + 1)
+            self._pause_full()
+        self._buffer.extend(good)
+
+    def _message_id(self, message: Any) -> KafkaMessageId | None:
+        if not self._tracked:
+            return None
+        state = self._partitions.get((message.topic(), message.partition()))
+        msg_id = KafkaMessageId(message.topic(), message.partition(), message.offset(), state.generation)
+        self._records[msg_id] = message
+        return msg_id
+
+    def _record(self, message: Any) -> KafkaRecord:
+        key, value, encoding = message.key(), message.value(), self.config.encoding
+        if encoding is not None:
+            key = key.decode(encoding) if isinstance(key, bytes) else key
+            value = value.decode(encoding) if isinstance(value, bytes) else value
+        timestamp = message.timestamp()[1] if message.timestamp()[0] else None
+        return KafkaRecord(message.topic(), message.partition(), message.offset(), key, value, timestamp,
+                           message.headers())
+
+    def _emit(self, message: Any, msg_id: KafkaMessageId | None) -> None:
+        try:
+            out = self.translator(self._record(message))
+            if out is None:
+                self.metrics["skipped"] += 1
+                if msg_id is not None:
+                    self.ack(msg_id)
+                return
+            stream, values = (out.stream, out.values) if isinstance(out, Route) else ("default", out)
+            values = list(values)
+        except Exception as e:
+            self._reject(message, msg_id, e)
+            return
+        try:
+            self._collector.emit(values, stream=stream, msg_id=msg_id)
+        except Exception as e:  # values that do not fit the declared stream: a bad record too
+            if msg_id is not None:
+                self._emit_failed.add(msg_id)  # the collector fails it: that fail is not a retry
+            self._reject(message, msg_id, e)
+            return
+        self.metrics["emitted"] += 1
+
+    def _reject(self, message: Any, msg_id: KafkaMessageId | None, error: Exception) -> None:
+        """A bad record: to the error stream, tracked as the record."""
+        self.metrics["errors"] += 1
+        log.warning("%s: the translator rejected record %s offset %d (%s: %s): emitted on stream %r",
+                    self._where, _key(message.topic(), message.partition()), message.offset(),
+                    type(error).__name__, error, self.config.error_stream)
+        self._collector.emit([message.topic(), message.partition(), message.offset(),
+                              f"{type(error).__name__}: {error}"], stream=self.config.error_stream, msg_id=msg_id)
+        self.metrics["emitted"] += 1
+
+    # -- commits ------------------------------------------------------------------------------
+
+    def _commit(self, partitions: list[tuple[str, int]] | None = None) -> None:
+        """Commit, for ``partitions`` (default: all assigned), up to the lowest un-acked offset."""
+        points = {}
+        for place in partitions if partitions is not None else list(self._partitions):
+            state = self._partitions.get(place)
+            if state is None:
+                continue
+            point = state.commit_point()
+            if point is not None and point != state.committed:
+                points[place] = point
+        if points:
+            self._commit_offsets(points)
+        self._pause_full()
+        self._update_lag()
+
+    def _commit_offsets(self, points: dict[tuple[str, int], int]) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in points.items()],
+                                  asynchronous=False)
+        except KafkaException as e:
+            self._outage.error(e.args[0] if e.args else e)
+            return
+        self.metrics["commits"] += 1
+        for place, offset in points.items():
+            self.metrics["committed"][_key(*place)] = offset
+            state = self._partitions.get(place)
+            if state is not None:
+                state.committed = offset
+
+    def _pause_full(self) -> None:
+        """Pause the partitions with ``max_uncommitted_offsets`` read past their commit point;
+        resume the others."""
+        from confluent_kafka import TopicPartition
+
+        limit = self.config.max_uncommitted_offsets
+        pause, resume = [], []
+        for (topic, partition), state in self._partitions.items():
+            full = state.uncommitted() >= limit
+            if full != state.paused:
+                state.paused = full
+                (pause if full else resume).append(TopicPartition(topic, partition))
+        if pause:
+            self._consumer.pause(pause)
+        if resume:
+            self._consumer.resume(resume)
+
+    def _update_lag(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        places = [TopicPartition(t, p) for t, p in self._partitions]
+        if not places:
+            return
+        for tp in self._consumer.position(places):
+            if tp.offset < 0:
+                continue
+            try:
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            except Exception:  # noqa: BLE001  (not known yet)
+                continue
+            if high is not None and high >= 0:
+                self.metrics["lag"][_key(tp.topic, tp.partition)] = high - tp.offset
+
+    # -- ack / fail ---------------------------------------------------------------------------
+
+    def _current(self, msg_id: Any) -> _Partition | None:
+        """The partition state ``msg_id`` belongs to, or None when it was revoked since."""
+        if not isinstance(msg_id, KafkaMessageId):
+            return None
+        state = self._partitions.get((msg_id.topic, msg_id.partition))
+        return state if state is not None and state.generation == msg_id.generation else None
+
+    def ack(self, msg_id: Any) -> None:
+        state = self._current(msg_id)
+        if state is None or msg_id.offset not in state.pending:
+            return  # revoked since (another task reads it again) or acked already
+        state.pending.discard(msg_id.offset)
+        self._records.pop(msg_id, None)
+        self._failures.pop(msg_id, None)
+        self.metrics["acked"] += 1
+
+    def fail(self, msg_id: Any) -> None:
+        if msg_id in self._emit_failed:
+            self._emit_failed.discard(msg_id)
+            return  # the failed emit of a record then emitted on the error stream
+        self.metrics["failed"] += 1
+        if self._current(msg_id) is None or msg_id not in self._records:
+            return  # revoked since: nothing to replay here
+        failures = self._failures.get(msg_id, 0) + 1
+        retry = self.config.retry
+        if retry.max_retries is not None and failures > retry.max_retries:
+            self.metrics["given_up"] += 1
+            reason = f"failed {failures} times (max_retries {retry.max_retries}): given up"
+            log.warning("%s: record %s offset %d %s", self._where, _key(msg_id.topic, msg_id.partition),
+                        msg_id.offset, reason)
+            self._collector.emit([msg_id.topic, msg_id.partition, msg_id.offset, reason],
+                                 stream=self.config.error_stream)
+            self.ack(msg_id)
+            return
+        self._failures[msg_id] = failures
+        heapq.heappush(self._retries, (time.monotonic() + retry.delay_ms(failures) / 1000, msg_id))
+
+
+def _default_mapper(tup: Tuple) -> tuple[Any, Any]:
+    return tup.get_value_by_field("key"), tup.get_value_by_field("message")
+
+
+class KafkaBolt(Bolt):
+    """Writes every input tuple to Kafka (storm-kafka-client's ``KafkaBolt``).
+
+    * ``topic_selector``: the topic, or a callable of the tuple giving it.
+    * ``mapper(tup) -> (key, value)`` (str, bytes or None), or ``(key, value, partition)``
+      to pick the partition (else the producer's partitioner does, by key); default: the
+      tuple's fields ``key`` and ``message``.
+    * **Acking.** The record is produced asynchronously; the input is acked when its delivery
+      report says the broker confirmed the write (``acks=all`` unless ``producer_config`` says
+      otherwise), failed when the report is an error (librdkafka retried within
+      ``delivery.timeout.ms`` already), with the reason recorded for the component (which names
+      it). Reports are delivered on the executor's thread: the bolt polls the producer at every
+      ``execute`` and every tick (``tick_secs``, 0.1). A tuple the mapper or the topic selector
+      cannot map, or the producer refuses (queue full even after waiting ``queue_wait_ms``), is
+      failed with the reason. ``cleanup`` flushes (up to ``flush_timeout_ms``).
+    * **Guarantee.** With a spout replaying failed tuples, every tuple is written at least once;
+      a write whose report was lost (the worker died) is written again, so twice.
+    * Declares no stream.
+    """
+
+    blocking = True
+
+    def __init__(self, bootstrap_servers: str, topic_selector: str | Callable[[Tuple], str],
+                 mapper: Callable[[Tuple], tuple[Any, Any]] | None = None,
+                 producer_config: dict[str, Any] | None = None, *, tick_secs: float = 0.1,
+                 open_timeout_ms: int = 5_000, queue_wait_ms: int = 1_000, flush_timeout_ms: int = 30_000) -> None:
+        require("confluent_kafka", "kafka", "KafkaBolt")
+        self.bootstrap_servers, self.topic_selector = bootstrap_servers, topic_selector
+        self.mapper = mapper or _default_mapper
+        self.producer_config = dict(producer_config or {})
+        self.tick_secs, self.open_timeout_ms = tick_secs, open_timeout_ms
+        self.queue_wait_ms, self.flush_timeout_ms = queue_wait_ms, flush_timeout_ms
+        self.metrics = self._zero_metrics()
+
+    @staticmethod
+    def _zero_metrics() -> dict[str, int]:
+        return dict.fromkeys(("produced", "acked", "failed", "errors"), 0)
+
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        return {"topology.tick.tuple.freq.secs": self.tick_secs}
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        from confluent_kafka import Producer
+
+        self.collector = collector
+        self._component = context.get_this_component_id()
+        self._where = f"KafkaBolt {self._component!r} at {self.bootstrap_servers}"
+        self.metrics = self._zero_metrics()
+        self._outage = _Outage(self._where, self.metrics)
+        settings = {"bootstrap.servers": self.bootstrap_servers, "acks": "all", "logger": log,
+                    "error_cb": self._outage.error, **self.producer_config}
+        self._producer = Producer(settings)
+        try:
+            _check_reachable(self._producer, self.bootstrap_servers, self._where, self.open_timeout_ms)
+        except Exception:
+            self._producer.flush(0)
+            raise
+
+    def cleanup(self) -> None:
+        producer = getattr(self, "_producer", None)
+        if producer is not None:
+            left = producer.flush(self.flush_timeout_ms / 1000)
+            if left:
+                log.warning("%s: %d records not confirmed at cleanup", self._where, left)
+            self._producer = None
+
+    def _failed(self, tup: Tuple, what: str, error: Any) -> None:
+        reason = (f"{self._where}: {what} the tuple from component {tup.source_component!r} stream "
+                  f"{tup.source_stream_id!r}: {type(error).__name__}: {error}")
+        self.metrics["failed"] += 1
+        self.collector.report_error(KafkaConnectorError(reason))
+        self.collector.fail(tup)
+
+    def _report(self, tup: Tuple, error: Any, _message: Any) -> None:
+        if error is None:
+            self.metrics["acked"] += 1
+            self._outage.fine()
+            self.collector.ack(tup)
+        else:
+            self._failed(tup, "the broker did not confirm writing", error)
+
+    def execute(self, tup: Tuple) -> None:
+        self._producer.poll(0)  # delivers the reports due: acks and fails of earlier inputs
+        if tup.is_tick():
+            return
+        try:
+            topic = self.topic_selector(tup) if callable(self.topic_selector) else self.topic_selector
+            mapped = tuple(self.mapper(tup))
+            if len(mapped) not in (2, 3):
+                raise ValueError(f"the mapper must give (key, value) or (key, value, partition), got {mapped!r}")
+        except Exception as e:
+            self._failed(tup, "cannot map", e)
+            return
+        key, value, partition = mapped if len(mapped) == 3 else (*mapped, None)
+        where = {} if partition is None else {"partition": partition}
+        deadline = time.monotonic() + self.queue_wait_ms / 1000
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, **where,
+                                       on_delivery=lambda err, msg, tup=tup: self._report(tup, err, msg))
+                break
+            except BufferError as e:  # librdkafka's queue is full: let it drain a little
+                if time.monotonic() >= deadline:
+                    self._failed(tup, "the producer's queue is full, cannot write", e)
+                    return
+                self._producer.poll(0.05)
+            except Exception as e:  # noqa: BLE001  (bad types, unknown topic...)
+                self._failed(tup, "cannot write", e)
+                return
+        self.metrics["produced"] += 1
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        pass

@@ -1,0 +1,401 @@
+"""The Kafka connectors against librdkafka's mock cluster (tests/kafka_mock.py): the spout's
+processing guarantees (acks, commits, replays, restarts, rebalances, first-poll strategies,
+bad records, an unreachable cluster) and the bolt's delivery-confirmed acks."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from helpers import HoldBolt, Recorder, RecordSink, errors_of, held, logged, received, record, stays
+from kafka_mock import kafka_cluster  # noqa: F401  (a fixture)
+from squall import Bolt, TopologyBuilder
+from squall.connectors.kafka import (
+    AT_MOST_ONCE, EARLIEST, LATEST, UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST, KafkaBolt, KafkaSpout,
+    KafkaSpoutConfig, RetryPolicy, Route,
+)
+from squall.errors import TopologySetupError
+from squall.testing import FeederSpout, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 30.0  # a consumer group's first join takes ~3 s on the mock cluster
+PARTITIONS = 4  # the mock cluster creates topics with 4 partitions
+GROUP_SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+
+
+@pytest.fixture
+def names() -> tuple[str, str]:
+    """A topic and a group of this test's own."""
+    tag = uuid.uuid4().hex[:12]
+    return f"topic-{tag}", f"group-{tag}"
+
+
+def _produce(servers: str, topic: str, start: int, stop: int, partition: int | None = None) -> None:
+    """Records ``n`` = start..stop-1 (value ``str(n)``), on ``partition`` or round robin."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": servers, "logger": logging.getLogger("tests.kafka")})
+    for n in range(start, stop):
+        producer.produce(topic, value=str(n), key=f"k{n}", partition=n % PARTITIONS if partition is None else partition)
+    assert producer.flush(10) == 0
+
+
+def _consumer(servers: str, group: str = "reader"):
+    from confluent_kafka import Consumer
+
+    return Consumer({"bootstrap.servers": servers, "group.id": group, "enable.auto.commit": False,
+                     "auto.offset.reset": "earliest", "logger": logging.getLogger("tests.kafka")})
+
+
+class Offsets:
+    """Reads a group's committed offsets and the high watermarks of a topic."""
+
+    def __init__(self, servers: str, topic: str, group: str) -> None:
+        self.topic, self.consumer = topic, _consumer(servers, group)
+
+    def _tps(self):
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(self.topic, p) for p in range(PARTITIONS)]
+
+    def committed(self) -> dict[int, int]:
+        return {tp.partition: tp.offset for tp in self.consumer.committed(self._tps(), timeout=10)}
+
+    def high(self) -> dict[int, int]:
+        return {tp.partition: self.consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._tps()}
+
+    def commit(self, partition: int, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer.commit(offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=False)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.fixture
+def offsets(kafka_cluster, names):  # noqa: F811
+    o = Offsets(kafka_cluster, *names)
+    yield o
+    o.close()
+
+
+def as_numbered(record):
+    return [int(record.value), record.partition, record.offset]
+
+
+def _spout(servers: str, topic: str, group: str, **more) -> KafkaSpout:
+    more.setdefault("offset_commit_period_ms", 100)
+    more.setdefault("translator", as_numbered)
+    more.setdefault("output_fields", ["n", "partition", "offset"])
+    # the mock cluster ignores a consumer leaving its group: the group waits out the member's
+    # session (45 s by default; 6 s is the mock's minimum) before giving its partitions to others
+    more.setdefault("consumer_config", GROUP_SESSION)
+    return KafkaSpout(KafkaSpoutConfig(servers, topics=[topic], group_id=group, **more))
+
+
+def _topology(spout, sink, parallelism: int = 1) -> object:
+    builder = TopologyBuilder()
+    builder.set_spout("spout", spout, parallelism)
+    builder.set_bolt("sink", sink).shuffle_grouping("spout")
+    return builder.create_topology()
+
+
+def _fully_committed(offsets: Offsets) -> bool:
+    return offsets.committed() == offsets.high()
+
+
+class ByNumberBolt(Bolt):
+    """Records every ``n``; acks those below ``limit``, and fails (``fail_rest``) or holds the others."""
+
+    def __init__(self, key, limit, fail_rest=False):
+        self.key, self.limit, self.fail_rest = key, limit, fail_rest
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        record(self.key, tup.values[0])
+        if tup.values[0] < self.limit:
+            self.collector.ack(tup)
+        elif self.fail_rest:
+            self.collector.fail(tup)
+
+
+# -- the spout ------------------------------------------------------------------------------
+
+
+def test_every_record_is_delivered_once_and_committed(cluster, kafka_cluster, names, offsets):  # noqa: F811
+    topic, group = names
+    _produce(kafka_cluster, topic, 0, 200)
+    cluster.submit_topology("once", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("n")))
+    _produce(kafka_cluster, topic, 200, 300)  # while it runs
+    wait_until(lambda: len(logged("n")) >= 300 and _fully_committed(offsets), timeout=WAIT,
+               message="every record processed and committed")
+    assert Counter(logged("n")) == Counter(range(300))
+    assert offsets.high() == {p: 75 for p in range(PARTITIONS)}
+
+
+def test_a_failed_tuple_is_replayed_and_its_offset_not_committed_until_acked(cluster, kafka_cluster, names,  # noqa: F811
+                                                                           offsets):
+    topic, group = names
+    _produce(kafka_cluster, topic, 0, 10, partition=0)
+    spout = _spout(kafka_cluster, topic, group, retry=RetryPolicy(initial_delay_ms=20))
+    cluster.submit_topology("replay", {}, _topology(spout, HoldBolt("held")))
+    wait_until(lambda: len(held("held")) == 10, timeout=WAIT, message="every record held")
+    for collector, tup in held("held"):
+        if tup.values[0] == 3:
+            collector.fail(tup)
+        else:
+            collector.ack(tup)
+    wait_until(lambda: len(held("held")) == 11, timeout=WAIT, message="the failed record redelivered")
+    assert held("held")[-1][1].values[0] == 3
+    wait_until(lambda: offsets.committed()[0] == 3, timeout=WAIT, message="offsets 0-2 committed")
+    stays(lambda: offsets.committed()[0] == 3, secs=0.5, what="the commit stopping at the un-acked offset 3")
+    collector, tup = held("held")[-1]
+    collector.ack(tup)
+    wait_until(lambda: offsets.committed()[0] == 10, timeout=WAIT, message="every offset committed")
+    assert sorted(logged("held")) == sorted([*range(10), 3])
+
+
+def test_a_restarted_topology_loses_nothing_and_replays_no_committed_record(cluster, kafka_cluster, names,  # noqa: F811
+                                                                            offsets):
+    topic, group = names
+    _produce(kafka_cluster, topic, 0, 100)  # n ascending within each partition
+    cluster.submit_topology("restart", {}, _topology(_spout(kafka_cluster, topic, group), ByNumberBolt("first", 50)))
+    # partition p holds p, p+4, ...: the first n >= 50 of each is at offset 13 (12 for 0 and 1)
+    expected = {p: (50 - p + PARTITIONS - 1) // PARTITIONS for p in range(PARTITIONS)}
+    wait_until(lambda: len(logged("first")) == 100 and offsets.committed() == expected, timeout=WAIT,
+               message="the acked half committed")
+    cluster.kill_topology("restart", wait_secs=0)
+    wait_until(lambda: "restart" not in cluster.get_topologies(), timeout=WAIT, message="the topology killed")
+    assert offsets.committed() == expected
+    _produce(kafka_cluster, topic, 100, 120)
+    cluster.submit_topology("restart", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("second")))
+    wait_until(lambda: len(logged("second")) >= 70 and _fully_committed(offsets), timeout=WAIT,
+               message="the held and the new records processed after the restart")
+    assert Counter(logged("second")) == Counter(range(50, 120))  # the committed half is not redelivered
+
+
+def test_a_rebalance_loses_no_record_and_no_ack(cluster, kafka_cluster, names, offsets, caplog):  # noqa: F811
+    caplog.set_level(logging.INFO, logger="squall.connectors.kafka")
+    topic, group = names
+    _produce(kafka_cluster, topic, 0, 200)
+    cluster.submit_topology("first", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("n")))
+    wait_until(lambda: len(logged("n")) >= 200 and _fully_committed(offsets), timeout=WAIT,
+               message="the first spout's records processed and committed")
+    # a second consumer of the group: the partitions are revoked from the first and spread over both
+    cluster.submit_topology("second", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("n")))
+    wait_until(lambda: caplog.text.count("assigned") >= 3, timeout=WAIT, message="the group rebalanced")
+    _produce(kafka_cluster, topic, 200, 400)
+    wait_until(lambda: set(logged("n")) == set(range(400)) and _fully_committed(offsets), timeout=WAIT,
+               message="every record processed and committed")
+    # a record is processed twice only when in flight during the rebalance: none here
+    assert Counter(logged("n")) == Counter(range(400))
+
+
+def test_a_spout_task_beyond_the_partition_count_gets_nothing(cluster, kafka_cluster, names, offsets):  # noqa: F811
+    topic, group = names
+    _produce(kafka_cluster, topic, 0, 100)
+    spout = _spout(kafka_cluster, topic, group)
+    cluster.submit_topology("wide", {}, _topology(spout, RecordSink("n"), parallelism=PARTITIONS + 1))
+    wait_until(lambda: len(logged("n")) >= 100 and _fully_committed(offsets), timeout=WAIT,
+               message="every record processed and committed")
+    # the tasks join one after the other: the group rebalances while records are in flight, and
+    # the mock refuses commits during a rebalance, so some records may be processed twice
+    assert set(logged("n")) == set(range(100))
+
+
+def test_first_poll_offset_strategies_on_a_group_with_committed_offsets(cluster, kafka_cluster):  # noqa: F811
+    topic = f"topic-{uuid.uuid4().hex[:12]}"
+    _produce(kafka_cluster, topic, 0, 10, partition=0)
+    strategies = (EARLIEST, LATEST, UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST)
+    builder = TopologyBuilder()
+    for strategy in strategies:
+        group = f"group-{strategy}-{topic}"
+        committing = Offsets(kafka_cluster, topic, group)
+        committing.commit(0, 6)
+        committing.close()
+        builder.set_spout(strategy, _spout(kafka_cluster, topic, group, first_poll_offset_strategy=strategy))
+        builder.set_bolt(f"sink-{strategy}", RecordSink(strategy)).shuffle_grouping(strategy)
+    cluster.submit_topology("strategies", {}, builder.create_topology())
+    # LATEST reads from the end as of its assignment: produce until it sees something
+    n = 10
+    while LATEST not in [k for k in strategies if logged(k) and logged(k)[-1] >= 10]:
+        _produce(kafka_cluster, topic, n, n + 1, partition=0)
+        n += 1
+        time.sleep(0.2)  # one marker record per 0.2 s while the group joins
+        assert n < 10 + WAIT / 0.2, "LATEST saw none of the records produced after it started"
+    wait_until(lambda: all(logged(k) and logged(k)[-1] == n - 1 for k in strategies), timeout=WAIT,
+               message="every spout reached the last record")
+    later = list(range(10, n))
+    assert logged(EARLIEST) == list(range(10)) + later  # committed offsets ignored: from the beginning
+    assert logged(UNCOMMITTED_EARLIEST) == list(range(6, 10)) + later  # from the committed offset
+    assert logged(UNCOMMITTED_LATEST) == list(range(6, 10)) + later
+    assert all(x >= 10 for x in logged(LATEST))  # from the end: none of the first 10
+
+
+def reject_bad(record):
+    if record.value == "bad":
+        raise ValueError("no thanks")
+    if record.value == "short":
+        return Route("good", [record.value])  # one value for two fields: the emit raises
+    return Route("good", [int(record.value), record.offset])
+
+
+def test_a_record_the_translator_rejects_goes_to_the_error_stream(cluster, kafka_cluster, names, offsets):  # noqa: F811
+    from confluent_kafka import Producer
+
+    topic, group = names
+    producer = Producer({"bootstrap.servers": kafka_cluster})
+    for value in ["0", "1", "bad", "3", "short"]:
+        producer.produce(topic, value=value, partition=0)
+    assert producer.flush(10) == 0
+    builder = TopologyBuilder()
+    builder.set_spout("spout", _spout(kafka_cluster, topic, group, translator=reject_bad,
+                                      output_fields={"good": ["n", "offset"]}))
+    builder.set_bolt("sink", Recorder()).shuffle_grouping("spout", "good").shuffle_grouping("spout", "error")
+    cluster.submit_topology("translate", {}, builder.create_topology())
+    wait_until(lambda: len(received("sink")) == 5 and offsets.committed()[0] == 5, timeout=WAIT,
+               message="every record processed and committed")
+    by_stream: dict[str, list] = {}
+    for r in received("sink"):
+        by_stream.setdefault(r["stream"], []).append(r["values"])
+    assert by_stream["good"] == [[0, 0], [1, 1], [3, 3]]
+    assert by_stream["error"][0] == [topic, 0, 2, "ValueError: no thanks"]
+    assert by_stream["error"][1][:3] == [topic, 0, 4] and "declares 2 fields" in by_stream["error"][1][3]
+
+
+def test_a_record_failing_more_than_max_retries_is_given_up_on_the_error_stream(cluster, kafka_cluster, names,  # noqa: F811
+                                                                               offsets):
+    topic, group = names
+    _produce(kafka_cluster, topic, 0, 1, partition=0)
+    builder = TopologyBuilder()
+    builder.set_spout("spout", _spout(kafka_cluster, topic, group,
+                                      retry=RetryPolicy(initial_delay_ms=10, max_retries=2)))
+    builder.set_bolt("failer", ByNumberBolt("tries", 0, fail_rest=True)).shuffle_grouping("spout")
+    builder.set_bolt("errors", Recorder()).shuffle_grouping("spout", "error")
+    cluster.submit_topology("give-up", {}, builder.create_topology())
+    wait_until(lambda: received("errors") and offsets.committed()[0] == 1, timeout=WAIT,
+               message="the record given up and committed")
+    assert logged("tries") == [0, 0, 0]  # the first delivery and 2 retries
+    [error] = received("errors")
+    assert error["values"][:3] == [topic, 0, 0] and "given up" in error["values"][3]
+
+
+def test_at_most_once_commits_before_emitting(cluster, kafka_cluster, names, offsets):  # noqa: F811
+    topic, group = names
+    _produce(kafka_cluster, topic, 0, 20)
+    spout = _spout(kafka_cluster, topic, group, processing_guarantee=AT_MOST_ONCE)
+    cluster.submit_topology("at-most", {}, _topology(spout, HoldBolt("held")))  # never acks
+    wait_until(lambda: len(held("held")) == 20 and _fully_committed(offsets), timeout=WAIT,
+               message="every record emitted, its offset committed though never acked")
+    assert sorted(logged("held")) == list(range(20))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_cluster_fails_the_submission_naming_it(cluster):
+    port = _free_port()
+    spout = KafkaSpout(KafkaSpoutConfig(f"127.0.0.1:{port}", topics=["t"], group_id="g", open_timeout_ms=1500))
+    started = time.monotonic()
+    with pytest.raises(TopologySetupError) as e:
+        cluster.submit_topology("unreachable", {}, _topology(spout, RecordSink("n")))
+    assert time.monotonic() - started < 10
+    assert f"127.0.0.1:{port}" in str(e.value) and "'spout'" in str(e.value)
+
+
+def test_a_missing_topic_fails_the_submission_naming_it(cluster, kafka_cluster):  # noqa: F811
+    spout = KafkaSpout(KafkaSpoutConfig(kafka_cluster, topics=["no-such-topic"], group_id="g"))
+    with pytest.raises(TopologySetupError) as e:
+        cluster.submit_topology("missing", {}, _topology(spout, RecordSink("n")))
+    assert "'no-such-topic' does not exist" in str(e.value)
+
+
+# -- the bolt -------------------------------------------------------------------------------
+
+
+def _read_all(servers: str, topic: str, count: int) -> list[tuple[str, str]]:
+    consumer = _consumer(servers, f"reader-{uuid.uuid4().hex}")
+    consumer.subscribe([topic])
+    got: list[tuple[str, str]] = []
+    try:
+        deadline = time.monotonic() + WAIT
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                got.append((message.key().decode(), message.value().decode()))
+    finally:
+        consumer.close()
+    return got
+
+
+def test_the_bolt_acks_each_tuple_once_written(cluster, kafka_cluster, names):  # noqa: F811
+    topic, _ = names
+    feeder = FeederSpout(["key", "message"])
+    builder = TopologyBuilder()
+    builder.set_spout("feeder", feeder)
+    builder.set_bolt("kafka", KafkaBolt(kafka_cluster, topic)).shuffle_grouping("feeder")
+    cluster.submit_topology("bolt", {}, builder.create_topology())
+    rows = [[f"k{i}", f"v{i}"] for i in range(20)]
+    for i, row in enumerate(rows):
+        feeder.feed(row, msg_id=i)
+    wait_until(lambda: len(feeder.acked) == 20, timeout=WAIT, message="every tuple acked")
+    assert not feeder.failed
+    assert sorted(_read_all(kafka_cluster, topic, 20)) == sorted(tuple(r) for r in rows)
+
+
+def _by_topic_field(tup):
+    return tup.values[0]
+
+
+def _needs_int(tup):
+    return None, str(int(tup.values[1]))
+
+
+def test_the_bolt_fails_a_tuple_it_cannot_map_with_the_reason(cluster, kafka_cluster, names):  # noqa: F811
+    topic, _ = names
+    feeder = FeederSpout(["topic", "n"])
+    builder = TopologyBuilder()
+    builder.set_spout("feeder", feeder)
+    builder.set_bolt("kafka", KafkaBolt(kafka_cluster, _by_topic_field, _needs_int)).shuffle_grouping("feeder")
+    cluster.submit_topology("unmappable", {}, builder.create_topology())
+    feeder.feed([topic, "1"], msg_id=0)
+    feeder.feed([topic, "many"], msg_id=1)
+    wait_until(lambda: len(feeder.acked) + len(feeder.failed) == 2, timeout=WAIT, message="both settled")
+    assert feeder.acked == [0] and feeder.failed == [1]
+    errors = [e["error"] for e in errors_of(cluster, "unmappable", "kafka")]
+    assert any("cannot map" in e and "'feeder'" in e and "invalid literal for int()" in e for e in errors), errors
+
+
+def _to_partition(tup):
+    return tup.values[0], tup.values[1], tup.values[2]
+
+
+def test_the_bolt_fails_a_tuple_kafka_refuses_with_the_reason(cluster, kafka_cluster, names):  # noqa: F811
+    topic, _ = names
+    _produce(kafka_cluster, topic, 0, 1)  # the topic, with its 4 partitions
+    feeder = FeederSpout(["key", "message", "partition"])
+    builder = TopologyBuilder()
+    builder.set_spout("feeder", feeder)
+    builder.set_bolt("kafka", KafkaBolt(kafka_cluster, topic, _to_partition)).shuffle_grouping("feeder")
+    cluster.submit_topology("refused", {}, builder.create_topology())
+    feeder.feed(["a", "kept", 1], msg_id=0)
+    # no such partition: refused by produce() once the producer knows the topic's partitions,
+    # else by the delivery report
+    feeder.feed(["b", "refused", PARTITIONS + 3], msg_id=1)
+    wait_until(lambda: len(feeder.acked) + len(feeder.failed) == 2, timeout=WAIT, message="both settled")
+    assert feeder.acked == [0] and feeder.failed == [1]
+    errors = [e["error"] for e in errors_of(cluster, "refused", "kafka")]
+    assert any("'feeder'" in e and "Unknown partition" in e for e in errors), errors
+    assert ("a", "kept") in _read_all(kafka_cluster, topic, 2)
