@@ -363,3 +363,36 @@ def test_the_redis_to_files_example_writes_the_exact_counts(tmp_path):
                           env={**os.environ, "SQUALL_OUTPUT_DIR": str(tmp_path / "out")})
     assert done.returncode == 0, done.stderr
     assert "are equal to the sentences' own" in done.stdout, done.stdout
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(120)
+def test_kill_9_of_the_spout_worker_loses_no_entry(redis_server, client, names):  # noqa: F811
+    import os
+    import signal
+
+    stream, group = names
+    seen, total = f"{stream}:seen", 20_000
+    pipe = client.pipeline()
+    for i in range(total):
+        pipe.xadd(stream, {"n": str(i)})
+    pipe.execute()
+    builder = TopologyBuilder()
+    builder.set_spout("spout", _spout(redis_server, stream, group))
+    builder.set_bolt("store", RedisStoreBolt(lambda t: (t.values[0], t.values[1]["n"]), key=seen,
+                                             host=redis_server.host, port=redis_server.port)).shuffle_grouping("spout")
+    conf = {"topology.workers": 2, "topology.max.spout.pending": 200, "topology.message.timeout.secs": 10,
+            "worker.heartbeat.frequency.secs": 0.2, "supervisor.worker.timeout.secs": 5}
+    with LocalCluster(processes=True) as cluster:
+        cluster.submit_topology("kill9", conf, builder.create_topology())
+        workers = cluster.get_topology_info("kill9")["workers"]
+        index = next(i for i, w in enumerate(workers) if "spout" in {e["component"] for e in w["executors"]})
+        wait_until(lambda: client.hlen(seen) >= total // 5, timeout=60, message="a fifth of the entries stored")
+        pid = workers[index]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: cluster.get_topology_info("kill9")["workers"][index]["pid"] not in (pid, None),
+                   timeout=20, message="the spout's worker restarted")
+        assert client.hlen(seen) < total, "the kill was not mid-stream"
+        wait_until(lambda: client.hlen(seen) == total and _pending(client, stream, group) == 0, timeout=90,
+                   message="every entry stored and acknowledged")
+    assert client.hgetall(seen) == {entry: fields["n"] for entry, fields in client.xrange(stream)}
