@@ -340,3 +340,43 @@ def test_the_bolt_fails_the_submission_when_the_broker_is_unreachable(cluster):
     with pytest.raises(TopologySetupError) as e:
         cluster.submit_topology("unreachable-bolt", {}, topology)
     assert f"127.0.0.1:{port}" in str(e.value) and "'publish'" in str(e.value)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(150)
+def test_kill_9_of_the_spout_worker_loses_no_message(rabbitmq_server, channel, queue):  # noqa: F811
+    import os
+    import signal
+
+    total, out = 3000, f"{queue}-out"
+    channel.queue_declare(out, durable=True)
+    expected = set(_publish(channel, queue, 0, total))
+    builder = TopologyBuilder()
+    builder.set_spout("spout", RabbitMQSpout(queue, host=rabbitmq_server.host, port=rabbitmq_server.port))
+    builder.set_bolt("publish", RabbitMQBolt(routing_key=out, host=rabbitmq_server.host,
+                                             port=rabbitmq_server.port)).shuffle_grouping("spout")
+    conf = {"topology.workers": 2, "topology.max.spout.pending": 100, "topology.message.timeout.secs": 10,
+            "worker.heartbeat.frequency.secs": 0.2, "supervisor.worker.timeout.secs": 5}
+    arrived: set[bytes] = set()
+
+    def take() -> int:
+        """Moves what reached the output queue into ``arrived`` (a message may arrive twice)."""
+        while True:
+            method, _, body = channel.basic_get(out, auto_ack=True)
+            if method is None:
+                return len(arrived)
+            arrived.add(body)
+
+    with LocalCluster(processes=True) as cluster:
+        cluster.submit_topology("kill9", conf, builder.create_topology())
+        workers = cluster.get_topology_info("kill9")["workers"]
+        index = next(i for i, w in enumerate(workers) if "spout" in {e["component"] for e in w["executors"]})
+        wait_until(lambda: take() >= total // 5, timeout=60, message="a fifth of the messages published")
+        pid = workers[index]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: cluster.get_topology_info("kill9")["workers"][index]["pid"] not in (pid, None),
+                   timeout=20, message="the spout's worker restarted")
+        assert take() < total, "the kill was not mid-stream"
+        wait_until(lambda: take() == total, timeout=100, interval=0.05, message="every message published")
+        wait_until(lambda: _ready(channel, queue) == 0, timeout=20, message="the input queue drained")
+    assert arrived == expected
