@@ -399,3 +399,51 @@ def test_the_bolt_fails_a_tuple_kafka_refuses_with_the_reason(cluster, kafka_clu
     errors = [e["error"] for e in errors_of(cluster, "refused", "kafka")]
     assert any("'feeder'" in e and "Unknown partition" in e for e in errors), errors
     assert ("a", "kept") in _read_all(kafka_cluster, topic, 2)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(150)
+def test_kill_9_of_the_spout_worker_loses_no_record(kafka_cluster, names):  # noqa: F811
+    import os
+    import signal
+
+    from squall import LocalCluster
+
+    topic, group = names
+    total, out = 4000, f"{topic}-out"
+    _produce(kafka_cluster, topic, 0, total)
+    _produce(kafka_cluster, out, 0, 0)  # nothing: the bolt's open checks that the topic exists
+    spout = KafkaSpout(KafkaSpoutConfig(kafka_cluster, topics=[topic], group_id=group, offset_commit_period_ms=100,
+                                        consumer_config=GROUP_SESSION))
+    builder = TopologyBuilder()
+    builder.set_spout("spout", spout)
+    builder.set_bolt("kafka", KafkaBolt(kafka_cluster, out, lambda t: (t.values[3], t.values[4]))).shuffle_grouping(
+        "spout")
+    conf = {"topology.workers": 2, "topology.max.spout.pending": 100, "worker.heartbeat.frequency.secs": 0.2,
+            "supervisor.worker.timeout.secs": 5}
+    reader = _consumer(kafka_cluster, f"reader-{group}")
+    reader.subscribe([out])
+    arrived: set[bytes] = set()
+
+    def take() -> int:
+        """Moves what reached the output topic into ``arrived`` (a record may arrive twice)."""
+        for message in reader.consume(1000, timeout=0.2):
+            if message.error() is None:
+                arrived.add(message.value())
+        return len(arrived)
+
+    try:
+        with LocalCluster(processes=True) as cluster:
+            cluster.submit_topology("kill9", conf, builder.create_topology())
+            workers = cluster.get_topology_info("kill9")["workers"]
+            index = next(i for i, w in enumerate(workers) if "spout" in {e["component"] for e in w["executors"]})
+            wait_until(lambda: take() >= total // 5, timeout=60, message="a fifth of the records written")
+            pid = workers[index]["pid"]
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: cluster.get_topology_info("kill9")["workers"][index]["pid"] not in (pid, None),
+                       timeout=20, message="the spout's worker restarted")
+            assert take() < total, "the kill was not mid-stream"
+            wait_until(lambda: take() == total, timeout=100, interval=0, message="every record written")
+    finally:
+        reader.close()
+    assert arrived == {str(n).encode() for n in range(total)}
