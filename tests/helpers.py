@@ -9,6 +9,8 @@ every test by the autouse fixture in ``conftest.py``.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -144,6 +146,22 @@ def tasks_of(cluster, name: str, component: str) -> list[int]:
 
 # -- components ----------------------------------------------------------------------------------
 
+
+KILL_9_CONF = {"topology.workers": 2, "topology.max.spout.pending": 100, "topology.message.timeout.secs": 10,
+               "worker.heartbeat.frequency.secs": 0.2, "supervisor.worker.timeout.secs": 5}
+
+
+def kill_9_spout_worker_mid_stream(cluster, name: str, progress, total: int, spout: str = "spout") -> None:
+    """Once ``progress()`` (what reached the sink) is a fifth of ``total``, ``kill -9`` the worker
+    process running ``spout`` and wait until it restarted; then check the kill was mid-stream."""
+    workers = cluster.get_topology_info(name)["workers"]
+    index = next(i for i, w in enumerate(workers) if spout in {e["component"] for e in w["executors"]})
+    wait_until(lambda: progress() >= total // 5, timeout=60, message="a fifth of the input through")
+    pid = workers[index]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: cluster.get_topology_info(name)["workers"][index]["pid"] not in (pid, None), timeout=20,
+               message=f"{spout}'s worker restarted")
+    assert progress() < total, "the kill was not mid-stream"
 
 class Sink(Bolt):
     """Acks every input; subclasses keep something of it first."""

@@ -12,7 +12,9 @@ from collections import Counter
 
 import pytest
 
-from helpers import HoldBolt, Recorder, RecordSink, errors_of, held, logged, received, record, stays
+from helpers import (
+    KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream, logged, received, record, stays,
+)
 from kafka_mock import kafka_cluster  # noqa: F401  (a fixture)
 from squall import Bolt, TopologyBuilder
 from squall.connectors.kafka import (
@@ -404,9 +406,6 @@ def test_the_bolt_fails_a_tuple_kafka_refuses_with_the_reason(cluster, kafka_clu
 @pytest.mark.processes
 @pytest.mark.timeout(150)
 def test_kill_9_of_the_spout_worker_loses_no_record(kafka_cluster, names):  # noqa: F811
-    import os
-    import signal
-
     from squall import LocalCluster
 
     topic, group = names
@@ -419,8 +418,6 @@ def test_kill_9_of_the_spout_worker_loses_no_record(kafka_cluster, names):  # no
     builder.set_spout("spout", spout)
     builder.set_bolt("kafka", KafkaBolt(kafka_cluster, out, lambda t: (t.values[3], t.values[4]))).shuffle_grouping(
         "spout")
-    conf = {"topology.workers": 2, "topology.max.spout.pending": 100, "worker.heartbeat.frequency.secs": 0.2,
-            "supervisor.worker.timeout.secs": 5}
     reader = _consumer(kafka_cluster, f"reader-{group}")
     reader.subscribe([out])
     arrived: set[bytes] = set()
@@ -434,15 +431,8 @@ def test_kill_9_of_the_spout_worker_loses_no_record(kafka_cluster, names):  # no
 
     try:
         with LocalCluster(processes=True) as cluster:
-            cluster.submit_topology("kill9", conf, builder.create_topology())
-            workers = cluster.get_topology_info("kill9")["workers"]
-            index = next(i for i, w in enumerate(workers) if "spout" in {e["component"] for e in w["executors"]})
-            wait_until(lambda: take() >= total // 5, timeout=60, message="a fifth of the records written")
-            pid = workers[index]["pid"]
-            os.kill(pid, signal.SIGKILL)
-            wait_until(lambda: cluster.get_topology_info("kill9")["workers"][index]["pid"] not in (pid, None),
-                       timeout=20, message="the spout's worker restarted")
-            assert take() < total, "the kill was not mid-stream"
+            cluster.submit_topology("kill9", KILL_9_CONF, builder.create_topology())
+            kill_9_spout_worker_mid_stream(cluster, "kill9", take, total)
             wait_until(lambda: take() == total, timeout=100, interval=0, message="every record written")
     finally:
         reader.close()

@@ -11,7 +11,9 @@ from collections import Counter
 
 import pytest
 
-from helpers import HoldBolt, Recorder, RecordSink, errors_of, held, logged, received, record
+from helpers import (
+    KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream, logged, received, record,
+)
 from rabbitmq_server import RabbitMQServer, _free_port, pika_module, rabbitmq_available, rabbitmq_server  # noqa: F401
 from squall import LocalCluster, TopologyBuilder
 from squall.connectors.rabbitmq import RabbitMQBolt, RabbitMQSpout, Route
@@ -345,9 +347,6 @@ def test_the_bolt_fails_the_submission_when_the_broker_is_unreachable(cluster):
 @pytest.mark.processes
 @pytest.mark.timeout(150)
 def test_kill_9_of_the_spout_worker_loses_no_message(rabbitmq_server, channel, queue):  # noqa: F811
-    import os
-    import signal
-
     total, out = 3000, f"{queue}-out"
     channel.queue_declare(out, durable=True)
     expected = set(_publish(channel, queue, 0, total))
@@ -355,8 +354,6 @@ def test_kill_9_of_the_spout_worker_loses_no_message(rabbitmq_server, channel, q
     builder.set_spout("spout", RabbitMQSpout(queue, host=rabbitmq_server.host, port=rabbitmq_server.port))
     builder.set_bolt("publish", RabbitMQBolt(routing_key=out, host=rabbitmq_server.host,
                                              port=rabbitmq_server.port)).shuffle_grouping("spout")
-    conf = {"topology.workers": 2, "topology.max.spout.pending": 100, "topology.message.timeout.secs": 10,
-            "worker.heartbeat.frequency.secs": 0.2, "supervisor.worker.timeout.secs": 5}
     arrived: set[bytes] = set()
 
     def take() -> int:
@@ -368,15 +365,8 @@ def test_kill_9_of_the_spout_worker_loses_no_message(rabbitmq_server, channel, q
             arrived.add(body)
 
     with LocalCluster(processes=True) as cluster:
-        cluster.submit_topology("kill9", conf, builder.create_topology())
-        workers = cluster.get_topology_info("kill9")["workers"]
-        index = next(i for i, w in enumerate(workers) if "spout" in {e["component"] for e in w["executors"]})
-        wait_until(lambda: take() >= total // 5, timeout=60, message="a fifth of the messages published")
-        pid = workers[index]["pid"]
-        os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: cluster.get_topology_info("kill9")["workers"][index]["pid"] not in (pid, None),
-                   timeout=20, message="the spout's worker restarted")
-        assert take() < total, "the kill was not mid-stream"
+        cluster.submit_topology("kill9", KILL_9_CONF, builder.create_topology())
+        kill_9_spout_worker_mid_stream(cluster, "kill9", take, total)
         wait_until(lambda: take() == total, timeout=100, interval=0.05, message="every message published")
         wait_until(lambda: _ready(channel, queue) == 0, timeout=20, message="the input queue drained")
     assert arrived == expected

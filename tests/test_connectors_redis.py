@@ -12,7 +12,9 @@ from collections import Counter
 
 import pytest
 
-from helpers import HoldBolt, Recorder, RecordSink, errors_of, held, logged, received, record
+from helpers import (
+    KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream, logged, received, record,
+)
 from redis_server import redis_client_module, redis_server, require  # noqa: F401  (a fixture)
 from squall import Bolt, LocalCluster, TopologyBuilder
 from squall.connectors.redis import RedisLookupBolt, RedisStoreBolt, RedisStreamSpout, Route, by_fields
@@ -368,9 +370,6 @@ def test_the_redis_to_files_example_writes_the_exact_counts(tmp_path):
 @pytest.mark.processes
 @pytest.mark.timeout(120)
 def test_kill_9_of_the_spout_worker_loses_no_entry(redis_server, client, names):  # noqa: F811
-    import os
-    import signal
-
     stream, group = names
     seen, total = f"{stream}:seen", 20_000
     pipe = client.pipeline()
@@ -381,18 +380,9 @@ def test_kill_9_of_the_spout_worker_loses_no_entry(redis_server, client, names):
     builder.set_spout("spout", _spout(redis_server, stream, group))
     builder.set_bolt("store", RedisStoreBolt(lambda t: (t.values[0], t.values[1]["n"]), key=seen,
                                              host=redis_server.host, port=redis_server.port)).shuffle_grouping("spout")
-    conf = {"topology.workers": 2, "topology.max.spout.pending": 200, "topology.message.timeout.secs": 10,
-            "worker.heartbeat.frequency.secs": 0.2, "supervisor.worker.timeout.secs": 5}
     with LocalCluster(processes=True) as cluster:
-        cluster.submit_topology("kill9", conf, builder.create_topology())
-        workers = cluster.get_topology_info("kill9")["workers"]
-        index = next(i for i, w in enumerate(workers) if "spout" in {e["component"] for e in w["executors"]})
-        wait_until(lambda: client.hlen(seen) >= total // 5, timeout=60, message="a fifth of the entries stored")
-        pid = workers[index]["pid"]
-        os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: cluster.get_topology_info("kill9")["workers"][index]["pid"] not in (pid, None),
-                   timeout=20, message="the spout's worker restarted")
-        assert client.hlen(seen) < total, "the kill was not mid-stream"
+        cluster.submit_topology("kill9", KILL_9_CONF, builder.create_topology())
+        kill_9_spout_worker_mid_stream(cluster, "kill9", lambda: client.hlen(seen), total)
         wait_until(lambda: client.hlen(seen) == total and _pending(client, stream, group) == 0, timeout=90,
                    message="every entry stored and acknowledged")
     assert client.hgetall(seen) == {entry: fields["n"] for entry, fields in client.xrange(stream)}
