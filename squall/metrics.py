@@ -66,6 +66,29 @@ def _ms(total_secs: float, count: int) -> float:
     return round(1000.0 * total_secs / count, 4) if count else 0.0
 
 
+def component_metrics(instances: list[Any]) -> dict[str, float]:
+    """The sum over ``instances`` (an executor's tasks) of their ``metrics`` dicts: a
+    component's own counters (a connector's records read, errors...; numbers, or dicts of
+    numbers such as lag per partition, flattened to ``"lag.topic:0"``). Read racily from the
+    executor's thread, as the other figures; a dict growing meanwhile is read next time."""
+    totals: dict[str, float] = {}
+    for instance in instances:
+        metrics = getattr(instance, "metrics", None)
+        if not isinstance(metrics, dict):
+            continue
+        try:
+            items = list(metrics.items())
+            for name, value in items:
+                inner = list(value.items()) if isinstance(value, dict) else [(None, value)]
+                for sub, number in inner:
+                    if isinstance(number, (int, float)) and not isinstance(number, bool):
+                        key = str(name) if sub is None else f"{name}.{sub}"
+                        totals[key] = totals.get(key, 0) + number
+        except RuntimeError:  # changed size while read: next heartbeat
+            continue
+    return totals
+
+
 def component_summary(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     """Roll the executors' snapshots of one component up into get_topology_info's shape."""
     total = lambda key: sum(s[key] for s in snapshots)  # noqa: E731
@@ -77,6 +100,12 @@ def component_summary(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, A
         "execute_latency_ms": _ms(total("execute_secs"), total("executed")),
         "process_latency_ms": _ms(total("process_secs"), total("process_count")),
     }
+    metrics: dict[str, float] = {}
+    for snapshot in snapshots:
+        for name, value in snapshot.get("metrics", {}).items():
+            metrics[name] = metrics.get(name, 0) + value
+    if metrics:
+        out["metrics"] = metrics
     if kind == "spout":
         out["complete_latency_ms"] = _ms(total("complete_secs"), total("complete_count"))
     else:

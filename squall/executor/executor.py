@@ -31,7 +31,7 @@ from squall.executor.checkpointing import UNHELD_ROOT_BIT
 from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
 from squall.executor.worker_context import WorkerContext
-from squall.metrics import ExecutorStats
+from squall.metrics import ExecutorStats, component_metrics
 from squall.scheduler import ExecutorAssignment
 from squall.tuple import Tuple
 
@@ -90,6 +90,7 @@ class Executor:
                                          lambda: self.stopping)
         self.send = self.transfer.send
         self._routes: dict[int, dict[str, StreamRoute]] = {}
+        self._instances: list[Any] = []  # the tasks' components, whose ``metrics`` the figures carry
         self._sample_tup: Tuple | None = None
         self._sample_t0 = 0.0
 
@@ -158,7 +159,9 @@ class Executor:
         ``collector_class``) with the task's stream routes (groupers included)."""
         context = self.context(task_id)
         routes = self._routes[task_id] = build_routes(self.worker, self.component, self.conf, context)
-        return self.spec.instantiate(), context, collector_class(self, task_id, routes)
+        instance = self.spec.instantiate()
+        self._instances.append(instance)
+        return instance, context, collector_class(self, task_id, routes)
 
     def pairs(self, batch: list[Any]) -> Any:
         """``(task id, Tuple)`` pairs of an incoming batch (a single task's batches hold
@@ -213,7 +216,9 @@ class Executor:
         the user's streams, from the routes."""
         routes = [r for task_routes in self._routes.values() for stream, r in task_routes.items()
                   if stream != CHECKPOINT_STREAM]
-        return self.stats.snapshot(sum(r.emitted for r in routes), sum(r.transferred for r in routes))
+        snapshot = self.stats.snapshot(sum(r.emitted for r in routes), sum(r.transferred for r in routes))
+        snapshot["metrics"] = component_metrics(self._instances)
+        return snapshot
 
     def _sample(self, tup: Tuple) -> None:
         self._sample_tup = tup

@@ -53,6 +53,8 @@ class ExecutorFigures(msgspec.Struct, frozen=True):
     complete_secs: Seconds
     complete_count: NonNegative
     capacity: Seconds
+    #: the tasks' components' own counters (their ``metrics`` dicts, e.g. a connector's), summed
+    metrics: Annotated[dict[Text, int | float], msgspec.Meta(max_length=1000)] = {}
 
 
 class ExecutorReport(msgspec.Struct, frozen=True):
