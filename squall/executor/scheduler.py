@@ -137,7 +137,9 @@ class CooperativeThread(_Runner):
             if did:
                 continue
             bell.arm()
-            if not (io.idle() and all(e.queue.is_empty() for e in executors)) or self._stopping:
+            # an executor whose output waits for room takes no input (backpressure): its queue
+            # must not keep the thread spinning; its idle_poll_secs brings it back soon
+            if not (io.idle() and all(e.queue.is_empty() or e.transfer.overflow for e in executors)) or self._stopping:
                 bell.disarm()
                 continue
             polls = [p for e in executors if (p := e.idle_poll_secs) is not None]
