@@ -48,7 +48,6 @@ import glob
 import importlib.util
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time

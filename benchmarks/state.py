@@ -40,6 +40,7 @@ Reproduce:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import signal
@@ -414,11 +415,8 @@ def windows(n: int, runs: int) -> None:
         "loop": lambda: n / _timed_secs(lambda: windows_loop(events)),
         "squall": lambda: squall_windows_rate(events),
     }
-    try:
-        import bytewax  # noqa: F401
+    if importlib.util.find_spec("bytewax") is not None:
         variants["bytewax"] = lambda: bytewax_windows_rate(events)
-    except ImportError:
-        pass
     best = dict.fromkeys(variants, 0.0)
     for _ in range(runs):
         for name, measure in variants.items():

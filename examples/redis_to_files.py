@@ -29,10 +29,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from squall import BasicBolt, Config, TopologyBuilder
+from squall import Config, TopologyBuilder
 from squall.connectors.files import FileBolt, SizeRotation
 from squall.connectors.redis import RedisStreamSpout
 from squall.stateful import StatefulBolt
+from wordcount import SplitSentence  # examples/wordcount.py's: one tuple per word
 
 STREAM, GROUP = "sentences", "wordcount"
 OUTPUT_DIR = os.environ.get("SQUALL_OUTPUT_DIR", "/tmp/squall-redis-to-files")
@@ -41,14 +42,6 @@ OUTPUT_DIR = os.environ.get("SQUALL_OUTPUT_DIR", "/tmp/squall-redis-to-files")
 def sentence_of(entry_id: str, fields: dict[str, str]) -> list[str]:
     """An entry's values: its ``sentence`` field (a KeyError sends it to the spout's error stream)."""
     return [fields["sentence"]]
-
-
-class SplitSentence(BasicBolt):
-    outputs = ["word"]
-
-    def execute(self, tup: Any, collector: Any) -> None:
-        for word in tup.values[0].split():
-            collector.emit([word])
 
 
 class RunningCount(StatefulBolt):

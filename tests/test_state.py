@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from squall import BasicBolt, Bolt, Config, InvalidTopologyError, LocalCluster, TopologyBuilder
+from squall import BasicBolt, Config, InvalidTopologyError, LocalCluster, TopologyBuilder
 from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.grouping import ALL
 from squall.state import InMemoryStateProvider, StateProviderError

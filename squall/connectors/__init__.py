@@ -7,7 +7,9 @@ only when a connector of that module is made (``require`` names the extra to ins
 from __future__ import annotations
 
 import importlib
+import time
 from types import ModuleType
+from typing import Any, NamedTuple
 
 
 class MissingExtraError(ImportError):
@@ -23,3 +25,39 @@ def require(module: str, extra: str, connector: str) -> ModuleType:
         raise MissingExtraError(
             f"{connector} needs the {module!r} package: pip install \"squall[{extra}]\" ({e})"
         ) from e
+
+
+class Route(NamedTuple):
+    """What a spout's translator returns to emit a record on ``stream`` rather than ``default``."""
+
+    stream: str
+    values: list[Any]
+
+
+class Backoff:
+    """Reconnection delays while a broker is down: ``start`` ms, doubling up to ``limit`` ms."""
+
+    def __init__(self, start: float, limit: float) -> None:
+        self.start, self.limit = start, limit
+        self.delay = 0.0
+        self.until = 0.0
+
+    @property
+    def down(self) -> bool:
+        return self.delay > 0
+
+    def waiting(self) -> bool:
+        return time.monotonic() < self.until
+
+    def went_down(self) -> bool:
+        """Note a failure; True for the first one of an outage."""
+        first = not self.down
+        self.delay = self.start if first else min(self.delay * 2, self.limit)
+        self.until = time.monotonic() + self.delay / 1000
+        return first
+
+    def came_back(self) -> bool:
+        """Note a success; True when it ends an outage."""
+        was = self.down
+        self.delay = self.until = 0.0
+        return was

@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.bolt import Bolt
-from squall.connectors import require
+from squall.connectors import Route, require
 from squall.spout import Spout
 
 if TYPE_CHECKING:
@@ -103,13 +103,6 @@ _STRATEGIES = (EARLIEST, LATEST, UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST)
 class KafkaConnectorError(RuntimeError):
     """Kafka could not be reached, or a topic is missing; the message names ``host:port`` or
     the topic."""
-
-
-class Route(NamedTuple):
-    """What a translator returns to emit a record on ``stream`` rather than ``default``."""
-
-    stream: str
-    values: list[Any]
 
 
 class KafkaRecord(NamedTuple):

@@ -74,14 +74,12 @@ the bolt's throughput is bounded by the broker's round trip (parallelise the bol
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
-from squall.connectors import require
-from squall.connectors.redis import Route
+from squall.connectors import Backoff, Route, require
 from squall.spout import Spout
 
 if TYPE_CHECKING:
@@ -149,35 +147,6 @@ def _default_translator(body: bytes, properties: Any) -> list[Any]:
     return [body]
 
 
-class _Backoff:
-    """Reconnection delays: ``start`` ms doubling up to ``limit`` ms while down."""
-
-    def __init__(self, start: float, limit: float) -> None:
-        self.start, self.limit = start, limit
-        self.delay = 0.0
-        self.until = 0.0
-
-    @property
-    def down(self) -> bool:
-        return self.delay > 0
-
-    def waiting(self) -> bool:
-        return time.monotonic() < self.until
-
-    def went_down(self) -> bool:
-        """Note a failure; True for the first one of an outage."""
-        first = not self.down
-        self.delay = self.start if first else min(self.delay * 2, self.limit)
-        self.until = time.monotonic() + self.delay / 1000
-        return first
-
-    def came_back(self) -> bool:
-        """Note a success; True when it ends an outage."""
-        was = self.down
-        self.delay = self.until = 0.0
-        return was
-
-
 class RabbitMQSpout(Spout):
     """Emits the messages of a RabbitMQ queue, at least once (see the module's documentation
     for the contract)."""
@@ -234,7 +203,7 @@ class RabbitMQSpout(Spout):
         self._generation = 0
         self._connection: Any = None
         self._channel: Any = None
-        self._backoff = _Backoff(self.reconnect_delay_ms, self.reconnect_delay_max_ms)
+        self._backoff = Backoff(self.reconnect_delay_ms, self.reconnect_delay_max_ms)
         self._connect()
 
     def _connect(self) -> None:
@@ -389,7 +358,7 @@ class RabbitMQBolt(Bolt):
         self.collector = collector
         self._component = context.get_this_component_id()
         self._where = f"RabbitMQBolt {self._component!r}: exchange {self.exchange!r} at {self._conn.address}"
-        self._backoff = _Backoff(self.reconnect_delay_ms, self.reconnect_delay_max_ms)
+        self._backoff = Backoff(self.reconnect_delay_ms, self.reconnect_delay_max_ms)
         self._connection: Any = None
         self._channel: Any = None
         self._connect()

@@ -68,10 +68,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
-from squall.connectors import require
+from squall.connectors import Backoff, Route, require
 from squall.connectors.redis_client import redis_address, redis_settings
 from squall.spout import Spout
 
@@ -86,13 +86,6 @@ log = logging.getLogger("squall.connectors.redis")
 
 class RedisConnectorError(RuntimeError):
     """Redis could not be reached, or refused a command; the message names ``host:port``."""
-
-
-class Route(NamedTuple):
-    """What a translator returns to emit an entry on ``stream`` rather than ``default``."""
-
-    stream: str
-    values: list[Any]
 
 
 class _Connection:
@@ -187,8 +180,7 @@ class RedisStreamSpout(Spout):
         self._history_from: str | None = "0"  # own pending entries still to re-deliver, from this id
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
-        self._down_until = 0.0
-        self._down_delay = 0.0
+        self._backoff = Backoff(self.reconnect_delay_ms, self.reconnect_delay_max_ms)
         self._redis = self._conn.connect(self._where)
         try:
             self._check_version()
@@ -230,9 +222,9 @@ class RedisStreamSpout(Spout):
     def next_tuple(self) -> None:
         import redis
 
-        now = time.monotonic()
-        if now < self._down_until:
+        if self._backoff.waiting():
             return
+        now = time.monotonic()
         try:
             try:
                 self._step(now)
@@ -246,19 +238,14 @@ class RedisStreamSpout(Spout):
         except (redis.ConnectionError, redis.TimeoutError) as e:
             self._went_down(e)
             return
-        if self._down_delay:
+        if self._backoff.came_back():
             log.warning("%s: Redis is reachable again", self._where)
-            self._down_delay = 0.0
 
     def _went_down(self, error: Exception) -> None:
-        if not self._down_delay:
+        if self._backoff.went_down():
             self.metrics["reconnects"] += 1
             log.warning("%s: Redis is unreachable (%s); retrying with backoff, nothing is acknowledged meanwhile",
                         self._where, error)
-            self._down_delay = self.reconnect_delay_ms
-        else:
-            self._down_delay = min(self._down_delay * 2, self.reconnect_delay_max_ms)
-        self._down_until = time.monotonic() + self._down_delay / 1000
 
     def _step(self, now: float) -> None:
         if self._unsent_acks:
@@ -368,7 +355,7 @@ class RedisStreamSpout(Spout):
     def _send_ack(self, entry_id: str) -> None:
         import redis
 
-        if self._unsent_acks or time.monotonic() < self._down_until:
+        if self._unsent_acks or self._backoff.waiting():
             self._unsent_acks.append(entry_id)
             return
         try:
