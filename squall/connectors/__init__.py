@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 import time
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from squall.component import OutputFieldsDeclarer
 
 
 class MissingExtraError(ImportError):
@@ -32,6 +35,45 @@ class Route(NamedTuple):
 
     stream: str
     values: list[Any]
+
+
+class SpoutStreams:
+    """The streams of a connector spout: those its translator emits on (``output_fields``: a
+    list, the ``default`` stream's fields, or a dict stream -> fields; ``None``:
+    ``default_fields``), and ``error_stream`` (fields ``error_fields``) for the records the
+    translator rejects.
+
+    :meth:`route` checks what the translator returned before anything is emitted, so a
+    record whose values do not fit a declared stream is a rejected record (to the error
+    stream, settled once), never an emit the collector fails behind the spout's back.
+    """
+
+    def __init__(self, connector: str, output_fields: list[str] | dict[str, list[str]] | None,
+                 default_fields: list[str], error_stream: str, error_fields: list[str]) -> None:
+        fields = default_fields if output_fields is None else output_fields
+        self.fields = {s: list(f) for s, f in fields.items()} if isinstance(fields, dict) else {"default": list(fields)}
+        if error_stream in self.fields:
+            raise ValueError(f"{connector}: error stream {error_stream!r} is also in output_fields")
+        self.error_stream, self.error_fields = error_stream, list(error_fields)
+
+    def declare(self, declarer: OutputFieldsDeclarer) -> None:
+        for stream, fields in self.fields.items():
+            declarer.declare_stream(stream, fields)
+        declarer.declare_stream(self.error_stream, self.error_fields)
+
+    def route(self, out: Any) -> tuple[str, list[Any]]:
+        """``(stream, values)`` for a translator's ``out`` (values for ``default``, or a
+        :class:`Route`); raises ValueError naming the stream when it is not one of the
+        translator's streams or the values do not match its fields."""
+        stream, values = (out.stream, out.values) if isinstance(out, Route) else ("default", out)
+        values = list(values)
+        fields = self.fields.get(stream)
+        if fields is None:
+            raise ValueError(f"stream {stream!r} is not declared (output_fields: {sorted(self.fields)})")
+        if len(values) != len(fields):
+            raise ValueError(f"stream {stream!r} declares {len(fields)} fields {fields}, the translator gave "
+                             f"{len(values)} values {values!r}")
+        return stream, values
 
 
 class Backoff:

@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.bolt import Bolt
-from squall.connectors import Route, require
+from squall.connectors import Route, SpoutStreams, require
 from squall.spout import Spout
 
 if TYPE_CHECKING:
@@ -92,6 +92,10 @@ if TYPE_CHECKING:
     from squall.tuple import Tuple
 
 log = logging.getLogger("squall.connectors.kafka")
+
+__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "EARLIEST", "LATEST", "NO_GUARANTEE", "UNCOMMITTED_EARLIEST",
+           "UNCOMMITTED_LATEST", "KafkaBolt", "KafkaConnectorError", "KafkaMessageId", "KafkaRecord", "KafkaSpout",
+           "KafkaSpoutConfig", "RetryPolicy", "Route"]
 
 AT_LEAST_ONCE, AT_MOST_ONCE, NO_GUARANTEE = "AT_LEAST_ONCE", "AT_MOST_ONCE", "NO_GUARANTEE"
 EARLIEST, LATEST = "EARLIEST", "LATEST"
@@ -259,10 +263,8 @@ class KafkaSpout(Spout):
         require("confluent_kafka", "kafka", "KafkaSpout")
         self.config = config
         self.translator = config.translator or _default_translator
-        fields = config.output_fields or ["topic", "partition", "offset", "key", "value"]
-        self.output_fields = dict(fields) if isinstance(fields, dict) else {"default": list(fields)}
-        if config.error_stream in self.output_fields:
-            raise ValueError(f"KafkaSpout: error stream {config.error_stream!r} is also in output_fields")
+        self.streams = SpoutStreams("KafkaSpout", config.output_fields, ["topic", "partition", "offset", "key", "value"],
+                                    config.error_stream, ["topic", "partition", "offset", "error"])
         self.metrics = self._zero_metrics()
 
     @staticmethod
@@ -273,9 +275,7 @@ class KafkaSpout(Spout):
         return metrics
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        for stream, fields in self.output_fields.items():
-            declarer.declare_stream(stream, fields)
-        declarer.declare_stream(self.config.error_stream, ["topic", "partition", "offset", "error"])
+        self.streams.declare(declarer)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -297,7 +297,6 @@ class KafkaSpout(Spout):
         self._records: dict[KafkaMessageId, Any] = {}  # emitted, kept for a retry until acked
         self._failures: dict[KafkaMessageId, int] = {}
         self._retries: list[tuple[float, KafkaMessageId]] = []  # heap of (due, id)
-        self._emit_failed: set[KafkaMessageId] = set()  # the collector fails these: not to retry
         self._next_commit = time.monotonic() + c.offset_commit_period_ms / 1000
         settings: dict[str, Any] = {
             "bootstrap.servers": c.bootstrap_servers,
@@ -460,18 +459,11 @@ class KafkaSpout(Spout):
                 if msg_id is not None:
                     self.ack(msg_id)
                 return
-            stream, values = (out.stream, out.values) if isinstance(out, Route) else ("default", out)
-            values = list(values)
+            stream, values = self.streams.route(out)
         except Exception as e:
             self._reject(message, msg_id, e)
             return
-        try:
-            self._collector.emit(values, stream=stream, msg_id=msg_id)
-        except Exception as e:  # values that do not fit the declared stream: a bad record too
-            if msg_id is not None:
-                self._emit_failed.add(msg_id)  # the collector fails it: that fail is not a retry
-            self._reject(message, msg_id, e)
-            return
+        self._collector.emit(values, stream=stream, msg_id=msg_id)
         self.metrics["emitted"] += 1
 
     def _reject(self, message: Any, msg_id: KafkaMessageId | None, error: Exception) -> None:
@@ -479,9 +471,9 @@ class KafkaSpout(Spout):
         self.metrics["errors"] += 1
         log.warning("%s: the translator rejected record %s offset %d (%s: %s): emitted on stream %r",
                     self._where, _key(message.topic(), message.partition()), message.offset(),
-                    type(error).__name__, error, self.config.error_stream)
+                    type(error).__name__, error, self.streams.error_stream)
         self._collector.emit([message.topic(), message.partition(), message.offset(),
-                              f"{type(error).__name__}: {error}"], stream=self.config.error_stream, msg_id=msg_id)
+                              f"{type(error).__name__}: {error}"], stream=self.streams.error_stream, msg_id=msg_id)
         self.metrics["emitted"] += 1
 
     # -- commits ------------------------------------------------------------------------------
@@ -569,9 +561,6 @@ class KafkaSpout(Spout):
         self.metrics["acked"] += 1
 
     def fail(self, msg_id: Any) -> None:
-        if msg_id in self._emit_failed:
-            self._emit_failed.discard(msg_id)
-            return  # the failed emit of a record then emitted on the error stream
         self.metrics["failed"] += 1
         if self._current(msg_id) is None or msg_id not in self._records:
             return  # revoked since: nothing to replay here
@@ -583,7 +572,7 @@ class KafkaSpout(Spout):
             log.warning("%s: record %s offset %d %s", self._where, _key(msg_id.topic, msg_id.partition),
                         msg_id.offset, reason)
             self._collector.emit([msg_id.topic, msg_id.partition, msg_id.offset, reason],
-                                 stream=self.config.error_stream)
+                                 stream=self.streams.error_stream)
             self.ack(msg_id)
             return
         self._failures[msg_id] = failures

@@ -79,7 +79,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
-from squall.connectors import Backoff, Route, require
+from squall.connectors import Backoff, Route, SpoutStreams, require
 from squall.spout import Spout
 
 if TYPE_CHECKING:
@@ -163,14 +163,9 @@ class RabbitMQSpout(Spout):
         self._conn = _Connection("RabbitMQSpout", host, port, virtual_host, username, password, timeout)
         self.queue = queue
         self.translator = translator or _default_translator
-        if output_fields is None:
-            output_fields = ["body"]
-        self.output_fields = output_fields if isinstance(output_fields, dict) else {"default": list(output_fields)}
-        if error_stream in self.output_fields:
-            raise ValueError(f"RabbitMQSpout: error stream {error_stream!r} is also in output_fields")
+        self.streams = SpoutStreams("RabbitMQSpout", output_fields, ["body"], error_stream, ["delivery_tag", "error"])
         if prefetch is not None and not 0 < int(prefetch) <= 65535:
             raise ValueError(f"RabbitMQSpout: prefetch must be between 1 and 65535, got {prefetch!r}")
-        self.error_stream = error_stream
         self.prefetch = prefetch
         self.declare, self.durable, self.requeue_on_fail = declare, durable, requeue_on_fail
         self.reconnect_delay_ms, self.reconnect_delay_max_ms = reconnect_delay_ms, reconnect_delay_max_ms
@@ -182,9 +177,7 @@ class RabbitMQSpout(Spout):
         return dict.fromkeys(names, 0)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        for stream, fields in self.output_fields.items():
-            declarer.declare_stream(stream, fields)
-        declarer.declare_stream(self.error_stream, ["delivery_tag", "error"])
+        self.streams.declare(declarer)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -278,19 +271,14 @@ class RabbitMQSpout(Spout):
                 self.metrics["skipped"] += 1
                 self.ack(msg_id)
                 return
-            stream, values = (out.stream, out.values) if isinstance(out, Route) else ("default", out)
-            # an emit that does not fit the declared stream raises here, and is a bad delivery too
-            self._collector.emit(list(values), stream=stream, msg_id=msg_id)
+            stream, values = self.streams.route(out)
         except Exception as e:  # a bad delivery: to the error stream, acked once that tuple is processed
             self.metrics["errors"] += 1
+            error_stream = self.streams.error_stream
             log.warning("%s: the translator rejected delivery %s (%s: %s): emitted on stream %r",
-                        self._where, tag, type(e).__name__, e, self.error_stream)
-            # the failed emit's own fail (if it got that far) is ignored: the delivery is settled
-            # once, by the error tuple's ack or fail, under an id of its own
-            self._inflight.discard(msg_id)
-            error_id = (generation, tag, self.error_stream)
-            self._inflight.add(error_id)
-            self._collector.emit([tag, f"{type(e).__name__}: {e}"], stream=self.error_stream, msg_id=error_id)
+                        self._where, tag, type(e).__name__, e, error_stream)
+            stream, values = error_stream, [tag, f"{type(e).__name__}: {e}"]
+        self._collector.emit(values, stream=stream, msg_id=msg_id)
         self.metrics["emitted"] += 1
 
     # -- ack / fail ---------------------------------------------------------------------------
@@ -301,7 +289,7 @@ class RabbitMQSpout(Spout):
             self.metrics["stale"] += 1  # its connection is gone: RabbitMQ redelivers the message
             return
         if msg_id not in self._inflight:
-            return  # settled already (a translator rejection's failed emit)
+            return  # settled already
         self._inflight.discard(msg_id)
         try:
             if ack:

@@ -71,7 +71,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
-from squall.connectors import Backoff, Route, require
+from squall.connectors import Backoff, Route, SpoutStreams, require
 from squall.connectors.redis_client import redis_address, redis_settings
 from squall.spout import Spout
 
@@ -82,6 +82,8 @@ if TYPE_CHECKING:
     from squall.tuple import Tuple
 
 log = logging.getLogger("squall.connectors.redis")
+
+__all__ = ["RedisConnectorError", "RedisLookupBolt", "RedisStoreBolt", "RedisStreamSpout", "Route", "by_fields"]
 
 
 class RedisConnectorError(RuntimeError):
@@ -138,12 +140,7 @@ class RedisStreamSpout(Spout):
         self._conn = _Connection("RedisStreamSpout", host, port, db, password, unix_socket_path, timeout)
         self.stream, self.group, self.consumer = stream, group, consumer
         self.translator = translator or _default_translator
-        if output_fields is None:
-            output_fields = ["id", "fields"]
-        self.output_fields = output_fields if isinstance(output_fields, dict) else {"default": list(output_fields)}
-        if error_stream in self.output_fields:
-            raise ValueError(f"RedisStreamSpout: error stream {error_stream!r} is also in output_fields")
-        self.error_stream = error_stream
+        self.streams = SpoutStreams("RedisStreamSpout", output_fields, ["id", "fields"], error_stream, ["id", "error"])
         self.batch_size, self.block_ms = int(batch_size), int(block_ms)
         self.claim_idle_ms, self.start_id, self.max_retries = int(claim_idle_ms), start_id, max_retries
         self.retry_delay_ms, self.retry_delay_max_ms = retry_delay_ms, retry_delay_max_ms
@@ -157,9 +154,7 @@ class RedisStreamSpout(Spout):
         return dict.fromkeys(names, 0)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
-        for stream, fields in self.output_fields.items():
-            declarer.declare_stream(stream, fields)
-        declarer.declare_stream(self.error_stream, ["id", "error"])
+        self.streams.declare(declarer)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -173,7 +168,6 @@ class RedisStreamSpout(Spout):
         self.metrics = self._zero_metrics()
         self._inflight: dict[str, dict[str, str]] = {}  # emitted, not yet acked or failed: id -> fields
         self._attempts: dict[str, int] = {}  # id -> failures so far
-        self._failed_emits: set[str] = set()  # ids whose emit raised: the collector's fail for it is not a replay
         self._retries: list[tuple[float, str]] = []  # heap of (due, id) of failed entries
         self._backlog: deque[tuple[str, dict[str, str] | None]] = deque()  # read, not yet emitted
         self._unsent_acks: list[str] = []  # acked while Redis was unreachable
@@ -329,24 +323,19 @@ class RedisStreamSpout(Spout):
                 self.metrics["skipped"] += 1
                 self.ack(entry_id)
                 return
-            stream, values = (out.stream, out.values) if isinstance(out, Route) else ("default", out)
+            stream, values = self.streams.route(out)
         except Exception as e:
             self._reject(entry_id, e)
             return
-        try:
-            self._collector.emit(list(values), stream=stream, msg_id=entry_id)
-        except Exception as e:  # values that do not fit the declared stream: a bad entry too
-            self._failed_emits.add(entry_id)  # the collector fails it: that fail is no replay
-            self._reject(entry_id, e)
-            return
+        self._collector.emit(values, stream=stream, msg_id=entry_id)
         self.metrics["emitted"] += 1
 
     def _reject(self, entry_id: str, error: Exception) -> None:
         """A bad entry: to the error stream, acked once that tuple is processed."""
         self.metrics["errors"] += 1
         log.warning("%s: the translator rejected entry %s (%s: %s): emitted on stream %r",
-                    self._where, entry_id, type(error).__name__, error, self.error_stream)
-        self._collector.emit([entry_id, f"{type(error).__name__}: {error}"], stream=self.error_stream,
+                    self._where, entry_id, type(error).__name__, error, self.streams.error_stream)
+        self._collector.emit([entry_id, f"{type(error).__name__}: {error}"], stream=self.streams.error_stream,
                              msg_id=entry_id)
         self.metrics["emitted"] += 1
 
@@ -372,9 +361,6 @@ class RedisStreamSpout(Spout):
         self._send_ack(msg_id)
 
     def fail(self, msg_id: Any) -> None:
-        if msg_id in self._failed_emits:  # its emit raised; the error tuple settles it
-            self._failed_emits.discard(msg_id)
-            return
         self.metrics["failed"] += 1
         if msg_id not in self._inflight:
             return  # not one this spout has in flight: nothing to replay
@@ -383,7 +369,7 @@ class RedisStreamSpout(Spout):
             self.metrics["given_up"] += 1
             reason = f"failed {attempts} times (max_retries {self.max_retries}): given up"
             log.warning("%s: entry %s %s", self._where, msg_id, reason)
-            self._collector.emit([msg_id, reason], stream=self.error_stream)
+            self._collector.emit([msg_id, reason], stream=self.streams.error_stream)
             self.ack(msg_id)
             return
         self._attempts[msg_id] = attempts
