@@ -35,6 +35,17 @@ class Bolt(Component):
         """Process one input tuple."""
         raise NotImplementedError(f"{type(self).__name__} must implement execute(tup)")
 
+    def finish_batch(self) -> None:
+        """Called after ``execute`` ran for a batch of inputs (what had arrived for the
+        executor since the last call), before the batch's emits and acks are handed on, and
+        before a checkpoint barrier is acted on. Default: nothing.
+
+        A sink buffers its writes in ``execute`` and sends them here in one round trip,
+        then acks (or fails) those inputs. Runs on the executor's thread, never concurrently
+        with ``execute``; it should block no longer than that write. An exception is recorded
+        as an error of the component; the inputs the bolt holds are still its to ack or fail.
+        """
+
     def cleanup(self) -> None:
         """The topology is being killed. Not guaranteed to run if the process dies."""
 

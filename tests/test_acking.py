@@ -509,6 +509,41 @@ def test_rich_bolt_exception_fails_input_and_records_error(cluster):
     assert len(errors) == 1 and "ValueError" in errors[0]["error"] and "bad value raise" in errors[0]["error"]
 
 
+class BatchAckingBolt(Bolt):
+    """Holds its inputs and acks them in finish_batch, as a sink writing a batch at once does;
+    its first finish_batch raises."""
+
+    def prepare(self, conf, context, collector):
+        self.collector, self.held, self.calls = collector, [], 0
+
+    def declare_output_fields(self, declarer):
+        pass
+
+    def execute(self, tup):
+        self.held.append(tup)
+
+    def finish_batch(self):
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("first finish_batch fails")
+        for tup in self.held:
+            self.collector.ack(tup)
+        self.held = []
+
+
+def test_a_bolt_acks_its_inputs_in_finish_batch_and_an_error_there_is_recorded(cluster):
+    feeder = _submit_via(cluster, "batch", BatchAckingBolt(), sink=False)
+    feeder.feed(["w0"], msg_id=0)
+    wait_until(lambda: errors_of(cluster, "t", "batch"), WAIT)
+    [error] = errors_of(cluster, "t", "batch")
+    assert "first finish_batch fails" in error["error"]
+    assert feeder.acked == []  # held by the bolt, which goes on
+    for i in range(1, 20):
+        feeder.feed([f"w{i}"], msg_id=i)
+    wait_until(lambda: sorted(feeder.acked) == list(range(20)), WAIT)
+    assert feeder.failed == []
+
+
 class RaisingBolt(Bolt):
     def prepare(self, conf, context, collector):
         self.collector = collector

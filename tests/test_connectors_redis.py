@@ -333,6 +333,25 @@ def test_a_tuple_the_store_mapper_cannot_map_is_failed_with_the_reason(cluster, 
     assert any("cannot map" in e and "'words'" in e and "invalid literal for int()" in e for e in errors), errors
 
 
+def test_a_write_redis_refuses_fails_that_tuple_alone_in_its_pipeline(cluster, redis_server, client):  # noqa: F811
+    tag = uuid.uuid4().hex
+    client.set(f"{tag}:bad", "a string, so HSET on it is refused")
+    feeder = FeederSpout(["key", "field"])
+    builder = TopologyBuilder()
+    builder.set_spout("words", feeder)
+    builder.set_bolt("store", RedisStoreBolt(lambda t: (t.values[1], "v"), key=lambda t: f"{tag}:{t.values[0]}",
+                                             host=redis_server.host, port=redis_server.port)
+                     ).shuffle_grouping("words")
+    cluster.submit_topology("wrongtype", {}, builder.create_topology())
+    rows = [["good", f"f{i}"] if i % 3 else ["bad", f"f{i}"] for i in range(30)]
+    _feed_all(feeder, rows)
+    assert sorted(feeder.failed) == [i for i in range(30) if i % 3 == 0]
+    assert sorted(feeder.acked) == [i for i in range(30) if i % 3]
+    assert client.hgetall(f"{tag}:good") == {f"f{i}": "v" for i in range(30) if i % 3}
+    errors = [e["error"] for e in errors_of(cluster, "wrongtype", "store")]
+    assert any("WRONGTYPE" in e and "'words'" in e and "RedisStoreBolt 'store'" in e for e in errors), errors
+
+
 def test_the_lookup_bolt_emits_the_values_found(cluster, redis_server, client):  # noqa: F811
     key = f"hash-{uuid.uuid4().hex}"
     client.hset(key, mapping={"a": "1", "b": "2"})

@@ -26,9 +26,11 @@ cannot be reached fails the submission with an error naming the component and ``
   stream, or ``-> None`` to skip the entry (it is acknowledged, counted as ``skipped``);
   ``output_fields`` declares the streams (a list: the ``default`` stream's fields; a dict:
   stream -> fields). Default: the ``default`` stream, fields ``id`` and ``fields`` (the dict).
-* **Acknowledging.** An entry is ``XACK``-ed when the tree of its tuple is fully processed
-  (the spout's ``ack``), never before. Until then it stays in the group's pending entries list
-  (PEL): nothing the spout read is lost if the worker, the topology or Redis restarts.
+* **Acknowledging.** An entry is ``XACK``-ed once the tree of its tuple is fully processed
+  (the spout's ``ack``), never before: in one ``XACK`` for up to ``batch_size`` entries, sent
+  by ``next_tuple`` once that many were acked or before it reads more (and at ``close``). Until then it stays in the group's
+  pending entries list (PEL): nothing the spout read is lost if the worker, the topology or
+  Redis restarts.
 * **Retrying.** A failed tuple (a bolt failed it, or it timed out) is emitted again from the
   pending list after ``retry_delay_ms`` doubling at each failure of the entry up to
   ``retry_delay_max_ms``; with ``max_retries`` set, an entry that failed that many times is
@@ -170,7 +172,7 @@ class RedisStreamSpout(Spout):
         self._attempts: dict[str, int] = {}  # id -> failures so far
         self._retries: list[tuple[float, str]] = []  # heap of (due, id) of failed entries
         self._backlog: deque[tuple[str, dict[str, str] | None]] = deque()  # read, not yet emitted
-        self._unsent_acks: list[str] = []  # acked while Redis was unreachable
+        self._unsent_acks: list[str] = []  # acked, not yet XACK-ed (see _step)
         self._history_from: str | None = "0"  # own pending entries still to re-deliver, from this id
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
@@ -187,8 +189,14 @@ class RedisStreamSpout(Spout):
             raise RedisConnectorError(f"{self._where}: creating the consumer group failed: {e}") from e
 
     def close(self) -> None:
+        import redis
+
         redis_client = getattr(self, "_redis", None)
         if redis_client is not None:
+            try:
+                self._flush_acks()
+            except redis.RedisError as e:  # the entries stay pending: delivered again (at least once)
+                log.warning("%s: %d acks could not be sent at close: %s", self._where, len(self._unsent_acks), e)
             redis_client.close()
 
     def _check_version(self) -> None:
@@ -242,10 +250,8 @@ class RedisStreamSpout(Spout):
                         self._where, error)
 
     def _step(self, now: float) -> None:
-        if self._unsent_acks:
-            self._redis.xack(self.stream, self.group, *self._unsent_acks)
-            self.metrics["acked"] += len(self._unsent_acks)
-            self._unsent_acks.clear()
+        if len(self._unsent_acks) >= self.batch_size or not self._backlog:  # a round trip per batch, not per call
+            self._flush_acks()
         if self._retries and self._retries[0][0] <= now:
             entry_id = self._retries[0][1]
             # back in this consumer's hands (and its idle time reset, so no one takes it over);
@@ -341,24 +347,18 @@ class RedisStreamSpout(Spout):
 
     # -- ack / fail ---------------------------------------------------------------------------
 
-    def _send_ack(self, entry_id: str) -> None:
-        import redis
-
-        if self._unsent_acks or self._backoff.waiting():
-            self._unsent_acks.append(entry_id)
-            return
-        try:
-            self._redis.xack(self.stream, self.group, entry_id)
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            self._unsent_acks.append(entry_id)
-            self._went_down(e)
-            return
-        self.metrics["acked"] += 1
+    def _flush_acks(self) -> None:
+        """XACK what was acked since the last call, in one command (connection errors raise:
+        the ids stay, for the next call)."""
+        if self._unsent_acks:
+            self._redis.xack(self.stream, self.group, *self._unsent_acks)
+            self.metrics["acked"] += len(self._unsent_acks)
+            self._unsent_acks.clear()
 
     def ack(self, msg_id: Any) -> None:
         self._inflight.pop(msg_id, None)
         self._attempts.pop(msg_id, None)
-        self._send_ack(msg_id)
+        self._unsent_acks.append(msg_id)
 
     def fail(self, msg_id: Any) -> None:
         self.metrics["failed"] += 1
@@ -430,6 +430,13 @@ class RedisStoreBolt(_StoreBoltBase):
     * ``"list"``: ``value`` -> ``RPUSH key value``;
     * ``"stream"``: a dict of fields -> ``XADD key * fields``.
 
+    The writes of a batch of inputs (what reached the executor together, at most
+    ``max_pipeline``) go to Redis in one pipeline (``finish_batch``), not in a round trip
+    each; each input is acked or failed by its own command's reply. Values are checked (and
+    the mapping done) in ``execute``, so one bad tuple fails alone. Commands are not a
+    transaction: a batch cut by a lost connection fails whole, and the replays may write
+    some values twice (the same values: idempotent for all but ``list`` and ``stream``).
+
     :func:`by_fields` makes a mapper picking the tuple's fields by name. Declares no stream.
     """
 
@@ -439,45 +446,73 @@ class RedisStoreBolt(_StoreBoltBase):
     def __init__(self, mapper: Callable[[Tuple], Any], *, data_type: str = "hash",
                  key: str | Callable[[Tuple], Any] | None = None, host: str = "127.0.0.1", port: int = 6379,
                  db: int = 0, password: str | None = None, unix_socket_path: str | None = None,
-                 timeout: float = 2000) -> None:
+                 timeout: float = 2000, max_pipeline: int = 1000) -> None:
         super().__init__(mapper, data_type, key, host, port, db, password, unix_socket_path, timeout)
+        self.max_pipeline = max(1, int(max_pipeline))
 
-    def _command(self, tup: Tuple) -> Callable[[], Any]:
-        """The write of ``tup``, ready to run (mapping errors raise here)."""
-        mapped, r, kind = self.mapper(tup), self._redis, self.data_type
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self._encode = self._redis.get_encoder().encode  # raises DataError for a value Redis cannot take
+        self._batch: list[tuple[Tuple, str, tuple[Any, ...]]] = []  # (input, command, arguments) to write
+
+    def _command(self, tup: Tuple) -> tuple[str, tuple[Any, ...]]:
+        """The write of ``tup`` as (command, arguments); mapping errors raise here."""
+        mapped, kind = self.mapper(tup), self.data_type
         key = self._key_of(tup)
         if kind == "string":
             k, value = mapped
-            return lambda: r.set(k, value)
+            return "SET", (k, value)
         if kind == "hash":
             field, value = mapped
-            return lambda: r.hset(key, field, value)
+            return "HSET", (key, field, value)
         if kind == "set":
-            return lambda: r.sadd(key, mapped)
+            return "SADD", (key, mapped)
         if kind == "sorted_set":
             member, score = mapped
-            score = float(score)
-            return lambda: r.zadd(key, {member: score})
+            return "ZADD", (key, float(score), member)
         if kind == "list":
-            return lambda: r.rpush(key, mapped)
+            return "RPUSH", (key, mapped)
         if not isinstance(mapped, dict) or not mapped:
             raise TypeError(f"a stream entry must be a non-empty dict of fields, got {mapped!r}")
-        return lambda: r.xadd(key, mapped)
+        return "XADD", (key, "*", *(part for item in mapped.items() for part in item))
 
     def execute(self, tup: Tuple) -> None:
-        import redis
-
         try:
-            write = self._command(tup)
+            command, args = self._command(tup)
+            for arg in args:
+                self._encode(arg)
         except Exception as e:
             self._failed(tup, "cannot map", e)
             return
-        try:
-            write()
-        except (redis.RedisError, redis.exceptions.DataError) as e:
-            self._failed(tup, f"writing ({self.data_type}) failed for", e)
+        self._batch.append((tup, command, args))
+        if len(self._batch) >= self.max_pipeline:
+            self.finish_batch()
+
+    def finish_batch(self) -> None:
+        import redis
+
+        batch, self._batch = self._batch, []
+        if not batch:
             return
-        self.collector.ack(tup)
+        pipe = self._redis.pipeline(transaction=False)
+        for _, command, args in batch:
+            pipe.execute_command(command, *args)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as e:
+            for tup, _, _ in batch:
+                self._failed(tup, f"writing ({self.data_type}) failed for", e)
+            return
+        for (tup, _, _), reply in zip(batch, replies):
+            if isinstance(reply, Exception):
+                self._failed(tup, f"writing ({self.data_type}) failed for", reply)
+            else:
+                self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        if getattr(self, "_batch", None) and getattr(self, "_redis", None) is not None:
+            self.finish_batch()
+        super().cleanup()
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-from squall.bolt import BasicBolt
+from squall.bolt import BasicBolt, Bolt
 from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.collector import BasicOutputCollector, OutputCollector, combine_ack
 from squall.errors import FailedException
@@ -19,6 +19,8 @@ from squall.tuple import TICK_SOURCE, Tuple
 class BoltExecutor(Executor):
     """Each incoming batch is executed under the executor's lock, then the combined acks and
     every gathered output batch are handed on. Execute latency is measured per batch."""
+
+    _finishers: dict[int, Any] = {}  # task -> its bolt's finish_batch, if overridden (set in setup)
 
     def setup(self) -> None:
         self.bolts: dict[int, Any] = {}
@@ -34,6 +36,9 @@ class BoltExecutor(Executor):
                 bolt.prepare(dict(self.conf), context)
             else:
                 bolt.prepare(dict(self.conf), context, collector)
+        # the bolts that buffer work until the end of a batch (Bolt.finish_batch overridden)
+        self._finishers = {task: bolt.finish_batch for task, bolt in self.bolts.items()
+                           if getattr(type(bolt), "finish_batch", Bolt.finish_batch) is not Bolt.finish_batch}
         self.is_basic = bool(self.basic_collectors)
         self.stats.process_is_execute = self.is_basic
         self.process_batch = self._process_basic if self.is_basic else self._process_rich
@@ -84,11 +89,20 @@ class BoltExecutor(Executor):
                     self.control(item)
                 if self.stopping:
                     break
+            if self._finishers:
+                self.finish_batches()
             self.flush_all()
         self.queue.done()
         if self._tracker is not None:
             self._tracker.done(executed)
         return True
+
+    def finish_batches(self) -> None:
+        for task, finish_batch in self._finishers.items():
+            try:
+                finish_batch()
+            except Exception as e:
+                self.report_error(task, e)
 
     def control(self, msg: Control) -> None:
         if msg.kind == Control.TICK:

@@ -203,8 +203,9 @@ class Checkpointing:
 
     def _complete(self) -> None:
         txid, action = self._barrier
-        ok = self.act(self._executor.task_ids, txid, action)
         ex = self._executor
+        ex.finish_batches()  # what a sink buffered from before the barrier is written first
+        ok = self.act(ex.task_ids, txid, action)
         ex.flush_all()  # every tuple before the barrier goes first, in batches of their own
         for task, held in self._held.items():
             self._emit_barrier(task, [txid, action, self._current], held)

@@ -147,6 +147,10 @@ class Executor:
     def setup(self) -> None:
         """Create the tasks' objects and call open/prepare."""
 
+    def finish_batches(self) -> None:
+        """Let the components write what they buffered from the inputs executed so far (see
+        :meth:`squall.bolt.Bolt.finish_batch`); holding ``self.lock``."""
+
     def teardown(self) -> None:
         """Call close/cleanup."""
 
