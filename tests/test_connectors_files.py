@@ -465,6 +465,36 @@ def test_filebolt_tick_syncs_buffered_tuples(tmp_path):
     assert out.acked == [t]
 
 
+@pytest.mark.parametrize("sync_on_idle", [True, False])
+def test_filebolt_syncs_at_the_end_of_a_batch_unless_told_not_to(tmp_path, sync_on_idle):
+    b, out = bolt(tmp_path, sync_every=100, sync_secs=None, sync_on_idle=sync_on_idle)
+    tups = [FakeTuple(["x"], [i]) for i in range(3)]
+    for t in tups:
+        b.execute(t)
+    b.finish_batch()
+    assert out.acked == (tups if sync_on_idle else [])
+    assert b.metrics["syncs"] == (1 if sync_on_idle else 0)
+
+
+def test_filebolt_with_a_sync_count_above_max_spout_pending_does_not_stall(cluster, tmp_path):
+    # 5 trees in flight, a sync every 1000 and no ticks: only the sync at the end of each
+    # batch acks anything, so without it the spout would wait forever
+    feeder = FeederSpout(["x"])
+    builder = TopologyBuilder()
+    builder.set_spout("feed", feeder)
+    builder.set_bolt("writer", FileBolt(str(tmp_path / "out"), sync_every=1000, sync_secs=None)
+                     ).shuffle_grouping("feed")
+    conf = Config()
+    conf["topology.max.spout.pending"] = 5
+    cluster.submit_topology("writer", conf, builder.create_topology())
+    for i in range(50):
+        feeder.feed([i], msg_id=i)
+    wait_until(lambda: len(feeder.acked) == 50, timeout=20, message="every row written and acked")
+    [name] = out_files(tmp_path)
+    assert sorted(json.loads(line)["x"] for line in (tmp_path / "out" / name).read_text().splitlines()) == \
+        list(range(50))
+
+
 @pytest.mark.parametrize("fmt,value,reason", [
     ("jsonl", object(), "not JSON-serializable"),
     ("csv", {"a": 1}, "not CSV values"),

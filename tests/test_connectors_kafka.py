@@ -22,7 +22,7 @@ from squall.connectors.kafka import (
     KafkaSpoutConfig, RetryPolicy, Route,
 )
 from squall.errors import TopologySetupError
-from squall.testing import FeederSpout, wait_until
+from squall.testing import FeederSpout, KafkaMockCluster, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -401,6 +401,27 @@ def test_the_bolt_fails_a_tuple_kafka_refuses_with_the_reason(cluster, kafka_clu
     errors = [e["error"] for e in errors_of(cluster, "refused", "kafka")]
     assert any("'feeder'" in e and "Unknown partition" in e for e in errors), errors
     assert ("a", "kept") in _read_all(kafka_cluster, topic, 2)
+
+
+def test_the_bolt_fails_a_tuple_whose_delivery_report_is_an_error(cluster):
+    # a cluster of its own, shut down once the bolt wrote to it: produce() takes the next record
+    # (librdkafka queues it), and its delivery report says it timed out (message.timeout.ms)
+    feeder = FeederSpout(["key", "message"])
+    builder = TopologyBuilder()
+    builder.set_spout("feeder", feeder)
+    with KafkaMockCluster(1) as doomed:
+        bolt = KafkaBolt(doomed.bootstrap_servers, "doomed", producer_config={"message.timeout.ms": 500})
+        builder.set_bolt("kafka", bolt).shuffle_grouping("feeder")
+        cluster.submit_topology("undelivered", {}, builder.create_topology())
+        feeder.feed(["a", "written"], msg_id=0)
+        wait_until(lambda: feeder.acked == [0], timeout=WAIT, message="the first tuple written and acked")
+    feeder.feed(["b", "lost"], msg_id=1)
+    wait_until(lambda: feeder.failed == [1], timeout=WAIT, message="the second tuple failed")
+    assert feeder.acked == [0]
+    errors = [e["error"] for e in errors_of(cluster, "undelivered", "kafka")]
+    # (a long error is kept with its middle elided)
+    assert any("KafkaConnectorError: KafkaBolt 'kafka' at " in e and "did not confirm" in e and "'feeder'" in e
+               and "Message timed out" in e for e in errors), errors
 
 
 @pytest.mark.processes

@@ -1,5 +1,6 @@
-"""Files: a spout that consumes a directory (Storm's ``HdfsSpout``) and a bolt that writes
-rotated files (Storm's ``HdfsBolt``), on a local or mounted path.
+"""Files: a spout that consumes a directory (Storm's ``HdfsSpout``), its stateful form (its
+position in the topology's checkpoints: effectively once) and a bolt that writes rotated files
+(Storm's ``HdfsBolt``), on a local or mounted path.
 
 :class:`DirectorySpout` contract
 --------------------------------
@@ -29,11 +30,46 @@ rotated files (Storm's ``HdfsBolt``), on a local or mounted path.
   none is lost (at-least-once). The takeover itself is guarded by ``<name>.lock.takeover``
   (``O_EXCL``); a task that finds its lock taken over drops the file without archiving it.
   A task deactivated for longer than ``lock_timeout_secs`` loses its file the same way.
+  A lock written by a :class:`StatefulDirectorySpout` (its entries say ``"stateful": true``)
+  is never taken over by age: only the task whose checkpoints hold its position goes on.
 * **Bad files.** A file that cannot be decoded (bad UTF-8, a bad JSON line, a CSV row that
   does not fit) is moved to ``bad_dir`` as a whole, as Storm does, with ``<name>.error``
   beside it giving the reason; the error is logged with the file name and reported as an
   error of the component. Tuples of it still pending are forgotten (their acks are ignored).
 * A ``source_dir`` that does not exist makes ``open`` raise ``FileNotFoundError`` naming it.
+
+:class:`StatefulDirectorySpout` contract
+----------------------------------------
+
+The same spout (options, readers, claiming, bad files, metrics) as a
+:class:`~squall.stateful.StatefulSpout`: its read position is part of the topology's
+checkpoints, so with stateful bolts downstream the committed state counts every record of
+every file exactly once (*effectively once*), across ``kill -9`` of any worker and a
+resubmission under the same name. Like any stateful topology it needs ackers and checkpoints
+(``topology.state.checkpoint.interval.ms`` below ``topology.message.timeout.secs``, a
+durable ``topology.state.provider`` for worker processes). Bolts that are not stateful see the
+records after the last commit again after a rollback.
+
+* **The checkpoint.** Each task's state holds ``file`` (the file it reads, or None),
+  ``offset`` (the byte offset of its next record) and ``ended`` (``{name: None | reason}``:
+  files read to their end, or up to a record that cannot be decoded, not yet moved).
+* **Emitting.** Records are emitted without message ids (``fail`` never replays): a rollback
+  returns every task to the last commit and :meth:`~StatefulDirectorySpout.init_state` seeks
+  back to the ``offset`` committed with the bolts' state.
+* **Archiving.** A file read to its end moves into ``ended`` and keeps its lock (no task
+  claims it again); the task reads its next file meanwhile. The file moves to ``archive_dir``
+  in ``pre_commit`` of the first checkpoint whose state has it in ``ended``: the checkpoint
+  spout records the commit before it sends COMMIT, so no rollback can return to a state that
+  still reads it. A bad file moves to ``bad_dir`` (with ``<name>.error``) the same way, at that
+  commit: the records before the bad one are emitted, once, as by :class:`DirectorySpout`.
+* **Rollback and restart.** ``init_state`` (at start and after every rollback) gets the
+  committed state: it moves the files in its ``ended`` still in ``source_dir``, removes this
+  task's locks of files not in its state (what was read of them was rolled back: they are read
+  again from their start, by any task), and reopens ``file`` at ``offset``, taking its lock
+  back at once from the earlier run of this task that held it (a restarted worker).
+* **Locks** are never taken over by age (see *Crash* above), so a task's files wait for that
+  task (its topology resubmitted under the same name resumes them). To give its files to
+  other tasks for good, remove the topology's state and the locks.
 
 :class:`FileBolt` contract
 --------------------------
@@ -44,10 +80,12 @@ rotated files (Storm's ``HdfsBolt``), on a local or mounted path.
 * ``jsonl`` writes one JSON object (``{field: value}``) per line, ``csv`` one row per tuple
   (header once per file), ``parquet`` one row group per sync (pyarrow; extra ``parquet``).
 * **Acking.** jsonl/csv inputs are acked when synced: every ``sync_every`` tuples or
-  ``sync_secs`` seconds (tick tuples), the file is flushed and ``os.fsync``-ed, then the
-  buffered inputs are acked. A Parquet file is readable only once closed (its footer), so
-  parquet inputs are acked when their file is rotated or closed: give it a rotation shorter
-  than ``topology.message.timeout.secs``.
+  ``sync_secs`` seconds (tick tuples), and (``sync_on_idle``, the default) whenever the bolt
+  has executed all the input that had arrived (a group commit: its spouts may be held back
+  by ``topology.max.spout.pending`` until these acks come, and then no more input arrives);
+  the file is flushed and ``os.fsync``-ed, then the buffered inputs are acked. A Parquet
+  file is readable only once closed (its footer), so parquet inputs are acked when their
+  file is rotated or closed: give it a rotation shorter than ``topology.message.timeout.secs``.
 * **Failing.** An input that cannot be written (not JSON-serializable, a value CSV/Parquet
   cannot hold, a missing field) is failed with ``report_error`` naming the component and the
   reason; a write or sync error fails every input not yet synced.
@@ -55,7 +93,7 @@ rotated files (Storm's ``HdfsBolt``), on a local or mounted path.
   task left behind is completed at the next ``prepare`` (jsonl/csv: up to its last whole line;
   parquet: unreadable without its footer, so removed - its inputs were never acked).
 
-Both keep counters in ``self.metrics`` (a dict): the spout ``records_read``, ``files_done``,
+Both keep counters in ``self.metrics`` (a dict): the spouts ``records_read``, ``files_done``,
 ``bad_files``, ``errors``, ``replayed``, ``locks_taken_over``, ``locks_lost``; the bolt
 ``records_written``, ``files_done``, ``syncs``, ``errors``.
 """
@@ -71,20 +109,33 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
 from squall.spout import Spout
+from squall.stateful import StatefulSpout
+
+if TYPE_CHECKING:
+    from squall.state import KeyValueState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DirectorySpout", "FileBolt", "SizeRotation", "TimeRotation"]
+__all__ = ["DirectorySpout", "FileBolt", "SizeRotation", "StatefulDirectorySpout", "TimeRotation"]
 
 _READERS = ("text", "jsonl", "csv")
 
 
 class BadFileError(ValueError):
     """A record of a file could not be decoded."""
+
+
+#: what reading a record that cannot be decoded raises: its file is bad
+_DECODE_ERRORS = (BadFileError, UnicodeDecodeError, ValueError, csv.Error)
+
+
+def _describe(error: BaseException) -> str:
+    """Why a file is bad, as written to its ``.error`` file."""
+    return f"{type(error).__name__}: {error}"
 
 
 def _read_lock(path: str) -> dict[str, Any] | None:
@@ -212,19 +263,22 @@ class DirectorySpout(Spout):
         while not self.eof and budget > 0 and len(self.pending) < self.max_outstanding:
             try:
                 record = self._read_record()
-            except (BadFileError, UnicodeDecodeError, ValueError, csv.Error) as e:
+            except _DECODE_ERRORS as e:
                 self._bad_file(e)
                 return
             if record is None:
                 self.eof = True
                 break
-            offset, values = record
-            self.pending[offset] = values
             self.metrics["records_read"] += 1
-            self.collector.emit(values, msg_id=(self.current, offset))
+            self._emit(*record)
             budget -= 1
         if self.eof and not self.pending:
             self._done()
+
+    def _emit(self, offset: int, values: list[Any]) -> None:
+        """Emit the record at byte ``offset`` of the current file, tracked: kept until acked."""
+        self.pending[offset] = values
+        self.collector.emit(values, msg_id=(self.current, offset))
 
     def ack(self, msg_id: Any) -> None:
         name, offset = msg_id
@@ -241,8 +295,9 @@ class DirectorySpout(Spout):
 
     def _read_line(self) -> tuple[int, bytes] | None:
         assert self.file is not None
-        offset = self.file.tell()
+        offset = self.read_offset  # kept here: a buffered file's tell() is a system call per line
         line = self.file.readline()
+        self.read_offset += len(line)
         return None if not line else (offset, line)
 
     def _read_record(self) -> tuple[int, list[Any]] | None:
@@ -304,7 +359,7 @@ class DirectorySpout(Spout):
                 raise BadFileError(f"CSV header {row} lacks fields {missing}")
             offset = max(offset, self.file.tell())
         self.file.seek(offset)
-        self.committed = offset
+        self.read_offset = self.committed = offset
 
     # -- claiming -------------------------------------------------------------------------------
 
@@ -326,71 +381,91 @@ class DirectorySpout(Spout):
 
     def _lock_new(self) -> bool:
         for name in self._candidates():
-            path = self._lock_path(name)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                continue
-            try:
-                os.write(fd, (json.dumps(self._entry(0)) + "\n").encode())
-            finally:
-                os.close(fd)
-            if not os.path.exists(os.path.join(self.source_dir, name)):
-                os.unlink(path)  # archived by another task between our listing and our lock
-                continue
-            if self._start(name, 0):
+            if self._lock(name) and self._start(name, 0):
                 return True
         return False
 
+    def _lock(self, name: str) -> bool:
+        """Create the lock of ``name`` (``O_EXCL``); False if it exists or the file is gone."""
+        path = self._lock_path(name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, (json.dumps(self._entry(0)) + "\n").encode())
+        finally:
+            os.close(fd)
+        if not os.path.exists(os.path.join(self.source_dir, name)):
+            os.unlink(path)  # archived by another task between our listing and our lock
+            return False
+        return True
+
+    def _locked_names(self) -> list[str]:
+        """The names of the files that have a lock, in order."""
+        return [lock[: -len(".lock")] for lock in sorted(os.listdir(self.lock_dir)) if lock.endswith(".lock")]
+
     def _take_over(self) -> bool:
-        now = time.time()
-        for lock in sorted(os.listdir(self.lock_dir)):
-            if not lock.endswith(".lock"):
+        for name in self._locked_names():
+            offset = self._take_lock(name)
+            if offset is None:
                 continue
-            path = os.path.join(self.lock_dir, lock)
-            entry = _read_lock(path)
-            try:
-                age = now - os.stat(path).st_mtime
-            except FileNotFoundError:
-                continue
-            mine = entry is not None and entry.get("task") == self.task and entry.get("owner") != self.owner
-            if not mine and age < self.lock_timeout_secs:
-                continue
-            guard = path + ".takeover"
-            try:
-                os.close(os.open(guard, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            except FileExistsError:
-                try:  # a guard left by a task that died while taking over
-                    if now - os.stat(guard).st_mtime > self.lock_timeout_secs:
-                        os.unlink(guard)
-                except FileNotFoundError:
-                    pass
-                continue
-            try:
-                entry = _read_lock(path)  # read again under the guard
-                try:
-                    age = time.time() - os.stat(path).st_mtime
-                except FileNotFoundError:
-                    continue
-                mine = entry is not None and entry.get("task") == self.task and entry.get("owner") != self.owner
-                if not mine and age < self.lock_timeout_secs:
-                    continue
-                name = lock[: -len(".lock")]
-                if not os.path.exists(os.path.join(self.source_dir, name)):
-                    os.unlink(path)  # its file was archived; the owner died before unlocking
-                    continue
-                offset = int(entry.get("offset", 0)) if entry else 0
-                _append(path, self._entry(offset, taken_from=entry.get("owner") if entry else None))
-            finally:
-                try:
-                    os.unlink(guard)
-                except FileNotFoundError:
-                    pass
             log.warning("DirectorySpout %s: took over the lock of %r (resuming at byte %d)", self.task, name, offset)
-            self.metrics["locks_taken_over"] += 1
             if self._start(name, offset):
                 return True
         return False
+
+    def _may_take(self, entry: dict[str, Any] | None, age: float) -> bool:
+        """Whether this task may take over a lock whose last entry is ``entry``, written ``age``
+        seconds ago: one of an earlier run of this task (restarted), or one abandoned for
+        ``lock_timeout_secs`` - unless a :class:`StatefulDirectorySpout` wrote it: that file's
+        position is in its task's checkpoints, so only that task may go on with it."""
+        mine = entry is not None and entry.get("task") == self.task and entry.get("owner") != self.owner
+        return mine or (age >= self.lock_timeout_secs and not (entry or {}).get("stateful"))
+
+    def _takeable(self, path: str) -> tuple[bool, dict[str, Any] | None]:
+        """(whether :meth:`_may_take` the lock at ``path``, its last entry); False if it is gone."""
+        entry = _read_lock(path)
+        try:
+            age = time.time() - os.stat(path).st_mtime
+        except FileNotFoundError:
+            return False, None
+        return self._may_take(entry, age), entry
+
+    def _take_lock(self, name: str) -> int | None:
+        """Take over the lock of ``name`` if :meth:`_may_take` allows it; the offset its last
+        entry committed, or None when it was not taken (not allowed, another task taking it over
+        at the same time, or its file gone: the stale lock is then removed). The takeover is
+        guarded by ``<lock>.takeover`` (``O_EXCL``), so that one task at most takes it."""
+        path = self._lock_path(name)
+        if not self._takeable(path)[0]:
+            return None
+        guard = path + ".takeover"
+        try:
+            os.close(os.open(guard, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            try:  # a guard left by a task that died while taking over
+                if time.time() - os.stat(guard).st_mtime > self.lock_timeout_secs:
+                    os.unlink(guard)
+            except FileNotFoundError:
+                pass
+            return None
+        try:
+            may, entry = self._takeable(path)  # read again under the guard
+            if not may:
+                return None
+            if not os.path.exists(os.path.join(self.source_dir, name)):
+                os.unlink(path)  # its file was archived; the owner died before unlocking
+                return None
+            offset = int(entry.get("offset", 0)) if entry else 0
+            _append(path, self._entry(offset, taken_from=entry.get("owner") if entry else None))
+        finally:
+            try:
+                os.unlink(guard)
+            except FileNotFoundError:
+                pass
+        self.metrics["locks_taken_over"] += 1
+        return offset
 
     def _start(self, name: str, offset: int) -> bool:
         self._reset_file()
@@ -400,7 +475,7 @@ class DirectorySpout(Spout):
         except FileNotFoundError:
             self._release()
             return False
-        except (BadFileError, UnicodeDecodeError, ValueError, csv.Error) as e:
+        except _DECODE_ERRORS as e:
             self._bad_file(e)
             return False
         return True
@@ -415,7 +490,7 @@ class DirectorySpout(Spout):
         if self.pending:
             return next(iter(self.pending))
         assert self.file is not None
-        return self.file.tell()
+        return self.read_offset
 
     def _maybe_commit(self) -> bool:
         """Commit if due; True when the lock turned out to be lost (the file is dropped)."""
@@ -445,16 +520,24 @@ class DirectorySpout(Spout):
     def _release(self) -> None:
         self.close()
         if self.current is not None:
-            try:
-                os.unlink(self._lock_path(self.current))
-            except FileNotFoundError:
-                pass
+            self._unlock(self.current)
         self._reset_file()
 
+    def _unlock(self, name: str) -> None:
+        try:
+            os.unlink(self._lock_path(name))
+        except FileNotFoundError:
+            pass
+
     def _done(self) -> None:
-        name = self.current
-        assert name is not None
+        """The current file was read to its end and all its tuples were acked."""
+        assert self.current is not None
         self.close()
+        self._archive(self.current)
+        self._release()
+
+    def _archive(self, name: str) -> None:
+        """Move ``name`` from ``source_dir`` to ``archive_dir`` (its lock is the caller's)."""
         try:
             os.replace(os.path.join(self.source_dir, name), _free_name(self.archive_dir, name))
             self.metrics["files_done"] += 1
@@ -462,14 +545,18 @@ class DirectorySpout(Spout):
             log.error("DirectorySpout %s: %r vanished from %s before it could be archived",
                       self.task, name, self.source_dir)
             self.metrics["errors"] += 1
-        self._release()
 
     def _bad_file(self, error: BaseException) -> None:
-        name = self.current
-        assert name is not None
-        reason = f"{type(error).__name__}: {error}"
-        log.error("DirectorySpout %s: bad file %r moved to %s: %s", self.task, name, self.bad_dir, reason)
+        """A record of the current file (or its CSV header) cannot be decoded."""
+        assert self.current is not None
         self.close()
+        self._move_bad(self.current, _describe(error))
+        self._release()
+
+    def _move_bad(self, name: str, reason: str) -> None:
+        """Move ``name`` whole to ``bad_dir`` with ``<name>.error`` giving ``reason``, and report
+        it (its lock is the caller's)."""
+        log.error("DirectorySpout %s: bad file %r moved to %s: %s", self.task, name, self.bad_dir, reason)
         target = _free_name(self.bad_dir, name)
         try:
             os.replace(os.path.join(self.source_dir, name), target)
@@ -483,7 +570,127 @@ class DirectorySpout(Spout):
             self.collector.report_error(BadFileError(f"{name}: {reason} (moved to {self.bad_dir})"))
         except Exception:  # noqa: BLE001 - reporting must not stop the spout
             pass
-        self._release()
+
+
+class StatefulDirectorySpout(DirectorySpout, StatefulSpout):
+    """A :class:`DirectorySpout` whose read position is in the topology's checkpoints: with
+    stateful bolts downstream, *effectively once* - the committed state counts every record
+    exactly once across crashes of any worker (the module docstring has the full contract).
+
+    Each task's state holds ``file`` (the file it reads, or None), ``offset`` (the byte offset
+    of its next record to emit) and ``ended`` (``{name: None | reason}``: the files it read to
+    their end, or up to a record that cannot be decoded, not yet moved). Records are emitted
+    without message ids; a rollback, not a fail, brings them back. A file moves to
+    ``archive_dir`` (a bad one to ``bad_dir``) at the commit of the first checkpoint whose state
+    has it in ``ended``, never before: a rollback never needs a moved file. Same arguments,
+    readers and ``metrics`` as :class:`DirectorySpout`; the topology needs what any stateful
+    topology needs (ackers, checkpoints, a durable state provider for worker processes).
+    """
+
+    # -- the position in the state ----------------------------------------------------------------
+
+    def init_state(self, state: KeyValueState) -> None:
+        """Return to the position ``state`` holds (after ``open``, and after every rollback).
+
+        ``state`` is the last committed one, so the files it says ended are moved now; this
+        task's other locks are released (what was read of those files since was rolled back: they
+        are read again from their start, by any task); its ``file`` is reopened at ``offset``,
+        the lock taken back from the earlier run of this task that held it (a restart).
+        """
+        self.state = state
+        self._prepared: tuple[int, dict[str, str | None]] | None = None  # (txid, its "ended")
+        self.close()
+        self._reset_file()
+        name, ended = state.get("file"), state.get("ended", {})
+        for locked in self._locked_names():
+            entry = _read_lock(self._lock_path(locked))
+            if entry is None or entry.get("task") != self.task or locked == name:
+                continue
+            if locked in ended and os.path.exists(os.path.join(self.source_dir, locked)):
+                self._retire(locked, ended[locked])
+            else:  # rolled back, or moved at the commit just before a crash
+                self._unlock(locked)
+        if ended:
+            state.put("ended", {})
+        if name is None:
+            return
+        offset = int(state.get("offset", 0))
+        if self._reclaim(name) and self._start(name, offset):
+            log.info("StatefulDirectorySpout %s: resuming %r at byte %d", self.task, name, offset)
+        elif state.get("file") == name:  # not ended as bad by _start: gone, or another task's
+            log.error("StatefulDirectorySpout %s: cannot resume %r at byte %d (its file is gone or another task "
+                      "holds its lock); the rest of it is not read", self.task, name, offset)
+            self.metrics["errors"] += 1
+            state.put("file", None)
+
+    def _reclaim(self, name: str) -> bool:
+        """Whether this task holds the lock of ``name``, taken back from an earlier run of this
+        task (or made again, if it was removed) if need be."""
+        entry = _read_lock(self._lock_path(name))
+        if entry is not None and entry.get("owner") == self.owner:
+            return True  # a rollback in this run: still ours
+        return self._take_lock(name) is not None or self._lock(name)
+
+    def pre_prepare(self, txid: int) -> None:
+        self._prepared = (txid, dict(self.state.get("ended", {})))
+
+    def pre_commit(self, txid: int) -> None:
+        """The checkpoint spout records ``txid`` as committed before it sends this COMMIT, so
+        from here on no rollback returns to a state before it: the files its state says ended
+        are moved (this task's own fold of ``txid`` comes after this hook; a task that dies
+        first folds it when it recovers, since ``txid`` is committed)."""
+        if self._prepared is None or self._prepared[0] != txid:
+            return  # not ours to act on: a rollback came between the PREPARE and this COMMIT
+        ended = self._prepared[1]
+        self._prepared = None  # a COMMIT sent again moves nothing twice
+        for name, reason in ended.items():
+            self._retire(name, reason)
+        if ended:
+            self.state.put("ended", {n: r for n, r in self.state.get("ended", {}).items() if n not in ended})
+
+    def _retire(self, name: str, reason: str | None) -> None:
+        """Move a file whose end is committed to ``archive_dir`` (``reason`` None) or to
+        ``bad_dir``, then remove its lock."""
+        if reason is None:
+            self._archive(name)
+        else:
+            self._move_bad(name, reason)
+        self._unlock(name)
+
+    # -- DirectorySpout's steps, kept in the state ----------------------------------------------------
+
+    def _entry(self, offset: int, **more: Any) -> dict[str, Any]:
+        # marks the lock as bound to this task's checkpoints: no other task takes it over by age
+        return super()._entry(offset, stateful=True, **more)
+
+    def _start(self, name: str, offset: int) -> bool:
+        if not super()._start(name, offset):
+            return False
+        self.state.put("file", name)
+        self.state.put("offset", self.position())  # past a CSV header
+        return True
+
+    def _emit(self, offset: int, values: list[Any]) -> None:
+        self.collector.emit(values)  # untracked: the checkpoints make it reliable
+        # nothing is ever pending here, so the position is the offset of the next record
+        self.state.put("offset", self.position())
+
+    def _done(self) -> None:
+        self._end(None)
+
+    def _bad_file(self, error: BaseException) -> None:
+        # moved at the commit, not now: a rollback to before this record reads the file again
+        self._end(_describe(error))
+
+    def _end(self, reason: str | None) -> None:
+        """The current file ends here (``reason``: why it is bad, or None): noted in the state,
+        the file kept (with its lock) until a checkpoint saying so is committed."""
+        name = self.current
+        assert name is not None
+        self.close()
+        self.state.put("ended", {**self.state.get("ended", {}), name: reason})
+        self.state.put("file", None)
+        self._reset_file()
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -515,7 +722,7 @@ class FileBolt(Bolt):
 
     def __init__(self, output_dir: str, *, format: str = "jsonl", fields: list[str] | None = None,
                  rotation: SizeRotation | TimeRotation | None = None, sync_every: int = 1000,
-                 sync_secs: float | None = 1.0, prefix: str = "") -> None:
+                 sync_secs: float | None = 1.0, sync_on_idle: bool = True, prefix: str = "") -> None:
         if format not in _EXTENSIONS:
             raise ValueError(f"FileBolt: format must be one of {sorted(_EXTENSIONS)}, got {format!r}")
         if format == "parquet":
@@ -528,6 +735,7 @@ class FileBolt(Bolt):
         self.rotation = rotation
         self.sync_every = max(1, sync_every)
         self.sync_secs = sync_secs
+        self.sync_on_idle = sync_on_idle
         self.prefix = prefix
 
     def get_component_configuration(self) -> dict[str, Any] | None:
@@ -722,6 +930,12 @@ class FileBolt(Bolt):
         if len(self.unsynced if self.format != "parquet" else self.rows) >= self.sync_every:
             self._sync()
         self._rotate_if_due()
+
+    def finish_batch(self) -> None:
+        # group commit: input ran dry, so the spouts may be waiting for these acks
+        # (max spout pending): sync now rather than at sync_every or the next tick
+        if self.sync_on_idle and self.unsynced and self.format != "parquet":
+            self._sync()
 
     def cleanup(self) -> None:
         self._close()

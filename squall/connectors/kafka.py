@@ -1,5 +1,6 @@
 """Kafka connectors: :class:`KafkaSpout`, reading topics through a consumer group with
-storm-kafka-client's semantics, and :class:`KafkaBolt`, writing tuples to topics. Both use
+storm-kafka-client's semantics, :class:`StatefulKafkaSpout`, whose offsets are in the
+topology's checkpoints (effectively once), and :class:`KafkaBolt`, writing tuples to topics. All use
 librdkafka through ``confluent-kafka`` (``pip install "squall[kafka]"``).
 
 ``open``/``prepare`` ask the cluster for its metadata (``open_timeout_ms``, 5000), so a
@@ -68,6 +69,21 @@ auto-creation disabled) fails it naming the topic. Afterwards librdkafka reconne
   and dicts keyed ``"topic:partition"``: ``committed`` (last committed offset) and ``lag``
   (high watermark minus position, where known).
 
+:class:`StatefulKafkaSpout` — effectively once with stateful bolts
+-------------------------------------------------------------------
+
+A :class:`KafkaSpout` that is also a :class:`~squall.stateful.StatefulSpout`: its partition
+offsets are in the topology's checkpoints, with the bolts' state (README, "State and windows").
+Its tasks split the partitions of ``topics`` among themselves (task ``i`` of ``n``: partitions
+``p % n == i``; no consumer group, no rebalance), emit without message ids and keep
+``{"topic:partition": next offset}`` in their state as they emit. After a crash or a failed
+checkpoint every component returns to the last commit, and ``init_state`` seeks each partition
+back to the offset committed with it, so ``StatefulKafkaSpout -> ... -> stateful bolts`` counts
+every record exactly once in the committed state. Empty state (the first start): where
+``first_poll_offset_strategy`` says. Offsets are committed to Kafka (group ``group_id``) after each
+checkpoint commits, for lag monitoring only. Bolts that are not stateful see the records after
+the last commit again after a rollback (at least once). See the class for the details.
+
 :class:`KafkaBolt`: see its documentation.
 """
 
@@ -84,18 +100,20 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from squall.bolt import Bolt
 from squall.connectors import Route, SpoutStreams, require
 from squall.spout import Spout
+from squall.stateful import StatefulSpout
 
 if TYPE_CHECKING:
     from squall.collector import OutputCollector, SpoutOutputCollector
     from squall.component import OutputFieldsDeclarer
     from squall.context import TopologyContext
+    from squall.state import KeyValueState
     from squall.tuple import Tuple
 
 log = logging.getLogger("squall.connectors.kafka")
 
 __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "EARLIEST", "LATEST", "NO_GUARANTEE", "UNCOMMITTED_EARLIEST",
            "UNCOMMITTED_LATEST", "KafkaBolt", "KafkaConnectorError", "KafkaMessageId", "KafkaRecord", "KafkaSpout",
-           "KafkaSpoutConfig", "RetryPolicy", "Route"]
+           "KafkaSpoutConfig", "RetryPolicy", "Route", "StatefulKafkaSpout"]
 
 AT_LEAST_ONCE, AT_MOST_ONCE, NO_GUARANTEE = "AT_LEAST_ONCE", "AT_MOST_ONCE", "NO_GUARANTEE"
 EARLIEST, LATEST = "EARLIEST", "LATEST"
@@ -200,6 +218,14 @@ def _check_reachable(client: Any, servers: str, where: str, timeout_ms: float) -
                                   f"{e.args[0] if e.args else e}") from e
 
 
+def _missing(metadata: Any, topic: str) -> Any:
+    """Why ``topic`` is not in the cluster's ``metadata`` (an error or a sentence), or None."""
+    found = metadata.topics.get(topic)
+    if found is None:
+        return "not in the cluster's metadata"
+    return found.error
+
+
 class _Outage:
     """Logs the first error of an outage and its end, not every error in between."""
 
@@ -258,6 +284,7 @@ class KafkaSpout(Spout):
     ``KafkaSpout``; see the module's documentation for the contract)."""
 
     blocking = True  # network I/O: a thread of its own, never stalling the cooperative ones
+    _message_ids = True  # AT_LEAST_ONCE emits with message ids (StatefulKafkaSpout never does)
 
     def __init__(self, config: KafkaSpoutConfig) -> None:
         require("confluent_kafka", "kafka", "KafkaSpout")
@@ -286,10 +313,10 @@ class KafkaSpout(Spout):
         self._collector = collector
         component = context.get_this_component_id()
         what = ", ".join(c.topics) if c.topics else f"pattern {c.pattern!r}"
-        self._where = f"KafkaSpout {component!r}: {what} group {c.group_id!r} at {c.bootstrap_servers}"
+        self._where = f"{type(self).__name__} {component!r}: {what} group {c.group_id!r} at {c.bootstrap_servers}"
         self.metrics = self._zero_metrics()
         self._outage = _Outage(self._where, self.metrics)
-        self._tracked = c.processing_guarantee == AT_LEAST_ONCE
+        self._tracked = self._message_ids and c.processing_guarantee == AT_LEAST_ONCE
         self._partitions: dict[tuple[str, int], _Partition] = {}  # assigned now
         self._ever_assigned: set[tuple[str, int]] = set()
         self._generation = 0
@@ -298,6 +325,23 @@ class KafkaSpout(Spout):
         self._failures: dict[KafkaMessageId, int] = {}
         self._retries: list[tuple[float, KafkaMessageId]] = []  # heap of (due, id)
         self._next_commit = time.monotonic() + c.offset_commit_period_ms / 1000
+        settings = self._consumer_settings()
+        self._consumer = Consumer(settings)
+        try:
+            metadata = _check_reachable(self._consumer, c.bootstrap_servers, self._where, c.open_timeout_ms)
+            auto_created = str(settings.get("allow.auto.create.topics", "false")).lower() == "true"
+            for topic in c.topics or ():
+                reason = _missing(metadata, topic)
+                if reason is not None and not auto_created:
+                    raise KafkaConnectorError(f"{self._where}: topic {topic!r} does not exist ({reason})")
+            self._start(metadata)
+        except Exception:
+            self._consumer.close()
+            raise
+
+    def _consumer_settings(self) -> dict[str, Any]:
+        """The consumer's configuration: the spout's, then ``consumer_config`` over it."""
+        c = self.config
         settings: dict[str, Any] = {
             "bootstrap.servers": c.bootstrap_servers,
             "group.id": c.group_id,
@@ -309,21 +353,15 @@ class KafkaSpout(Spout):
         if c.processing_guarantee == NO_GUARANTEE:
             settings["auto.commit.interval.ms"] = c.offset_commit_period_ms
         settings.update(c.consumer_config)
-        self._consumer = Consumer(settings)
-        try:
-            metadata = _check_reachable(self._consumer, c.bootstrap_servers, self._where, c.open_timeout_ms)
-            for topic in c.topics or ():
-                found = metadata.topics.get(topic)
-                if found is None or found.error is not None:
-                    if str(settings.get("allow.auto.create.topics", "false")).lower() != "true":
-                        reason = found.error if found is not None else "not in the cluster's metadata"
-                        raise KafkaConnectorError(f"{self._where}: topic {topic!r} does not exist ({reason})")
-            subscription = list(c.topics) if c.topics else [c.pattern if c.pattern.startswith("^") else f"^{c.pattern}"]
-            self._consumer.subscribe(subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                     on_lost=self._on_lost)
-        except Exception:
-            self._consumer.close()
-            raise
+        return settings
+
+    def _start(self, metadata: Any) -> None:
+        """Start reading (``open``, the cluster reached): join the group; Kafka assigns the
+        partitions (:meth:`_on_assign`)."""
+        c = self.config
+        subscription = list(c.topics) if c.topics else [c.pattern if c.pattern.startswith("^") else f"^{c.pattern}"]
+        self._consumer.subscribe(subscription, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_lost)
 
     def close(self) -> None:
         consumer = getattr(self, "_consumer", None)
@@ -399,12 +437,15 @@ class KafkaSpout(Spout):
             if not self._buffer:
                 self._poll()
             if self._buffer:
-                message = self._buffer.popleft()
-                if self._tracked and (message.topic(), message.partition()) not in self._partitions:
-                    return  # of a partition no longer ours: its new owner reads it from the commit
-                self._emit(message, self._message_id(message))
+                self._emit_next(self._buffer.popleft())
         except KafkaException as e:
             self._outage.error(e.args[0] if e.args else e)
+
+    def _emit_next(self, message: Any) -> None:
+        """Emit a fetched record (with a message id under AT_LEAST_ONCE)."""
+        if self._tracked and (message.topic(), message.partition()) not in self._partitions:
+            return  # of a partition no longer ours: its new owner reads it from the commit
+        self._emit(message, self._message_id(message))
 
     def _poll(self) -> None:
         c = self.config
@@ -502,6 +543,10 @@ class KafkaSpout(Spout):
         except KafkaException as e:
             self._outage.error(e.args[0] if e.args else e)
             return
+        self._committed(points)
+
+    def _committed(self, points: dict[tuple[str, int], int]) -> None:
+        """Kafka confirmed the commit of ``points``."""
         self.metrics["commits"] += 1
         for place, offset in points.items():
             self.metrics["committed"][_key(*place)] = offset
@@ -530,17 +575,22 @@ class KafkaSpout(Spout):
         from confluent_kafka import TopicPartition
 
         places = [TopicPartition(t, p) for t, p in self._partitions]
-        if not places:
-            return
-        for tp in self._consumer.position(places):
-            if tp.offset < 0:
+        if places:
+            self._record_lag({(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(places)})
+
+    def _record_lag(self, positions: dict[tuple[str, int], int]) -> None:
+        """``lag``: the high watermark (as last fetched) minus the position, per partition."""
+        from confluent_kafka import TopicPartition
+
+        for (topic, partition), offset in positions.items():
+            if offset < 0:
                 continue
             try:
-                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
             except Exception:  # noqa: BLE001  (not known yet)
                 continue
             if high is not None and high >= 0:
-                self.metrics["lag"][_key(tp.topic, tp.partition)] = high - tp.offset
+                self.metrics["lag"][_key(topic, partition)] = high - offset
 
     # -- ack / fail ---------------------------------------------------------------------------
 
@@ -579,6 +629,174 @@ class KafkaSpout(Spout):
         heapq.heappush(self._retries, (time.monotonic() + retry.delay_ms(failures) / 1000, msg_id))
 
 
+class StatefulKafkaSpout(KafkaSpout, StatefulSpout):
+    """A :class:`KafkaSpout` whose partition offsets are part of the topology's checkpoints:
+    with stateful bolts, effectively once (the committed state counts every record exactly
+    once, across ``kill -9`` of any worker). Flink's Kafka source does the same.
+
+    * **Partitions.** No consumer-group membership, no rebalance: task ``i`` of the ``n`` tasks
+      reads the partitions ``p`` with ``p % n == i`` of each topic of ``topics`` (the same after
+      every restart). The topics must exist when the spout opens; partitions added later are
+      read after the next restart. ``pattern`` is refused (the set of topics must not move).
+    * **State.** The task's state maps ``"topic:partition"`` to the next offset to read, written
+      as each record is emitted, so the position committed with a checkpoint is exactly that of
+      the records before its barrier. Keep the spout's parallelism when submitting again under
+      the same name: positions are per task.
+    * **Start and rollback.** ``init_state`` (at start, and after every rollback with the state
+      rolled back) drops what was fetched and not emitted and seeks each partition to the offset
+      its state holds. A partition the state does not hold starts where
+      ``first_poll_offset_strategy`` says (``EARLIEST``/``LATEST``: its first/next offset;
+      ``UNCOMMITTED_*``: the group's committed offset, else the first/next), resolved to a
+      number once per ``open`` and put in the state, so a rollback before the partition's first
+      commit returns to the same offset. A restart before the first checkpoint commits resolves it
+      again.
+    * **Emitting.** As :class:`KafkaSpout` (translator, streams, error stream, metrics), but
+      without message ids: no ack, no fail, no retry; a rollback replays (the records after the
+      last commit are emitted again, and bolts that are not stateful see them again).
+    * **Commits to Kafka** are for monitoring only (lag tools): after each checkpoint commits,
+      its positions are committed to group ``group_id`` (asynchronously; ``committed``/``commits``
+      metrics once Kafka confirmed). Correctness never depends on them. Give the spout a group of
+      its own: Kafka refuses commits by a consumer outside a group that has live members.
+    * ``processing_guarantee``, ``retry``, ``max_uncommitted_offsets`` and
+      ``offset_commit_period_ms`` do not apply; a guarantee other than the default is refused.
+    * **Metrics.** ``read``, ``emitted``, ``skipped``, ``errors``, ``commits``, ``committed``,
+      ``lag`` (per partition, at each checkpoint commit) and ``seeks`` (``init_state`` calls).
+    """
+
+    _message_ids = False
+
+    def __init__(self, config: KafkaSpoutConfig) -> None:
+        if config.pattern is not None:
+            raise ValueError("StatefulKafkaSpout: give topics, not a pattern: its tasks split the partitions of a "
+                             "fixed set of topics among themselves, the same after every restart")
+        if config.processing_guarantee != AT_LEAST_ONCE:
+            raise ValueError(f"StatefulKafkaSpout: processing_guarantee {config.processing_guarantee!r} does not "
+                             f"apply: its checkpoints make it effectively once (leave the default)")
+        super().__init__(config)
+
+    @staticmethod
+    def _zero_metrics() -> dict[str, Any]:
+        metrics = KafkaSpout._zero_metrics()
+        metrics["seeks"] = 0
+        return metrics
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        self._task_index = context.get_this_task_index()
+        self._task_count = len(context.get_component_tasks(context.get_this_component_id()))
+        self._mine: list[tuple[str, int]] = []  # this task's partitions
+        self._positions: dict[tuple[str, int], int] = {}  # partition -> the next offset to emit
+        self._starts: dict[tuple[str, int], int] = {}  # where the strategy started them (see init_state)
+        self._prepared: tuple[int, dict[tuple[str, int], int]] | None = None  # (txid, its positions)
+        super().open(conf, context, collector)
+
+    def _consumer_settings(self) -> dict[str, Any]:
+        return {**super()._consumer_settings(), "enable.auto.commit": False, "on_commit": self._on_commit}
+
+    def _start(self, metadata: Any) -> None:
+        """This task's partitions; reading starts at ``init_state``."""
+        for topic in self.config.topics:
+            reason = _missing(metadata, topic)
+            if reason is not None:  # with auto-creation on, the loop in open let it pass
+                raise KafkaConnectorError(f"{self._where}: topic {topic!r} does not exist ({reason}); "
+                                          f"StatefulKafkaSpout needs its partitions at open")
+            self._mine += [(topic, p) for p in sorted(metadata.topics[topic].partitions)
+                           if p % self._task_count == self._task_index]
+        log.info("%s: task %d of %d reads %s", self._where, self._task_index, self._task_count,
+                 ", ".join(_key(*place) for place in self._mine) or "no partition")
+
+    # -- the checkpoint's hooks -----------------------------------------------------------------
+
+    def init_state(self, state: KeyValueState) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._state = state
+        committed = {place: state.get(_key(*place)) for place in self._mine}
+        committed = {place: offset for place, offset in committed.items() if offset is not None}
+        starts = self._start_offsets([place for place in self._mine if place not in committed])
+        for place, offset in starts.items():
+            state.put(_key(*place), offset)
+        self._positions = {**starts, **committed}
+        self._prepared = None
+        self._buffer.clear()  # fetched past the position: read again from it
+        self._consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in self._positions.items()])
+        self.metrics["seeks"] += 1
+        log.info("%s: reading from %s", self._where,
+                 ", ".join(f"{_key(*place)}@{offset}" for place, offset in sorted(self._positions.items())) or "nothing")
+        self._commit_to_kafka(committed)  # the state of the last commit: Kafka may not have it yet
+
+    def pre_prepare(self, txid: int) -> None:
+        self._prepared = (txid, dict(self._positions))
+
+    def pre_commit(self, txid: int) -> None:
+        if self._prepared is not None and self._prepared[0] == txid:
+            self._commit_to_kafka(self._prepared[1])
+        self._prepared = None
+        self._record_lag(self._positions)
+
+    def pre_rollback(self) -> None:
+        self._prepared = None
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _start_offsets(self, places: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Where ``first_poll_offset_strategy`` starts ``places``: offsets resolved once per open."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        todo = [place for place in places if place not in self._starts]
+        if todo:
+            c = self.config
+            timeout = c.open_timeout_ms / 1000
+            try:
+                stored = {}
+                if c.first_poll_offset_strategy in (UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST):
+                    for tp in self._consumer.committed([TopicPartition(t, p) for t, p in todo], timeout=timeout):
+                        if tp.error is None and tp.offset >= 0:
+                            stored[(tp.topic, tp.partition)] = tp.offset
+                for place in todo:
+                    if place not in stored:
+                        low, high = self._consumer.get_watermark_offsets(TopicPartition(*place), timeout=timeout)
+                        stored[place] = high if c.first_poll_offset_strategy.endswith("LATEST") else low
+            except KafkaException as e:
+                raise KafkaConnectorError(f"{self._where}: cannot find where to start reading "
+                                          f"{', '.join(_key(*place) for place in todo)}: "
+                                          f"{e.args[0] if e.args else e}") from e
+            self._starts.update(stored)
+        return {place: self._starts[place] for place in places}
+
+    def _emit_next(self, message: Any) -> None:
+        place, offset = (message.topic(), message.partition()), message.offset()
+        position = self._positions.get(place)
+        if position is None or offset < position:
+            return  # not this task's partition, or fetched before a seek back
+        self._positions[place] = offset + 1
+        self._state.put(_key(*place), offset + 1)
+        self._emit(message, None)
+
+    # -- commits to Kafka (monitoring only) ----------------------------------------------------------
+
+    def _commit_to_kafka(self, positions: dict[tuple[str, int], int]) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        done = self.metrics["committed"]
+        offsets = [TopicPartition(t, p, offset) for (t, p), offset in positions.items() if done.get(_key(t, p)) != offset]
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)  # the result: _on_commit
+        except KafkaException as e:
+            self._outage.error(e.args[0] if e.args else e)
+
+    def _on_commit(self, error: Any, partitions: list[Any]) -> None:
+        """librdkafka's report of a commit (inside ``consume``, on the executor's thread)."""
+        if error is not None:
+            self._outage.error(error)
+            return
+        for tp in partitions:
+            if tp.error is not None:
+                self._outage.error(tp.error)
+        self._committed({(tp.topic, tp.partition): tp.offset for tp in partitions if tp.error is None})
+
+
 def _default_mapper(tup: Tuple) -> tuple[Any, Any]:
     return tup.get_value_by_field("key"), tup.get_value_by_field("message")
 
@@ -594,8 +812,10 @@ class KafkaBolt(Bolt):
       report says the broker confirmed the write (``acks=all`` unless ``producer_config`` says
       otherwise), failed when the report is an error (librdkafka retried within
       ``delivery.timeout.ms`` already), with the reason recorded for the component (which names
-      it). Reports are delivered on the executor's thread: the bolt polls the producer at every
-      ``execute`` and every tick (``tick_secs``, 0.1). A tuple the mapper or the topic selector
+      it). Reports are delivered on the executor's thread: after each batch of inputs the bolt
+      waits up to ``tick_secs`` (0.1) for the batch's reports (``finish_batch``: one wait per
+      batch, as a plain client loop flushes per batch), and polls the producer at every
+      ``execute`` and every tick for the reports that came later. A tuple the mapper or the topic selector
       cannot map, or the producer refuses (queue full even after waiting ``queue_wait_ms``), is
       failed with the reason. ``cleanup`` flushes (up to ``flush_timeout_ms``).
     * **Guarantee.** With a spout replaying failed tuples, every tuple is written at least once;
@@ -693,6 +913,9 @@ class KafkaBolt(Bolt):
                 self._failed(tup, "cannot write", e)
                 return
         self.metrics["produced"] += 1
+
+    def finish_batch(self) -> None:
+        self._producer.flush(self.tick_secs)
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass

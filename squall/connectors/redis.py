@@ -28,9 +28,9 @@ cannot be reached fails the submission with an error naming the component and ``
   stream -> fields). Default: the ``default`` stream, fields ``id`` and ``fields`` (the dict).
 * **Acknowledging.** An entry is ``XACK``-ed once the tree of its tuple is fully processed
   (the spout's ``ack``), never before: in one ``XACK`` for up to ``batch_size`` entries, sent
-  by ``next_tuple`` once that many were acked or before it reads more (and at ``close``). Until then it stays in the group's
-  pending entries list (PEL): nothing the spout read is lost if the worker, the topology or
-  Redis restarts.
+  by ``next_tuple`` once that many were acked or before it reads more (and at ``close``).
+  Until then it stays in the group's pending entries list (PEL): nothing the spout read is
+  lost if the worker, the topology or Redis restarts.
 * **Retrying.** A failed tuple (a bolt failed it, or it timed out) is emitted again from the
   pending list after ``retry_delay_ms`` doubling at each failure of the entry up to
   ``retry_delay_max_ms``; with ``max_retries`` set, an entry that failed that many times is
