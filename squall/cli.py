@@ -26,7 +26,7 @@ from squall.command.report import format_uptime
 from squall.command.serve import serve_topology
 from squall.command.spark_master import check_spark_master
 from squall.command.topology_file import load_topology_file
-from squall.config import merged_config
+from squall.config import checked_config
 from squall.control import ControlError
 from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
@@ -89,8 +89,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    _, topology, config = _file_topology(args)
-    merged = merged_config(config)
+    name, topology, config = _file_topology(args)
+    merged = checked_config(name, config, {cid: spec.conf for cid, spec in topology.components.items()})
     print(format_plan(assign(topology, merged), merged))
     return 0
 
@@ -217,8 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--checkpoint-dir", metavar="PATH",
                         help=CHECKPOINT_DIR_HELP + "; on a cluster, a path every executor can reach")
     submit.set_defaults(func=cmd_submit)
-    plan = subcommand("plan", "print the workers, executors and tasks a topology gets, and how its links "
-                              "and values are secured")
+    plan = subcommand("plan", "print the workers, executors and tasks a topology gets, how its links "
+                              "and values are secured, and its configuration with each key's doc")
     plan.add_argument("file", help=FILE_HELP)
     plan.set_defaults(name=None, checkpoint_dir=None)
     plan.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE")

@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
+import difflib
+import logging
+from collections.abc import Mapping
 from typing import Any
 
-from squall.defaults import DEFAULTS
+from squall.defaults import DEFAULTS, KEYS, STORM_KEYS_NOT_USED
 
 
 class Config(dict):
     """Topology configuration. Keys are Storm's (``"topology.workers"``); user keys are kept too.
 
-    Only the keys set here override :data:`squall.defaults.DEFAULTS`.
+    Only the keys set here override :data:`squall.defaults.DEFAULTS`. Every registered key
+    (:data:`squall.defaults.KEYS`) has its constant, as in Storm: ``Config.TOPOLOGY_WORKERS``.
     """
 
-    TOPOLOGY_WORKERS = "topology.workers"
-    TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
-    TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
-    TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
-    TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
-    TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE = "topology.executor.receive.buffer.size"
-    TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE = "topology.executor.send.buffer.size"
-    TOPOLOGY_TRANSFER_BUFFER_SIZE = "topology.transfer.buffer.size"
-    TOPOLOGY_RECEIVER_BUFFER_SIZE = "topology.receiver.buffer.size"
-    TOPOLOGY_PRODUCER_BATCH_SIZE = "topology.producer.batch.size"
-    TOPOLOGY_SPOUT_MAX_BATCH_SIZE = "topology.spout.max.batch.size"
-    TOPOLOGY_STATS_SAMPLE_RATE = "topology.stats.sample.rate"
-    TOPOLOGY_DEBUG = "topology.debug"
-    TOPOLOGY_KRYO_REGISTER = "topology.kryo.register"
-    #: Storm's key: let values of other types travel pickled (only over secure links). Default False.
-    TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION = "topology.fall.back.on.java.serialization"
-    #: authenticate and encrypt every link with ZeroMQ CURVE, a key pair per topology. Default True.
-    TOPOLOGY_MESSAGING_SECURE = "topology.messaging.secure"
-    SUPERVISOR_SLOTS_PORTS = "supervisor.slots.ports"
+    # The key constants (TOPOLOGY_WORKERS = "topology.workers", ...) are set from the
+    # registry below the class, so that each key's name is written once.
 
     def set_num_workers(self, n: int) -> Config:
         self[self.TOPOLOGY_WORKERS] = n
@@ -83,77 +70,33 @@ class Config(dict):
         return self
 
 
-def _positive_int(key: str, value: Any, allow_none: bool = False, allow_zero: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"config {key!r} must be an integer >= {low}, got {value!r}")
+def _set_key_constants() -> None:
+    for key in KEYS.values():
+        setattr(Config, key.constant, key.name)
 
 
-def _boolean(key: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"config {key!r} must be true or false, got {value!r}")
+_set_key_constants()
+
+#: Storm's configuration namespaces: a key under them that is not registered is a mistake or
+#: a Storm setting Squall does not use, never one of the topology's own settings.
+STORM_NAMESPACES = ("topology.", "supervisor.", "worker.", "nimbus.", "storm.", "ui.")
+
+log = logging.getLogger("squall.config")
 
 
-def _positive_number(key: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"config {key!r} must be a number > 0, got {value!r}")
+def merged_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """DEFAULTS overridden by each layer in turn; registered keys are checked by their validators.
 
-
-def _gc_thresholds(key: str, value: Any) -> None:
-    if value is None:
-        return
-    if (not isinstance(value, (list, tuple)) or not 1 <= len(value) <= 3
-            or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)):
-        raise ValueError(f"config {key!r} must be None or a list of 1 to 3 integers >= 0 "
-                         f"(gc.set_threshold's arguments), got {value!r}")
-
-
-_CHECKS = {
-    Config.TOPOLOGY_WORKERS: lambda k, v: _positive_int(k, v),
-    Config.TOPOLOGY_ACKER_EXECUTORS: lambda k, v: _positive_int(k, v, allow_none=True, allow_zero=True),
-    Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS: lambda k, v: _positive_number(k, v),
-    Config.TOPOLOGY_MAX_SPOUT_PENDING: lambda k, v: _positive_int(k, v, allow_none=True),
-    Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS: lambda k, v: _positive_number(k, v, allow_none=True),
-    Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
-    Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
-    Config.TOPOLOGY_TRANSFER_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
-    Config.TOPOLOGY_RECEIVER_BUFFER_SIZE: lambda k, v: _positive_int(k, v),
-    Config.TOPOLOGY_PRODUCER_BATCH_SIZE: lambda k, v: _positive_int(k, v),
-    Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE: lambda k, v: _positive_int(k, v),
-    Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION: _boolean,
-    Config.TOPOLOGY_MESSAGING_SECURE: _boolean,
-    "topology.spout.stall.secs": lambda k, v: _positive_number(k, v),
-    "topology.state.checkpoint.interval.ms": lambda k, v: _positive_number(k, v),
-    "topology.worker.cooperative": _boolean,
-    "topology.worker.gc.thresholds": _gc_thresholds,
-    "topology.worker.gil.switch.interval.secs": lambda k, v: _positive_number(k, v),
-    "topology.component.blocking": _boolean,
-    "supervisor.worker.timeout.secs": lambda k, v: _positive_number(k, v),
-    "supervisor.worker.start.timeout.secs": lambda k, v: _positive_number(k, v),
-    "worker.heartbeat.frequency.secs": lambda k, v: _positive_number(k, v),
-    "topology.subprocess.timeout.secs": lambda k, v: _positive_number(k, v),
-    "topology.shellbolt.max.pending": lambda k, v: _positive_int(k, v),
-    "topology.spark.max.restarts": lambda k, v: _positive_int(k, v, allow_zero=True),
-    "topology.spark.restart.backoff.secs": lambda k, v: _positive_number(k, v),
-    "topology.spark.restart.reset.secs": lambda k, v: _positive_number(k, v),
-}
-
-
-def merged_config(*layers: dict[str, Any] | None) -> dict[str, Any]:
-    """DEFAULTS overridden by each layer in turn; known keys are type-checked.
-
-    Raises ``ValueError`` naming the offending key.
+    Raises ``ValueError`` naming the offending key and value.
     """
     conf: dict[str, Any] = dict(DEFAULTS)
     for layer in layers:
         if layer:
             conf.update(layer)
-    for key, check in _CHECKS.items():
-        check(key, conf[key])
+    for name, value in conf.items():
+        key = KEYS.get(name)
+        if key is not None:
+            key.check(name, value)
     if conf[Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION] and not conf[Config.TOPOLOGY_MESSAGING_SECURE]:
         raise ValueError(
             f"config {Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION!r} is true but "
@@ -161,3 +104,66 @@ def merged_config(*layers: dict[str, Any] | None) -> dict[str, Any]:
             "authenticated links (unpickling runs code); turn one of them around"
         )
     return conf
+
+
+def warn_unknown_keys(conf: Mapping[str, Any], where: str) -> None:
+    """Log a warning (logger ``squall.config``) naming each key of ``conf`` that is not
+    registered but looks like a setting: a close match of a registered key (the warning
+    suggests it) or a key under one of :data:`STORM_NAMESPACES` (the warning says Squall does
+    not use it, and why when :data:`~squall.defaults.STORM_KEYS_NOT_USED` knows). The
+    topology's own settings ("my.app.rate") are left alone, as Storm topologies keep theirs
+    in the same config. ``where`` starts each message ("topology 'wordcount'")."""
+    for name in conf:
+        if not isinstance(name, str) or name in KEYS:
+            continue
+        # 0.8: "topology.worker" and "topolgy.workers" match, a user's "my.workers" (0.62) does not
+        close = difflib.get_close_matches(name, KEYS, n=1, cutoff=0.8)
+        if name in STORM_KEYS_NOT_USED:
+            log.warning("%s: config key %r is not a Squall setting: %s", where, name, STORM_KEYS_NOT_USED[name])
+        elif close:
+            log.warning("%s: config key %r is not a Squall setting; did you mean %r?", where, name, close[0])
+        elif name.startswith(STORM_NAMESPACES):
+            log.warning("%s: config key %r is not a Squall setting: Squall does not use it", where, name)
+
+
+def checked_config(name: str, conf: Mapping[str, Any] | None,
+                   component_confs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Topology ``name``'s config as submission checks it: ``conf`` merged over DEFAULTS and
+    validated, every component's configuration (``component_confs``: component id -> its
+    ``get_component_configuration`` and ``add_configuration``) validated merged over that, and
+    a warning for each unknown key of either (:func:`warn_unknown_keys`).
+
+    Returns the topology's merged config; raises ``ValueError`` naming the key (and the
+    component, for a component's)."""
+    where = f"topology {name!r}"
+    merged = merged_config(conf)
+    warn_unknown_keys(conf or {}, where)
+    for component, component_conf in component_confs.items():
+        try:
+            merged_config(merged, component_conf)
+        except ValueError as e:
+            raise ValueError(f"component {component!r}: {e}") from None
+        warn_unknown_keys(component_conf, f"{where}, component {component!r}")
+    return merged
+
+
+def config_table(conf: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a configuration table (``squall plan``, the UI), one per key of ``conf``
+    (a merged config, as :func:`merged_config` returns): registered keys first, in the
+    registry's order, then the topology's own keys sorted by name. Each row is a dict:
+
+    * ``key``, ``value``: the key and its value in ``conf`` (as is, not made printable);
+    * ``default``: the registered default (None for the topology's own keys);
+    * ``doc``: the registered one-line doc ("" for the topology's own keys);
+    * ``changed``: the value differs from the default, or the key is the topology's own;
+    * ``registered``: the key is Squall's setting; ``storm``: it is Storm's own key.
+    """
+    rows = []
+    for name, key in KEYS.items():
+        if name in conf:
+            rows.append({"key": name, "value": conf[name], "default": key.default, "doc": key.doc,
+                         "changed": conf[name] != key.default, "registered": True, "storm": key.storm})
+    for name in sorted((name for name in conf if name not in KEYS), key=str):
+        rows.append({"key": name, "value": conf[name], "default": None, "doc": "", "changed": True,
+                     "registered": False, "storm": False})
+    return rows

@@ -2,23 +2,70 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from squall.metrics2.metrics import Counter, Gauge, Histogram, Meter, Metric, Timer
+from squall.metrics2.registry import MetricRegistry
 from squall.scheduler import Assignment
 from squall.topology import StormTopology
 from squall.tuple import Fields
 
 
 class TopologyContext:
-    """Handed to ``open``/``prepare``; read-only."""
+    """Handed to ``open``/``prepare``: the topology, read-only, and the task's user metrics
+    (``register_counter`` ...: Storm's metrics v2, see :mod:`squall.metrics2`).
+
+    ``metrics``: the task's registry, which the executor reports (a context made without one
+    has a registry of its own that nobody reports)."""
 
     def __init__(self, topology: StormTopology, assignment: Assignment, task_id: int, worker_index: int,
-                 topology_name: str = "") -> None:
+                 topology_name: str = "", metrics: MetricRegistry | None = None) -> None:
         self._topology = topology
         self._assignment = assignment
         self._task_id = task_id
         self._worker = assignment.workers[worker_index]
         self.topology_name = topology_name
+        self._metrics = metrics if metrics is not None else MetricRegistry(
+            assignment.task_component.get(task_id, ""), task_id)
+
+    # -- user metrics (Storm's metrics v2) ------------------------------------------------
+    #
+    # Each returns the metric registered under ``name`` on this task if it has the same type
+    # (so a task's prepare may run again), a new one otherwise; ValueError naming the component,
+    # the task and the metric for a name registered with another type, a name that is not a
+    # string of 1 to 256 characters, or more than 1000 metrics on one task. A task's metrics
+    # are in get_topology_info per task and aggregated per component, go to the metrics
+    # consumers and to Prometheus.
+
+    def register_counter(self, name: str) -> Counter:
+        """A :class:`~squall.metrics2.Counter`: ``inc(n=1)``, ``dec(n=1)``, ``count``."""
+        return self._metrics.register(name, Counter)
+
+    def register_gauge(self, name: str, gauge: Callable[[], Any] | None = None) -> Gauge:
+        """A :class:`~squall.metrics2.Gauge` whose value is what ``gauge()`` returns when the
+        figures are read (from another thread: it must be safe to call there), or, without
+        ``gauge``, what was last ``set``. A gauge whose value is not a number is left out of the
+        reports. Registered again, the first gauge is returned (its callable kept)."""
+        return self._metrics.register(name, Gauge, lambda: Gauge(gauge))
+
+    def register_histogram(self, name: str) -> Histogram:
+        """A :class:`~squall.metrics2.Histogram`: ``update(value)``; count, min, max, mean,
+        percentiles over a sliding window of its last 1028 values."""
+        return self._metrics.register(name, Histogram)
+
+    def register_meter(self, name: str) -> Meter:
+        """A :class:`~squall.metrics2.Meter`: ``mark(n=1)``; count, mean and 1/5/15-minute rates."""
+        return self._metrics.register(name, Meter)
+
+    def register_timer(self, name: str) -> Timer:
+        """A :class:`~squall.metrics2.Timer`: ``update(secs)`` or ``with timer.time(): ...``; a
+        histogram of durations in seconds and a meter's rates."""
+        return self._metrics.register(name, Timer)
+
+    def get_registered_metric_by_name(self, name: str) -> Metric | None:
+        """The metric this task registered as ``name``, or None (Storm's method of that name)."""
+        return self._metrics.get(name)
 
     def get_this_task_id(self) -> int:
         return self._task_id

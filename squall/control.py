@@ -340,6 +340,18 @@ class ControlServer:
         self._thread.start()
         return self
 
+    @property
+    def keys(self) -> LinkKeys | None:
+        """The control socket's key pair (None when the topology's links are not secure)."""
+        return self._keys
+
+    def request_kill(self, wait_secs: float | None) -> None:
+        """Ask the serving process to kill the topology after ``wait_secs`` (default: the message
+        timeout), as ``squall kill`` does; a second request changes nothing."""
+        if not self.kill_requested.is_set():
+            self.kill_wait_secs = self.message_timeout_secs if wait_secs is None else wait_secs
+            self.kill_requested.set()
+
     def _close(self) -> None:
         self._socket.close(linger=_LINGER_MS)  # long enough for the kill replies to go out
         self._security.close()
@@ -393,9 +405,7 @@ class ControlServer:
         try:
             match message:
                 case schema.KillRequest(wait_secs=wait_secs):
-                    if not self.kill_requested.is_set():
-                        self.kill_wait_secs = self.message_timeout_secs if wait_secs is None else wait_secs
-                        self.kill_requested.set()
+                    self.request_kill(wait_secs)
                     self._kill_clients.append(client)
                     return None
                 case schema.InfoRequest():

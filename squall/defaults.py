@@ -1,112 +1,251 @@
-"""Default configuration: Squall's equivalent of Storm's ``defaults.yaml``.
+"""The configuration registry: Squall's equivalent of Storm's ``defaults.yaml`` together with
+the validator annotations of Storm's ``Config.java``.
 
-Every key Squall reads has its default here and nowhere else. A topology's ``Config``
-overrides these, and a component's ``get_component_configuration()`` /
-``add_configuration`` override the topology's for that component.
-Where Squall's default differs from Storm 2.x, the comment says why.
+Every key Squall reads is defined here once, as a :class:`ConfigKey`: its name, default,
+validator and one-line doc (plus, where the default needs a reason, a longer note, and whether
+the key is Storm's own or Squall's). :data:`KEYS` maps names to them; :data:`DEFAULTS` and the
+``Config.TOPOLOGY_*`` constants (:mod:`squall.config`) are derived from it, and ``squall plan``
+and the UI show the docs (:func:`squall.config.config_table`).
+
+A topology's ``Config`` overrides these defaults, and a component's
+``get_component_configuration()`` / ``add_configuration`` override the topology's for that
+component. Where Squall's default differs from Storm 2.x, the note says why.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-DEFAULTS: dict[str, Any] = {
-    # Number of worker slots (Storm: worker processes) the topology's executors spread over.
-    "topology.workers": 1,
-    # Acker executors; None means one per worker, as in Storm. 0 turns acking off.
-    "topology.acker.executors": None,
-    # A spout tuple whose tree is not complete within this many seconds is failed
-    # (it expires between T and 2T, as the pending map is rotated every T seconds).
-    "topology.message.timeout.secs": 30,
-    # Per spout task: next_tuple is not called while this many trees are pending. None: no limit.
-    "topology.max.spout.pending": None,
-    # Period of tick tuples sent to a bolt (set per component). None: no ticks.
-    "topology.tick.tuple.freq.secs": None,
-    # Tuples an executor's incoming queue holds (the seeds' value; Storm 2 uses 32768). The
-    # queue's elements are batches; the batch that fills it may overshoot by its own size.
-    # Small queues keep the working set in the CPU's caches; a full queue is backpressure.
-    "topology.executor.receive.buffer.size": 1024,
-    # Tuples an executor gathers for one destination at most before handing them on
-    # (the outgoing side of the executor; see topology.producer.batch.size).
-    "topology.executor.send.buffer.size": 1024,
-    # Tuples a worker's transfer queue (bound for other workers) holds.
-    "topology.transfer.buffer.size": 1024,
-    # Batches a worker's receive path buffers from the transport (used by the ZeroMQ
-    # transport of multi-process workers).
-    "topology.receiver.buffer.size": 8,
-    # Tuples an executor gathers per destination before handing a batch on. Storm 2 uses 1
-    # and a flush timer; in CPython per-batch costs dominate, so batches are larger and
-    # an executor also flushes whenever it has drained its input (no trickle is held back).
-    "topology.producer.batch.size": 100,
-    # next_tuple calls a spout executor makes before it flushes and looks at its acks.
-    "topology.spout.max.batch.size": 100,
-    # A spout task whose next_tuple has not returned for this many seconds is recorded as an
-    # error naming it (once per stall): next_tuple must never block.
-    "topology.spout.stall.secs": 5,
-    # One thread runs all of a worker's executors, batch at a time, except those of blocking
-    # components (topology.component.blocking). False: a thread per executor, as in Storm.
-    "topology.worker.cooperative": True,
-    # Set per component (the declarer's set_blocking, or the component's ``blocking``
-    # attribute): its executors get a thread of their own.
-    "topology.component.blocking": False,
-    # The cyclic garbage collector's thresholds (gc.set_threshold) while a worker runs; None
-    # leaves Python's (700, 10, 10). Every tuple is a container: at 700 the collector takes
-    # about a fifth of a busy worker's time (see squall/utils/gc_tuning.py).
-    "topology.worker.gc.thresholds": [10000, 10, 10],
-    # A worker process's sys.setswitchinterval (Python's default: 0.005). A thread waiting
-    # for the GIL (the receive thread with a payload, the transfer thread with a batch)
-    # waits up to this long for a busy executor thread to hand it over: at 5 ms, two word
-    # count workers ran at 0.44M words/s, at 0.5 ms at 0.95M (benchmarks/wordcount.py
-    # --processes). Workers in the submitting process (in-process mode) leave it alone.
-    "topology.worker.gil.switch.interval.secs": 0.0005,
-    # Fraction of tuples whose latencies are measured (Storm's default).
-    "topology.stats.sample.rate": 0.05,
-    # Log every emit and ack at DEBUG level.
-    "topology.debug": False,
-    # (class, serializer) pairs for values crossing workers; see Config.register_serialization.
-    "topology.kryo.register": [],
-    # Values of types that are neither msgpack's own nor registered travel pickled
-    # (cloudpickle) when this is on, and only over authenticated links
-    # (topology.messaging.secure); off, emitting one to another worker is an EmitError naming
-    # the component, stream and type. Storm 2's key and default: unpickling runs code.
-    "topology.fall.back.on.java.serialization": False,
-    # Authenticate and encrypt every link of the topology (master <-> workers, worker <->
-    # worker data and backpressure, CLI <-> control socket) with ZeroMQ CURVE and a key pair
-    # per topology: a peer without the keys is refused before any byte of it is decoded.
-    # Off only for measuring what it costs, on a machine nobody else can reach.
-    "topology.messaging.secure": True,
-    # A topology with stateful components takes a checkpoint this often (Storm's key and
-    # default); it must be below the message timeout.
-    "topology.state.checkpoint.interval.ms": 1000,
-    # Where stateful components keep their state: "memory" (this process only: tests and
-    # in-process topologies), "sqlite" (a local directory; survives kill -9), "redis", Storm's
-    # class names for memory and Redis, or "module:Class" of a squall.state.StateProvider.
-    # None: "memory", except that `squall run` and `squall submit` choose "sqlite" under
-    # --checkpoint-dir.
-    "topology.state.provider": None,
-    # The provider's settings: a dict, or a JSON string as in Storm (see squall/state/).
-    "topology.state.provider.config": None,
-    # Ports the local supervisor hands to workers, one per worker.
-    "supervisor.slots.ports": [6700, 6701, 6702, 6703],
-    "storm.zookeeper.servers": None,
-    "storm.zookeeper.root": "/storm",
-    "nimbus.task.timeout.secs": 30,
-    # A worker process silent (no heartbeat) this long is killed and restarted.
-    "supervisor.worker.timeout.secs": 30,
-    # A worker process not ready (open/prepare done) this long after its start is killed;
-    # when that happens at submission, or 3 times in a row later, it is not restarted.
-    "supervisor.worker.start.timeout.secs": 120,
-    # How often a worker process reports its figures and errors to the master.
-    "worker.heartbeat.frequency.secs": 1,
-    # A multilang subprocess (ShellBolt/ShellSpout) that sends nothing for this long while it
-    # is waited on is hung: it is killed and restarted. (Storm falls back to
-    # supervisor.worker.timeout.secs when this is unset; both are 30 s by default.)
-    "topology.subprocess.timeout.secs": 30,
-    # Input tuples a ShellBolt lets wait for its subprocess's stdin before execute waits.
-    "topology.shellbolt.max.pending": 100,
-    # On Spark (squall.spark): when a worker dies, Spark aborts the topology's barrier job and
-    # the driver resubmits it, at most this many times in a row; then the topology is FAILED.
-    "topology.spark.max.restarts": 10,
-    # Wait before the first resubmission; doubled for each further one in a row (at most 30 s).
-    "topology.spark.restart.backoff.secs": 1.0,
-    # A job whose workers have all been up this long resets the count of restarts in a row.
-    "topology.spark.restart.reset.secs": 60,
+
+@dataclass(frozen=True)
+class Check:
+    """A validator: ``check(key, value)`` returns when ``value`` is valid and otherwise raises
+    ``ValueError("config 'KEY' must be WHAT, got VALUE")``; ``what`` also tells a reader what
+    the key accepts."""
+
+    what: str
+    accepts: Callable[[Any], bool]
+
+    def __call__(self, key: str, value: Any) -> None:
+        if not self.accepts(value):
+            raise ValueError(f"config {key!r} must be {self.what}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(at_least: int) -> Check:
+    """An int (not a bool) >= ``at_least``."""
+    return Check(f"an integer >= {at_least}", lambda v: _is_int(v) and v >= at_least)
+
+
+def optional(check: Check) -> Check:
+    """None, or what ``check`` accepts."""
+    return Check(f"None or {check.what}", lambda v: v is None or check.accepts(v))
+
+
+#: An int or float (not a bool) > 0.
+POSITIVE = Check("a number > 0", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+BOOLEAN = Check("true or false", lambda v: isinstance(v, bool))
+NON_EMPTY_STRING = Check("a non-empty string", lambda v: isinstance(v, str) and v != "")
+#: A window's milliseconds (lag, durations): as ``squall.windowing.config`` reads them.
+MILLIS = integer(0)
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key. ``doc`` is one line (what the key does, shown by ``squall plan``
+    and the UI); ``note`` is the longer story (why the default). ``storm``: the key is Storm's
+    own (same name and meaning), else Squall's. ``component_only``: a key set per component
+    only (a windowed bolt's window), with no topology-wide default, so it is not in
+    :data:`DEFAULTS`. ``constant_name``: the ``Config`` attribute, when Storm's differs from
+    the name in capitals with underscores.
+
+    Raises ``ValueError`` when the default does not pass ``check`` or the doc is not one line.
+    """
+
+    name: str
+    default: Any
+    check: Check
+    doc: str
+    note: str = ""
+    storm: bool = True
+    component_only: bool = False
+    constant_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.doc or "\n" in self.doc:
+            raise ValueError(f"config key {self.name!r}: the doc must be one line")
+        self.check(self.name, self.default)
+
+    @property
+    def constant(self) -> str:
+        """The ``Config`` attribute holding the name (Storm's: ``TOPOLOGY_WORKERS``)."""
+        return self.constant_name or self.name.upper().replace(".", "_")
+
+
+def _registry(*keys: ConfigKey) -> dict[str, ConfigKey]:
+    registry = {key.name: key for key in keys}
+    if len(registry) != len(keys):
+        raise ValueError("a config key is defined twice")
+    return registry
+
+
+_TUNING_NOTE = ("Small queues keep the working set in the CPU's caches; a full queue is backpressure. "
+                "The queue's elements are batches; the batch that fills it may overshoot by its own size.")
+
+#: Every key Squall reads, by name, in the order ``squall plan`` shows them.
+KEYS: dict[str, ConfigKey] = _registry(
+    ConfigKey("topology.workers", 1, integer(1),
+              "Worker slots (Storm: worker processes) the topology's executors spread over."),
+    ConfigKey("topology.acker.executors", None, optional(integer(0)),
+              "Acker executors; None: one per worker (as Storm); 0 turns acking off."),
+    ConfigKey("topology.message.timeout.secs", 30, POSITIVE,
+              "A spout tuple whose tree is not complete within this many seconds is failed.",
+              note="It expires between T and 2T, as the pending map is rotated every T seconds."),
+    ConfigKey("topology.max.spout.pending", None, optional(integer(1)),
+              "Per spout task: next_tuple is not called while this many trees are pending; None: no limit."),
+    ConfigKey("topology.tick.tuple.freq.secs", None, optional(POSITIVE),
+              "Seconds between tick tuples sent to a bolt (usually set per component); None: no ticks."),
+    ConfigKey("topology.executor.receive.buffer.size", 1024, integer(1),
+              "Tuples an executor's incoming queue holds before it pushes back.",
+              note="The seeds' value; Storm 2 uses 32768. " + _TUNING_NOTE),
+    ConfigKey("topology.executor.send.buffer.size", 1024, integer(1),
+              "Most tuples an executor gathers for one destination before handing them on.",
+              note="The outgoing side of the executor; the batch is the smaller of this and "
+                   "topology.producer.batch.size."),
+    ConfigKey("topology.transfer.buffer.size", 1024, integer(1),
+              "Tuples a worker's transfer queue (bound for other workers) holds."),
+    ConfigKey("topology.receiver.buffer.size", 8, integer(1),
+              "Batches a worker's receive path buffers per link (ZeroMQ, multi-process workers)."),
+    ConfigKey("topology.producer.batch.size", 100, integer(1),
+              "Tuples an executor gathers per destination before handing a batch on.",
+              note="Storm 2 uses 1 and a flush timer; in CPython per-batch costs dominate, so batches are "
+                   "larger and an executor also flushes whenever it has drained its input (no trickle is "
+                   "held back)."),
+    ConfigKey("topology.spout.max.batch.size", 100, integer(1),
+              "next_tuple calls a spout executor makes before it flushes and looks at its acks."),
+    ConfigKey("topology.spout.stall.secs", 5, POSITIVE,
+              "A next_tuple running this long is recorded as an error naming the spout (once per stall).",
+              note="next_tuple must never block.", storm=False),
+    ConfigKey("topology.worker.cooperative", True, BOOLEAN,
+              "One thread runs a worker's executors, batch at a time; false: a thread per executor (Storm).",
+              note="Executors of blocking components (topology.component.blocking) get a thread of their own "
+                   "either way.", storm=False),
+    ConfigKey("topology.component.blocking", False, BOOLEAN,
+              "Set per component (set_blocking or a `blocking` attribute): its executors get their own thread.",
+              storm=False),
+    ConfigKey("topology.worker.gc.thresholds", [10000, 10, 10],
+              optional(Check("a list of 1 to 3 integers >= 0 (gc.set_threshold's arguments)",
+                             lambda v: isinstance(v, (list, tuple)) and 1 <= len(v) <= 3
+                             and all(_is_int(t) and t >= 0 for t in v))),
+              "The cyclic garbage collector's thresholds while a worker runs; None: Python's (700, 10, 10).",
+              note="Every tuple is a container: at 700 the collector takes about a fifth of a busy worker's "
+                   "time (see squall/utils/gc_tuning.py).", storm=False),
+    ConfigKey("topology.worker.gil.switch.interval.secs", 0.0005, POSITIVE,
+              "A worker process's sys.setswitchinterval (Python's default: 0.005).",
+              note="A thread waiting for the GIL (the receive thread with a payload, the transfer thread with "
+                   "a batch) waits up to this long for a busy executor thread to hand it over: at 5 ms, two "
+                   "word count workers ran at 0.44M words/s, at 0.5 ms at 0.95M (benchmarks/wordcount.py "
+                   "--processes). Workers in the submitting process (in-process mode) leave it alone.",
+              storm=False),
+    ConfigKey("topology.debug", False, BOOLEAN,
+              "Log every emit (component:task, stream, target tasks, values) at INFO on logger squall.executor.",
+              note="As Storm's 'Emitting:' lines. Off, nothing is added to the emit path."),
+    ConfigKey("topology.kryo.register", [],
+              Check("a list of (class, serializer) pairs (Config.register_serialization)",
+                    lambda v: isinstance(v, (list, tuple)) and all(
+                        isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], type) for p in v)),
+              "(class, serializer) pairs for values crossing workers; see Config.register_serialization."),
+    ConfigKey("topology.fall.back.on.java.serialization", False, BOOLEAN,
+              "Values neither msgpack's own nor registered travel pickled (only over secure links); off: refused.",
+              note="Off, emitting one to another worker is an EmitError naming the component, stream and type. "
+                   "Storm 2's default: unpickling runs code."),
+    ConfigKey("topology.messaging.secure", True, BOOLEAN,
+              "Authenticate and encrypt every link of the topology (ZeroMQ CURVE, a key pair per topology).",
+              note="Master <-> workers, worker <-> worker data and backpressure, CLI <-> control socket: a peer "
+                   "without the keys is refused before any byte of it is decoded. Off only for measuring what "
+                   "it costs, on a machine nobody else can reach.", storm=False),
+    ConfigKey("topology.state.checkpoint.interval.ms", 1000, POSITIVE,
+              "How often a topology with stateful components takes a checkpoint; below the message timeout.",
+              constant_name="TOPOLOGY_STATE_CHECKPOINT_INTERVAL"),
+    ConfigKey("topology.state.provider", None, optional(NON_EMPTY_STRING),
+              "Where stateful components keep their state: memory, sqlite, redis or module:Class.",
+              note="Storm's class names for memory and Redis work too. None: memory, except that `squall run` "
+                   "and `squall submit` choose sqlite under --checkpoint-dir."),
+    ConfigKey("topology.state.provider.config", None,
+              Check("None, a dict or a JSON string", lambda v: v is None or isinstance(v, (dict, str))),
+              "The state provider's settings: a dict, or a JSON string as in Storm (see squall/state/)."),
+    ConfigKey("supervisor.slots.ports", [6700, 6701, 6702, 6703],
+              Check("a list of port numbers (1 to 65535)",
+                    lambda v: isinstance(v, (list, tuple)) and all(_is_int(p) and 1 <= p <= 65535 for p in v)),
+              "Ports the local supervisor hands to workers, one per worker."),
+    ConfigKey("supervisor.worker.timeout.secs", 30, POSITIVE,
+              "A worker process silent (no heartbeat) this long is killed and restarted."),
+    ConfigKey("supervisor.worker.start.timeout.secs", 120, POSITIVE,
+              "A worker not ready (open/prepare done) this long after its start is killed.",
+              note="When that happens at submission, or 3 times in a row later, it is not restarted."),
+    ConfigKey("worker.heartbeat.frequency.secs", 1, POSITIVE,
+              "How often a worker process reports its figures and errors to the master."),
+    ConfigKey("topology.subprocess.timeout.secs", 30, POSITIVE,
+              "A multilang subprocess silent this long while it is waited on is killed and restarted.",
+              note="Storm falls back to supervisor.worker.timeout.secs when this is unset; both are 30 s."),
+    ConfigKey("topology.shellbolt.max.pending", 100, integer(1),
+              "Input tuples a ShellBolt lets wait for its subprocess's stdin before execute waits."),
+    ConfigKey("topology.spark.max.restarts", 10, integer(0),
+              "On Spark: times in a row the driver resubmits the job after a worker died; then FAILED.",
+              storm=False),
+    ConfigKey("topology.spark.restart.backoff.secs", 1.0, POSITIVE,
+              "On Spark: wait before the first resubmission, doubled for each further one (at most 30 s).",
+              storm=False),
+    ConfigKey("topology.spark.restart.reset.secs", 60, POSITIVE,
+              "On Spark: a job whose workers have all been up this long resets the count of restarts.",
+              storm=False),
+    ConfigKey("topology.metrics.consumer.register", None,
+              optional(Check("a list of {'class': ..., 'parallelism.hint': ..., 'argument': ...} dicts",
+                             lambda v: isinstance(v, (list, tuple)) and all(isinstance(e, dict) for e in v))),
+              "Metrics consumers every task's data points go to (squall/metrics2/consumer.py).",
+              note="The classes and hints are checked when the topology is submitted."),
+    ConfigKey("topology.builtin.metrics.bucket.size.secs", 60, POSITIVE,
+              "How often every task's metrics are handed to the metrics consumers."),
+    ConfigKey("ui.host", "127.0.0.1", NON_EMPTY_STRING,
+              "Address the UI and REST API of `squall run` / `squall submit` listen on; 127.0.0.1: this machine.",
+              note="Storm binds 0.0.0.0; Squall listens on this machine only unless told otherwise."),
+    ConfigKey("ui.port", 8080, Check("a port number (0 to 65535; 0: any free one)",
+                                     lambda v: _is_int(v) and 0 <= v <= 65535),
+              "Port of the UI and REST API (Storm UI's); when it is taken, a free one."),
+    # A windowed bolt's window (squall.windowing.config writes and reads them; it also checks
+    # how they combine): Storm's keys, set per component.
+    ConfigKey("topology.bolts.window.length.count", None, optional(integer(1)),
+              "A windowed bolt's window length in tuples (set by with_window).", component_only=True),
+    ConfigKey("topology.bolts.window.length.duration.ms", None, optional(MILLIS),
+              "A windowed bolt's window length in milliseconds (set by with_window).", component_only=True),
+    ConfigKey("topology.bolts.window.sliding.interval.count", None, optional(integer(1)),
+              "A windowed bolt's sliding interval in tuples; None (and no duration): 1.", component_only=True,
+              constant_name="TOPOLOGY_BOLTS_SLIDING_INTERVAL_COUNT"),
+    ConfigKey("topology.bolts.window.sliding.interval.duration.ms", None, optional(MILLIS),
+              "A windowed bolt's sliding interval in milliseconds.", component_only=True,
+              constant_name="TOPOLOGY_BOLTS_SLIDING_INTERVAL_DURATION_MS"),
+    ConfigKey("topology.bolts.tuple.timestamp.field.name", None, optional(NON_EMPTY_STRING),
+              "A windowed bolt's event-time field; None: processing time.", component_only=True),
+    ConfigKey("topology.bolts.tuple.timestamp.max.lag.ms", None, optional(MILLIS),
+              "How far out of order event timestamps may be, in milliseconds; None: 0.", component_only=True),
+    ConfigKey("topology.bolts.watermark.event.interval.ms", None, optional(MILLIS),
+              "How often a windowed bolt's watermark moves, in milliseconds; None: 1000.", component_only=True),
+    ConfigKey("topology.bolts.late.tuple.stream", None, optional(NON_EMPTY_STRING),
+              "The stream a windowed bolt emits late tuples on (event time only).", component_only=True),
+)
+
+#: The topology-wide defaults (Storm's ``defaults.yaml``): every key but the per-component ones.
+DEFAULTS: dict[str, Any] = {name: key.default for name, key in KEYS.items() if not key.component_only}
+
+#: Storm keys Squall does not read, and why: the warning for an unknown key says so.
+STORM_KEYS_NOT_USED: dict[str, str] = {
+    "storm.zookeeper.servers": "Squall keeps its coordination state in the driver, not in ZooKeeper",
+    "storm.zookeeper.root": "Squall keeps its coordination state in the driver, not in ZooKeeper",
+    "nimbus.task.timeout.secs": "the master restarts a worker silent for supervisor.worker.timeout.secs",
+    "topology.stats.sample.rate": "Squall measures latencies on the first tuple of every batch (squall/metrics.py)",
 }

@@ -61,7 +61,8 @@ class _InProcessRunner:
                 for w in self.workers]
 
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
-        return [(e.component, e.stats_snapshot()) for w in self.workers for e in w.executors]
+        return [(e.component, {"tasks": list(e.task_ids), **e.stats_snapshot()})
+                for w in self.workers for e in w.executors]
 
 
 class LocalCluster(Nimbus):

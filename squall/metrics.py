@@ -13,6 +13,8 @@ import time
 from collections import deque
 from typing import Any
 
+from squall.metrics2.registry import user_metrics_summary
+
 CAPACITY_WINDOW_SECS = 600.0
 
 
@@ -90,7 +92,37 @@ def component_metrics(instances: list[Any]) -> dict[str, float]:
 
 
 def component_summary(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, Any]:
-    """Roll the executors' snapshots of one component up into get_topology_info's shape."""
+    """Roll the executors' snapshots of one component up into get_topology_info's shape: the
+    built-in figures and connector counters (``metrics``) summed, also per output stream
+    (``streams``: stream -> emitted, transferred); the user metrics aggregated
+    (``user_metrics``, see :mod:`squall.metrics2.registry`) and per task (``tasks[task]
+    ["user_metrics"]``); and each executor's own figures (``executors``, with its ``tasks``)."""
+    out = _figures(kind, snapshots)
+    metrics: dict[str, float] = {}
+    for snapshot in snapshots:
+        for name, value in snapshot.get("metrics", {}).items():
+            metrics[name] = metrics.get(name, 0) + value
+    if metrics:
+        out["metrics"] = metrics
+    streams: dict[str, dict[str, int]] = {}
+    for snapshot in snapshots:
+        for stream, (emitted, transferred) in snapshot.get("streams", {}).items():
+            counts = streams.setdefault(stream, {"emitted": 0, "transferred": 0})
+            counts["emitted"] += emitted
+            counts["transferred"] += transferred
+    out["streams"] = streams
+    per_task: dict[int, dict[str, dict[str, Any]]] = {}
+    for snapshot in snapshots:
+        per_task.update(dict.fromkeys(snapshot.get("tasks", ()), {}))
+        per_task.update(snapshot.get("user_metrics", {}))
+    out["user_metrics"] = user_metrics_summary(per_task)
+    out["tasks"] = {task: {"user_metrics": per_task[task]} for task in sorted(per_task)}
+    out["executors"] = [{"tasks": list(s.get("tasks", ())), **_figures(kind, [s])} for s in snapshots]
+    return out
+
+
+def _figures(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+    """The built-in figures of ``snapshots`` (one component's executors), summed."""
     total = lambda key: sum(s[key] for s in snapshots)  # noqa: E731
     out: dict[str, Any] = {
         "emitted": total("emitted"),
@@ -100,12 +132,6 @@ def component_summary(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, A
         "execute_latency_ms": _ms(total("execute_secs"), total("executed")),
         "process_latency_ms": _ms(total("process_secs"), total("process_count")),
     }
-    metrics: dict[str, float] = {}
-    for snapshot in snapshots:
-        for name, value in snapshot.get("metrics", {}).items():
-            metrics[name] = metrics.get(name, 0) + value
-    if metrics:
-        out["metrics"] = metrics
     if kind == "spout":
         out["complete_latency_ms"] = _ms(total("complete_secs"), total("complete_count"))
     else:

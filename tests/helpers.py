@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict
 
-from squall import BasicBolt, Bolt, TopologyBuilder
+from squall import BasicBolt, Bolt, Spout, TopologyBuilder
 from squall.testing import FeederSpout, wait_until
 
 WAIT = 5.0
@@ -162,6 +162,24 @@ def kill_9_spout_worker_mid_stream(cluster, name: str, progress, total: int, spo
     wait_until(lambda: cluster.get_topology_info(name)["workers"][index]["pid"] not in (pid, None), timeout=20,
                message=f"{spout}'s worker restarted")
     assert progress() < total, "the kill was not mid-stream"
+
+class CountingSpout(Spout):
+    """Emits ``n`` tuples with message ids 0..n-1 (no replay)."""
+
+    outputs = ["v"]
+
+    def __init__(self, n):
+        self.n = n
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+        self.i = 0
+
+    def next_tuple(self):
+        if self.i < self.n:
+            self.collector.emit([self.i], msg_id=self.i)
+            self.i += 1
+
 
 class Sink(Bolt):
     """Acks every input; subclasses keep something of it first."""

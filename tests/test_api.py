@@ -742,10 +742,10 @@ def test_cli_plan_prints_workers_executors_and_tasks(tmp_path):
     proc = squall_cli("plan", str(path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    worker_lines = [line for line in out.splitlines() if re.match(r"\s*worker\b", line)]
+    worker_lines = [line for line in out.splitlines() if re.match(r"worker \d+ \(port", line)]
     assert len(worker_lines) == 2, out
     assert "6700" in out and "6701" in out
-    executor_lines = [line for line in out.splitlines() if line not in worker_lines]
+    executor_lines = [line for line in out.splitlines() if line.startswith("  executor ")]
     per_component = collections.Counter(
         cid for line in executor_lines for cid in ("blue-spout", "green-bolt", "yellow-bolt", "__acker") if cid in line)
     assert per_component == {"blue-spout": 2, "green-bolt": 2, "yellow-bolt": 6, "__acker": 2}, out
@@ -760,7 +760,7 @@ def test_cli_plan_with_override(tmp_path):
     path.write_text(SEED_TOPOLOGY)
     proc = squall_cli("plan", str(path), "-c", "topology.workers=3", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert len([line for line in proc.stdout.splitlines() if re.match(r"\s*worker\b", line)]) == 3
+    assert len([line for line in proc.stdout.splitlines() if re.match(r"worker \d+ \(port", line)]) == 3
 
 
 @pytest.mark.processes

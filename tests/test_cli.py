@@ -18,6 +18,7 @@ import pytest
 from helpers import BasicSink, logged, record
 from squall import Config, LocalCluster, Spout, TopologyBuilder
 from squall.cli import main
+from squall.command.plan import CONFIG_HEADER
 from squall.command.serve import serve_topology
 from squall.command.spark_master import check_spark_master
 from squall.daemon.nimbus import Nimbus
@@ -344,11 +345,14 @@ VALUES_PICKLED = ("values of other types: pickled (cloudpickle) over authenticat
     (["-c", "topology.messaging.secure=false"], "", [LINKS_OPEN, VALUES_REFUSED]),
     ([], "config = {'topology.fall.back.on.java.serialization': True}\n", [LINKS_SECURE, VALUES_PICKLED]),
 ], ids=["defaults", "insecure", "pickle-fallback"])
-def test_plan_ends_with_the_links_and_the_fate_of_other_values(tmp_path, capsys, overrides, config, expected):
+def test_plan_shows_the_links_and_the_fate_of_other_values_after_the_executors(tmp_path, capsys, overrides, config,
+                                                                               expected):
     assert main(["plan", write(tmp_path, PLAN_FILE + config), *overrides]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2:] == expected
-    assert lines[0].startswith("worker 0 ") and all(line.startswith(("worker ", "  executor ")) for line in lines[:-2])
+    config_at = lines.index(CONFIG_HEADER)
+    assert lines[config_at - 2:config_at] == expected
+    assert lines[0].startswith("worker 0 ")
+    assert all(line.startswith(("worker ", "  executor ")) for line in lines[:config_at - 2])
 
 
 def test_plan_refuses_the_pickle_fallback_over_open_links(tmp_path, capsys):

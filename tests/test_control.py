@@ -361,3 +361,32 @@ def test_the_entry_is_removed_when_the_topology_fails_to_start(start, home, tmp_
     assert run.proc.wait(timeout=30) != 0
     assert "no database" in run.stderr()
     assert not entry_path(home).exists()
+
+
+def test_squall_run_serves_the_rest_api_whose_posts_need_the_token_its_owner_can_derive(start, home, tmp_path):
+    import urllib.error
+    import urllib.request
+
+    from squall.ui.server import ui_token
+
+    run = start("-c", "ui.port=0")
+    run.wait_running()
+    wait_until(lambda: "UI and REST API at" in run.stderr(), timeout=10, message="the UI's URL printed")
+    url, token = re.search(r"UI and REST API at (http://127\.0\.0\.1:\d+)/\?token=(\w+)", run.stderr()).groups()
+    # the owner of the registry entry derives the token from the control secret
+    assert token == ui_token(control.lookup(NAME).secret)
+    with urllib.request.urlopen(f"{url}/api/v1/topology/{NAME}", timeout=10) as response:
+        page = json.loads(response.read())
+    assert page["name"] == NAME and page["status"] == "ACTIVE" and page["spouts"][0]["spoutId"] == "numbers"
+
+    kill = urllib.request.Request(f"{url}/api/v1/topology/{NAME}/kill/0", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(kill, timeout=10)
+    assert refused.value.code == 401
+    assert run.proc.poll() is None
+    kill.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(kill, timeout=10) as response:
+        assert json.loads(response.read())["topologyOperation"] == "kill"
+    # the kill is squall run's own: it prints the summary and exits
+    assert run.proc.wait(timeout=30) == 0, run.stderr()
+    assert "killed by squall kill" in run.stderr() and not entry_path(home).exists()

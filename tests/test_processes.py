@@ -33,6 +33,8 @@ from collections import Counter
 
 import pytest
 
+from helpers import CountingSpout
+
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder, TopologySetupError
 from squall.testing import complete_topology, read_tuples, wait_until
 
@@ -410,24 +412,6 @@ class SlowBolt(BasicBolt):
         self.n += 1
         if self.n % 10 == 0:
             self.counter.set(self.n)
-
-
-class CountingSpout(Spout):
-    """Emits ``n`` tuples with message ids 0..n-1 (no replay)."""
-
-    outputs = ["v"]
-
-    def __init__(self, n):
-        self.n = n
-
-    def open(self, conf, context, collector):
-        self.collector = collector
-        self.i = 0
-
-    def next_tuple(self):
-        if self.i < self.n:
-            self.collector.emit([self.i], msg_id=self.i)
-            self.i += 1
 
 
 class Fanout(BasicBolt):

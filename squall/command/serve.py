@@ -3,6 +3,7 @@ live status line, until it is stopped; then its final summary."""
 
 from __future__ import annotations
 
+import secrets
 import signal
 import sys
 import time
@@ -13,6 +14,7 @@ from squall.config import Config, merged_config
 from squall.control import ControlServer
 from squall.daemon.nimbus import FAILED, Nimbus
 from squall.topology import StormTopology
+from squall.ui.server import UiServer, ui_token
 
 
 def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: dict[str, Any],
@@ -47,8 +49,10 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
             workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
             print(f"squall: topology {name!r} running, workers {where} on ports {workers}; Ctrl-C stops it",
                   file=sys.stderr)
+            ui = None
             started = last_status = time.monotonic()
             try:
+                ui = _start_ui(cluster, server, merged)
                 while not stop["signal"] and not server.kill_requested.is_set():
                     if duration is not None and time.monotonic() - started >= duration:
                         break
@@ -71,6 +75,8 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
                 except KeyboardInterrupt:
                     pass
             print(f"squall: stopping {name!r}", file=sys.stderr)
+            if ui is not None:
+                ui.stop()
             info = cluster.kill_topology_and_get_info(name, wait_secs=0)
             print(format_summary(info), file=sys.stderr)
     finally:
@@ -79,6 +85,24 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
         print(f"squall: topology {name!r} FAILED; see the last error above", file=sys.stderr)
         return 1
     return 0
+
+
+def _start_ui(cluster: Nimbus, control: ControlServer, conf: dict[str, Any]) -> UiServer | None:
+    """Serve Storm UI's REST API for the topology (``ui.host``, ``ui.port``; when the port is
+    taken, a free one) and print its URL with the token; None if it cannot be served."""
+    keys = control.keys
+    token = ui_token(keys.secret) if keys is not None else secrets.token_hex(32)
+    host, port = conf["ui.host"], conf["ui.port"]
+    for attempt in dict.fromkeys((port, 0)):
+        try:
+            ui = UiServer(cluster, token, host=host, port=attempt,
+                          kill=lambda _name, wait: control.request_kill(wait)).start()
+        except OSError as e:
+            print(f"squall: the UI cannot listen on {host}:{attempt} ({e.strerror})", file=sys.stderr)
+            continue
+        print(f"squall: UI and REST API at {ui.url}/?token={token}", file=sys.stderr)
+        return ui
+    return None
 
 
 def _wait_killed(cluster: Nimbus, name: str, wait_secs: float, stop: dict[str, bool]) -> None:

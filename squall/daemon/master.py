@@ -196,8 +196,10 @@ class TopologyMaster(ABC):
 
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
         """(component, figures) of every executor, as of its worker's last heartbeat — or its
-        final ``stopped`` message, once :meth:`stop` returned."""
-        return [(e.component, schema.to_dict(e.stats)) for slot in self.slots for e in slot.snapshots]
+        final ``stopped`` message, once :meth:`stop` returned; the figures with the executor's
+        ``tasks``."""
+        return [(e.component, {"tasks": list(e.tasks), **schema.to_dict(e.stats)})
+                for slot in self.slots for e in slot.snapshots]
 
     # -- for subclasses ------------------------------------------------------------------------
 

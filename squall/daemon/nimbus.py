@@ -7,8 +7,10 @@ processes of this machine, or tasks of a Spark barrier job
 (:class:`~squall.spark.SparkCluster`). A runner has ``start()`` (returns once every
 open/prepare has run; raises :class:`~squall.errors.TopologySetupError` otherwise),
 ``set_active(bool)``, ``stop()`` (returns once every worker is gone), ``workers_info()``,
-``executor_snapshots()`` (after ``stop()``: the figures every worker had when it stopped) and
-``failure`` (why the topology can no longer run, or None).
+``executor_snapshots()`` ((component, figures) per executor, the figures with the executor's
+``tasks``; after ``stop()``: the figures every worker had when it stopped) and
+``failure`` (why the topology can no longer run, or None). From those figures Nimbus also
+feeds the topology's metrics consumers (:class:`~squall.metrics2.consumer.MetricsReporter`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from squall.cluster_state import TopologyState
-from squall.config import merged_config
+from squall.config import checked_config
+from squall.daemon.stats_history import StatsHistory, Totals, totals_of
 from squall.dsl import Topology, as_storm_topology
 from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from squall.metrics import component_summary
+from squall.metrics2.consumer import MetricsReporter
 from squall.scheduler import Assignment, assign
 from squall.state.provider import StateProviderError, provider_for
 from squall.topology import StormTopology
@@ -43,6 +47,12 @@ class _Running:
     started: float
     status: str = ACTIVE
     lock: threading.Lock = field(default_factory=threading.Lock)
+    history: StatsHistory = field(init=False)
+    #: feeds the topology's metrics consumers (topology.metrics.consumer.register)
+    reporter: MetricsReporter | None = None
+
+    def __post_init__(self) -> None:
+        self.history = StatsHistory(self.started)
 
     @property
     def workers(self) -> list[Any]:
@@ -88,7 +98,8 @@ class Nimbus(ABC):
         merged over its ``config``.
 
         Raises ``AlreadyAliveError`` if the name is taken, ``ValueError`` naming a bad
-        config key, and :class:`TopologySetupError` if an open/prepare raised.
+        config key, and :class:`TopologySetupError` if an open/prepare raised. A key that
+        looks like a setting but is none gets a warning (:func:`squall.config.checked_config`).
         """
         self._submit(name, conf, topology, TopologyState())
 
@@ -102,12 +113,7 @@ class Nimbus(ABC):
                 f"topology {name!r}: expected a StormTopology (TopologyBuilder.create_topology()) or a "
                 f"squall.Topology subclass, got {type(topology).__name__}"
             )
-        merged = merged_config(conf)
-        for spec in topology.components.values():
-            try:
-                merged_config(merged, dict(spec.conf))
-            except ValueError as e:
-                raise ValueError(f"component {spec.id!r}: {e}") from None
+        merged = checked_config(name, conf, {cid: spec.conf for cid, spec in topology.components.items()})
         with self._lock:
             if name in self._topologies:
                 raise AlreadyAliveError(f"topology {name!r} is already alive")
@@ -116,15 +122,21 @@ class Nimbus(ABC):
                 check_state(name, topology, merged, self.in_process)
             check_topology_windows(name, topology, merged)
             assignment = assign(topology, merged)
+            reporter = MetricsReporter(name, merged, {cid: "spout" if spec.is_spout else "bolt"
+                                                      for cid, spec in topology.components.items()})
+            reporter.prepare()
             runner = self._make_runner(name, topology, merged, assignment, state)
-            running = _Running(name, topology, merged, state, runner, clock.now())
+            running = _Running(name, topology, merged, state, runner, clock.now(), reporter=reporter)
             self._topologies[name] = running
         try:
             runner.start()
         except BaseException:
             with self._lock:
                 self._topologies.pop(name, None)
+            reporter.stop(final_report=False)
             raise
+        if reporter:
+            reporter.start(runner.executor_snapshots, runner.workers_info)
 
     def _get(self, name: str) -> _Running:
         try:
@@ -183,6 +195,8 @@ class Nimbus(ABC):
     def _stop(self, running: _Running) -> None:
         running.status = KILLED
         running.runner.stop()
+        if running.reporter is not None:
+            running.reporter.stop()  # the consumers get the final figures
         with self._lock:
             self._topologies.pop(running.name, None)
 
@@ -210,13 +224,43 @@ class Nimbus(ABC):
         the status activate/deactivate/kill set."""
         return FAILED if running.runner.failure and running.status != KILLED else running.status
 
+    def get_topology_conf(self, name: str) -> dict[str, Any]:
+        """The topology's merged config (Storm's ``getTopologyConf``)."""
+        return dict(self._get(name).conf)
+
+    def get_topology(self, name: str) -> StormTopology:
+        """The topology as submitted (Storm's ``getTopology``)."""
+        return self._get(name).topology
+
+    def get_window_totals(self, name: str, windows: tuple[int | None, ...]) -> dict[int | None, Totals]:
+        """Per window (seconds, None for all time), each component's cumulative figures over that
+        window (see :mod:`squall.daemon.stats_history`): what Storm UI's windows show."""
+        running, now, totals = self._sample(name)
+        return {window: running.history.window(now, totals, window) for window in windows}
+
+    def get_recent_totals(self, name: str) -> list[tuple[float, Totals]]:
+        """(time, each component's cumulative figures) over the last ten minutes, oldest first,
+        the last taken now: what the UI's live plots draw."""
+        running, now, totals = self._sample(name)
+        return running.history.recent(now, totals)
+
+    def _sample(self, name: str) -> tuple[_Running, float, Totals]:
+        running = self._get(name)
+        now = clock.now()
+        totals = totals_of(running.runner.executor_snapshots())
+        running.history.record(now, totals)
+        return running, now, totals
+
     @staticmethod
     def _info(running: _Running, status: str) -> dict[str, Any]:
         """:meth:`get_topology_info`'s dict for ``running``, with ``status``: the figures are the
-        runner's ``executor_snapshots()`` as of now."""
+        runner's ``executor_snapshots()`` as of now (also kept for the windows of
+        :meth:`get_window_totals`)."""
         snapshots: dict[str, list[dict[str, Any]]] = {}
-        for component, snapshot in running.runner.executor_snapshots():
+        pairs = running.runner.executor_snapshots()
+        for component, snapshot in pairs:
             snapshots.setdefault(component, []).append(snapshot)
+        running.history.record(clock.now(), totals_of(pairs))
         components = {}
         for cid, spec in running.topology.components.items():
             kind = "spout" if spec.is_spout else "bolt"

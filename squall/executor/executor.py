@@ -32,6 +32,7 @@ from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
 from squall.executor.worker_context import WorkerContext
 from squall.metrics import ExecutorStats, component_metrics
+from squall.metrics2.registry import MetricRegistry
 from squall.scheduler import ExecutorAssignment
 from squall.tuple import Tuple
 
@@ -91,6 +92,7 @@ class Executor:
         self.send = self.transfer.send
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._instances: list[Any] = []  # the tasks' components, whose ``metrics`` the figures carry
+        self._user_metrics = {task: MetricRegistry(self.component, task) for task in self.task_ids}
         self._sample_tup: Tuple | None = None
         self._sample_t0 = 0.0
 
@@ -156,7 +158,8 @@ class Executor:
 
     def context(self, task_id: int) -> TopologyContext:
         w = self.worker
-        return TopologyContext(w.topology, w.assignment, task_id, w.index, w.topology_name)
+        return TopologyContext(w.topology, w.assignment, task_id, w.index, w.topology_name,
+                               self._user_metrics[task_id])
 
     def make_task(self, task_id: int, collector_class: type) -> tuple[Any, TopologyContext, Any]:
         """A fresh copy of the component for ``task_id``, its context, and its collector (of
@@ -217,11 +220,20 @@ class Executor:
 
     def stats_snapshot(self) -> dict[str, Any]:
         """The executor's figures (see :mod:`squall.metrics`); emitted and transferred count
-        the user's streams, from the routes."""
-        routes = [r for task_routes in self._routes.values() for stream, r in task_routes.items()
-                  if stream != CHECKPOINT_STREAM]
-        snapshot = self.stats.snapshot(sum(r.emitted for r in routes), sum(r.transferred for r in routes))
+        the user's streams, from the routes, and ``streams`` gives them per stream."""
+        streams: dict[str, list[int]] = {}  # the user's streams: [emitted, transferred] over the tasks
+        for task_routes in self._routes.values():
+            for stream, route in task_routes.items():
+                if stream != CHECKPOINT_STREAM:
+                    counts = streams.setdefault(stream, [0, 0])
+                    counts[0] += route.emitted
+                    counts[1] += route.transferred
+        snapshot = self.stats.snapshot(sum(c[0] for c in streams.values()), sum(c[1] for c in streams.values()))
+        snapshot["streams"] = streams
         snapshot["metrics"] = component_metrics(self._instances)
+        # per task, the user metrics of the tasks that registered some (see squall.metrics2)
+        snapshot["user_metrics"] = {task: registry.snapshot() for task, registry in self._user_metrics.items()
+                                    if registry}
         return snapshot
 
     def _sample(self, tup: Tuple) -> None:

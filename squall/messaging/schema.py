@@ -22,6 +22,8 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from squall.metrics2.metrics import MAX_FIGURE, MAX_METRICS_PER_TASK, MAX_NAME_LENGTH
+
 #: the longest error text or traceback a message carries (senders cut theirs to it)
 MAX_TEXT = 1 << 20
 
@@ -30,6 +32,11 @@ Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e12)]  # finite
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+Finite = Annotated[float, msgspec.Meta(ge=-MAX_FIGURE, le=MAX_FIGURE)]
+Figure = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)] | Finite
+MetricName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+#: the most tasks one executor reports user metrics of
+MAX_TASKS_PER_EXECUTOR = 1 << 16
 
 
 class MalformedMessage(ValueError):
@@ -37,6 +44,53 @@ class MalformedMessage(ValueError):
 
 
 # -- master protocol: worker -> master ----------------------------------------------------------
+
+
+class CounterFigures(msgspec.Struct, frozen=True, tag="counter", tag_field="type"):
+    """A user counter's snapshot (see :mod:`squall.metrics2.metrics`)."""
+
+    count: Figure
+
+
+class GaugeFigures(msgspec.Struct, frozen=True, tag="gauge", tag_field="type"):
+    value: Figure
+
+
+class MeterFigures(msgspec.Struct, frozen=True, tag="meter", tag_field="type"):
+    count: Figure
+    mean_rate: Finite
+    m1_rate: Finite
+    m5_rate: Finite
+    m15_rate: Finite
+
+
+class HistogramFigures(msgspec.Struct, frozen=True, tag="histogram", tag_field="type"):
+    count: NonNegative
+    sum: Finite
+    min: Finite
+    max: Finite
+    mean: Finite
+    stddev: Finite
+    p50: Finite
+    p75: Finite
+    p95: Finite
+    p98: Finite
+    p99: Finite
+    p999: Finite
+
+
+class TimerFigures(HistogramFigures, frozen=True, tag="timer", tag_field="type"):
+    """A histogram of seconds, with a meter's rates."""
+
+    mean_rate: Finite
+    m1_rate: Finite
+    m5_rate: Finite
+    m15_rate: Finite
+
+
+UserMetricFigures = CounterFigures | GaugeFigures | MeterFigures | HistogramFigures | TimerFigures
+#: one task's user metrics by name
+TaskUserMetrics = Annotated[dict[MetricName, UserMetricFigures], msgspec.Meta(max_length=MAX_METRICS_PER_TASK)]
 
 
 class ExecutorFigures(msgspec.Struct, frozen=True):
@@ -53,8 +107,12 @@ class ExecutorFigures(msgspec.Struct, frozen=True):
     complete_secs: Seconds
     complete_count: NonNegative
     capacity: Seconds
+    #: stream -> (emitted, transferred) on it
+    streams: Annotated[dict[Name, tuple[NonNegative, NonNegative]], msgspec.Meta(max_length=10000)] = {}
     #: the tasks' components' own counters (their ``metrics`` dicts, e.g. a connector's), summed
     metrics: Annotated[dict[Text, int | float], msgspec.Meta(max_length=1000)] = {}
+    #: task -> name -> snapshot: the user metrics of the tasks that registered some
+    user_metrics: Annotated[dict[NonNegative, TaskUserMetrics], msgspec.Meta(max_length=MAX_TASKS_PER_EXECUTOR)] = {}
 
 
 class ExecutorReport(msgspec.Struct, frozen=True):
@@ -196,5 +254,6 @@ def decode(data: bytes, schema: type[T] | Any) -> T:
 
 
 def to_dict(struct: msgspec.Struct) -> dict[str, Any]:
-    """A Struct's fields as a dict (figures as :mod:`squall.metrics` takes them)."""
-    return msgspec.structs.asdict(struct)
+    """A Struct's fields as a dict, nested Structs included (figures as :mod:`squall.metrics`
+    takes them; a tagged Struct's tag under its tag field, as ``"type"`` of user metrics)."""
+    return msgspec.to_builtins(struct)

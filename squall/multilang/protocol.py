@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from squall.metrics2.metrics import Counter, Gauge, Histogram, Meter
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import ShellProcessError
 
@@ -20,6 +21,9 @@ HEARTBEAT_STREAM = "__heartbeat"
 # The least time between two starts of a task's subprocess, so one that dies at once does
 # not spin.
 RESTART_BACKOFF_SECS = 0.2
+
+# How many metric names a task warns about (once each) before it stops warning.
+_MAX_METRIC_WARNINGS = 100
 
 # Storm's multilang log levels (STORM-414), as pystorm sends them.
 _LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
@@ -67,6 +71,57 @@ def log_from_subprocess(component: str, task: int, msg: dict[str, Any]) -> None:
     logging.getLogger(f"squall.multilang.{component}").log(level, "[task %s] %s", task, msg.get("msg"))
 
 
+class ShellMetrics:
+    """A multilang task's ``metrics`` commands (``{"command": "metrics", "name", "params"}``,
+    pystorm's ``report_metric(name, value)``) applied to the metric its task registered under
+    ``name`` (``TopologyContext.register_*``, e.g. in a ShellBolt subclass's ``prepare``), as
+    Storm's ShellBolt hands them to that metric's ``updateMetricFromRPC``:
+
+    * counter: ``inc(params)`` (``inc()`` when params is null); meter: ``mark(params)`` likewise;
+    * histogram, timer: ``update(params)`` (a timer's in seconds);
+    * gauge registered without a callable: ``set(params)``.
+
+    A name nothing registered becomes a counter at its first message with a number (or null)
+    as params: Storm would drop it with an error, but a multilang component written in Python
+    or any other language has no Java class in which to register it first, and pystorm's
+    ``report_metric`` is most often used to count. A malformed message (no name, params
+    that are no number, a gauge that reads a callable) is dropped with a warning, once per
+    name; it never stops the component."""
+
+    def __init__(self, context: TopologyContext, describe: str) -> None:
+        self._context = context
+        self._describe = describe
+        self._warned: set[Any] = set()
+
+    def update(self, msg: dict[str, Any]) -> None:
+        name, params = msg.get("name"), msg.get("params")
+        number = params is None or (isinstance(params, (int, float)) and not isinstance(params, bool))
+        try:
+            metric = self._context.get_registered_metric_by_name(name) if isinstance(name, str) else None
+            if metric is None and number:
+                metric = self._context.register_counter(name)
+            if metric is None:
+                raise ValueError("no metric of that name, and params that are no number")
+            if not number:
+                raise ValueError(f"params {params!r} are no number")
+            if isinstance(metric, Counter):
+                metric.inc(1 if params is None else params)
+            elif isinstance(metric, Meter):
+                metric.mark(1 if params is None else params)
+            elif params is None:
+                raise ValueError(f"a {metric.kind} needs a number as params")
+            elif isinstance(metric, Histogram):  # timers included
+                metric.update(params)
+            elif isinstance(metric, Gauge):
+                metric.set(params)
+        except (TypeError, ValueError) as e:
+            key = name if isinstance(name, str) else repr(name)[:100]
+            if key not in self._warned and len(self._warned) < _MAX_METRIC_WARNINGS:
+                self._warned.add(key)
+                logging.getLogger("squall.multilang").warning(
+                    "%s: dropped metrics message %.200r (warned once per name): %s", self._describe, msg, e)
+
+
 def command_of(msg: Any) -> Any:
     """The ``command`` of a message from the subprocess; a malformed one (or the reader's
     ProtocolError for it) raises ProtocolError."""
@@ -102,6 +157,7 @@ class ShellComponent:
         self._conf = handshake_conf(conf, context)
         self._context = handshake_context(context)
         self._timeout = subprocess_timeout(conf)
+        self._metrics = ShellMetrics(context, self._describe)
 
     def _shared_command(self, msg: dict[str, Any]) -> None:
         """``error``, ``log`` and ``metrics``, which bolts and spouts answer alike; anything
@@ -112,6 +168,6 @@ class ShellComponent:
         elif command == "log":
             log_from_subprocess(self._component, self._task, msg)
         elif command == "metrics":
-            logging.getLogger("squall.multilang").debug("%s: metrics ignored: %r", self._describe, msg)
+            self._metrics.update(msg)
         else:
             raise ProtocolError(f"unknown command in {msg!r}")

@@ -50,7 +50,7 @@ class ShellBolt(ShellComponent, Bolt):
     * A thread of the bolt's own (one per task) handles what the subprocess sends — emit
       (anchors, stream, ``task`` for direct emits, the task ids sent back unless
       ``need_task_ids`` is false), ack, fail, log, error (recorded as an error of the
-      component), metrics (ignored), sync — and sends a heartbeat tuple (stream
+      component), metrics (see :class:`~squall.multilang.protocol.ShellMetrics`), sync — and sends a heartbeat tuple (stream
       ``__heartbeat``, task -1) every second.
     * A subprocess that exits, or sends nothing (not even the ``sync`` answering a
       heartbeat) for ``topology.subprocess.timeout.secs``: an error is recorded naming the

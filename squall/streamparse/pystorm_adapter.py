@@ -33,7 +33,7 @@ from pystorm.component import Tuple as PystormTuple
 from squall.bolt import Bolt
 from squall.component import OutputFieldsDeclarer
 from squall.context import TopologyContext
-from squall.multilang.protocol import handshake_context, log_from_subprocess
+from squall.multilang.protocol import ShellMetrics, handshake_context, log_from_subprocess
 from squall.spout import Spout
 from squall.tuple import Tuple
 
@@ -130,6 +130,7 @@ class _Hosted:
         self.plain = type(self.component)._run is type(self).pystorm_run
         self.name = context.get_this_component_id()
         self.task = context.get_this_task_id()
+        self.shell_metrics = ShellMetrics(context, f"pystorm component {self.name!r} task {self.task}")
         storm_conf = {**conf, "topology.name": conf.get("topology.name", "")}
         handshake = handshake_context(context)
         root = logging.getLogger()
@@ -184,8 +185,10 @@ class _Hosted:
             log_from_subprocess(self.name, self.task, message)
         elif command == "error":
             self.collector.report_error(RuntimeError(message.get("msg", "")))
-        elif command in ("metrics", "sync"):
-            pass  # no Storm metrics registry; sync answers heartbeats, which natively do not happen
+        elif command == "metrics":  # pystorm's report_metric
+            self.shell_metrics.update(message)
+        elif command == "sync":
+            pass  # sync answers heartbeats, which natively do not happen
         else:
             return False
         return True

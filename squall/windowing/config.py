@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squall.component import check_id
+from squall.config import Config
 
-LENGTH_COUNT = "topology.bolts.window.length.count"
-LENGTH_DURATION_MS = "topology.bolts.window.length.duration.ms"
-SLIDING_COUNT = "topology.bolts.window.sliding.interval.count"
-SLIDING_DURATION_MS = "topology.bolts.window.sliding.interval.duration.ms"
-TIMESTAMP_FIELD = "topology.bolts.tuple.timestamp.field.name"
-MAX_LAG_MS = "topology.bolts.tuple.timestamp.max.lag.ms"
-WATERMARK_INTERVAL_MS = "topology.bolts.watermark.event.interval.ms"
-LATE_TUPLE_STREAM = "topology.bolts.late.tuple.stream"
+# Storm's keys, defined in the registry (squall/defaults.py)
+LENGTH_COUNT = Config.TOPOLOGY_BOLTS_WINDOW_LENGTH_COUNT
+LENGTH_DURATION_MS = Config.TOPOLOGY_BOLTS_WINDOW_LENGTH_DURATION_MS
+SLIDING_COUNT = Config.TOPOLOGY_BOLTS_SLIDING_INTERVAL_COUNT
+SLIDING_DURATION_MS = Config.TOPOLOGY_BOLTS_SLIDING_INTERVAL_DURATION_MS
+TIMESTAMP_FIELD = Config.TOPOLOGY_BOLTS_TUPLE_TIMESTAMP_FIELD_NAME
+MAX_LAG_MS = Config.TOPOLOGY_BOLTS_TUPLE_TIMESTAMP_MAX_LAG_MS
+WATERMARK_INTERVAL_MS = Config.TOPOLOGY_BOLTS_WATERMARK_EVENT_INTERVAL_MS
+LATE_TUPLE_STREAM = Config.TOPOLOGY_BOLTS_LATE_TUPLE_STREAM
 
 #: The one field of the late tuple stream: the late tuple's values, as a list (Storm's field name).
 LATE_TUPLE_FIELD = "late_tuple"
