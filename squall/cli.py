@@ -126,6 +126,51 @@ def cmd_kill(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rebalance(args: argparse.Namespace) -> int:
+    control.rebalance(args.name, args.wait, args.workers, dict(args.executors) or None)
+    print(f"squall: rebalancing topology {args.name!r} (its status is REBALANCING until its workers run again)",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    """Storm's ``monitor``: every interval, what a component emitted (or transferred) on a
+    stream since the last one, until Ctrl-C or the topology is gone."""
+    info = control.info(args.name)
+    components = info["components"]
+    component = args.component or next((c for c, v in components.items() if v["type"] == "spout"), None)
+    if component not in components:
+        raise UsageError(f"topology {args.name!r} has no component {component!r} (components: {sorted(components)})")
+
+    def reading(now: dict[str, Any]) -> int:
+        streams = now["components"][component].get("streams", {})
+        if args.stream not in streams:
+            raise UsageError(f"component {component!r} of topology {args.name!r} emits on no stream "
+                             f"{args.stream!r} (streams: {sorted(streams)})")
+        return streams[args.stream][args.watch]
+
+    parallelism = components[component]["parallelism"]
+    print(f"{'topology':<16}{'component':<16}{'parallelism':<13}{'stream':<12}{'time-diff ms':>14}"
+          f"{args.watch:>14}{'throughput (Kt/s)':>20}")
+    last, then = reading(info), time.monotonic()
+    try:
+        while True:
+            time.sleep(args.interval)
+            try:
+                current = reading(control.info(args.name))
+            except (ControlError, NotAliveError):
+                print(f"squall: topology {args.name!r} is gone", file=sys.stderr)
+                return 0
+            now = time.monotonic()
+            # figures start again from 0 after a rebalance: count from there
+            diff = current - last if current >= last else current
+            print(f"{args.name:<16}{component:<16}{parallelism:<13}{args.stream:<12}{1000 * (now - then):>14.0f}"
+                  f"{diff:>14}{diff / (now - then) / 1000:>20.3f}", flush=True)
+            last, then = current, now
+    except KeyboardInterrupt:
+        return 0
+
+
 def cmd_activate(args: argparse.Namespace) -> int:
     control.activate(args.name)
     print(f"squall: activated topology {args.name!r}", file=sys.stderr)
@@ -139,6 +184,30 @@ def cmd_deactivate(args: argparse.Namespace) -> int:
 
 
 # -- arguments ---------------------------------------------------------------------------------
+
+
+def _positive_seconds(text: str) -> float:
+    secs = _seconds(text)
+    if secs == 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return secs
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"not an integer >= 1: {value!r}")
+    return number
+
+
+def _component_parallelism(value: str) -> tuple[str, int]:
+    component, sep, parallelism = value.partition("=")
+    if not sep or not component:
+        raise argparse.ArgumentTypeError(f"not COMPONENT=PARALLELISM: {value!r}")
+    return component, _positive_int(parallelism)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -230,6 +299,27 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds between deactivating the spouts and stopping the workers, for pending "
                            "tuples to complete (default: the topology's topology.message.timeout.secs)")
     kill.set_defaults(func=cmd_kill)
+    rebalance = subcommand("rebalance", "change a running topology's workers and executors (deactivate its "
+                                        "spouts, wait, restart its workers with the new assignment, reactivate)")
+    rebalance.add_argument("name")
+    rebalance.add_argument("-w", "--wait", type=_seconds, metavar="SECS",
+                           help="seconds between deactivating the spouts and stopping the workers (default: the "
+                                "topology's topology.message.timeout.secs)")
+    rebalance.add_argument("-n", "--num-workers", dest="workers", type=_positive_int, metavar="WORKERS",
+                           help="the number of workers")
+    rebalance.add_argument("-e", "--executors", action="append", type=_component_parallelism, default=[],
+                           metavar="COMPONENT=PARALLELISM",
+                           help="a component's executors (at most its tasks); repeatable")
+    rebalance.set_defaults(func=cmd_rebalance)
+    monitor = subcommand("monitor", "print a component's throughput on a stream every interval (Storm's monitor)")
+    monitor.add_argument("name")
+    monitor.add_argument("-i", "--interval", type=_positive_seconds, default=4.0, metavar="SECS",
+                         help="seconds between two lines (default 4, as Storm's)")
+    monitor.add_argument("-m", "--component", help="the component to watch (default: the first spout)")
+    monitor.add_argument("-s", "--stream", default="default", help="its stream (default: default)")
+    monitor.add_argument("-w", "--watch", choices=("emitted", "transferred"), default="emitted",
+                         help="what to count (default: emitted)")
+    monitor.set_defaults(func=cmd_monitor)
     activate = subcommand("activate", "activate a running topology's spouts")
     activate.add_argument("name")
     activate.set_defaults(func=cmd_activate)

@@ -22,7 +22,7 @@ in a directory of mode 0700. A client without it is refused before any byte it s
 decoded; an entry that others could have written or read (wrong owner or mode) is ignored.
 
 On the wire, requests and replies are the control schemas of :mod:`squall.messaging.schema`:
-``info``, ``activate``, ``deactivate``, ``kill`` (with ``wait_secs``); replies say ``ok``, or
+``info``, ``activate``, ``deactivate``, ``kill`` (with ``wait_secs``), ``rebalance``; replies say ``ok``, or
 carry the ``error``. A request that does not fit is answered with an error and logged.
 """
 
@@ -280,6 +280,15 @@ def kill(name: str, wait_secs: float | None = None) -> None:
     request(name, schema.KillRequest(wait_secs), timeout=wait_secs + KILL_MARGIN_SECS)
 
 
+def rebalance(name: str, wait_secs: float | None = None, num_workers: int | None = None,
+              executors: dict[str, int] | None = None) -> None:
+    """Rebalance the topology as ``storm rebalance`` does (see
+    :meth:`~squall.daemon.nimbus.Nimbus.rebalance`): returns once the topology took the options,
+    while it deactivates, waits and restarts its workers. Raises as :func:`request` does (an
+    option at fault is named in the error)."""
+    request(name, schema.RebalanceRequest(wait_secs, num_workers, executors))
+
+
 # -- the server --------------------------------------------------------------------------------
 
 
@@ -296,6 +305,7 @@ class ControlServer:
     * ``info``: ``{"info": cluster.get_topology_info(name), "message_timeout_secs": ...}``;
       while a kill is under way the status is ``KILLED``, as in Storm;
     * ``activate`` / ``deactivate``: the cluster's, refused while a kill is under way;
+    * ``rebalance``: the cluster's ``start_rebalance`` (options checked, the rest on a thread);
     * ``kill``: sets :attr:`kill_requested` and :attr:`kill_wait_secs`, and that is all. The
       process serving the topology watches the event and does the kill itself, so that it
       can print its summary and exit normally; the reply is sent when the block is left,
@@ -416,7 +426,10 @@ class ControlServer:
                 case _:
                     if self.kill_requested.is_set():
                         raise NotAliveError(f"topology {self.name!r} is being killed")
-                    if isinstance(message, schema.ActivateRequest):
+                    if isinstance(message, schema.RebalanceRequest):
+                        self.cluster.start_rebalance(self.name, message.wait_secs, message.num_workers,
+                                                     message.executors)
+                    elif isinstance(message, schema.ActivateRequest):
                         self.cluster.activate(self.name)
                     else:
                         self.cluster.deactivate(self.name)

@@ -390,3 +390,52 @@ def test_squall_run_serves_the_rest_api_whose_posts_need_the_token_its_owner_can
     # the kill is squall run's own: it prints the summary and exits
     assert run.proc.wait(timeout=30) == 0, run.stderr()
     assert "killed by squall kill" in run.stderr() and not entry_path(home).exists()
+
+
+def test_rebalance_restarts_the_worker_processes_with_the_new_assignment(start, tmp_path):
+    run = start("-c", "supervisor.slots.ports=[]", "-c", "ui.port=0")
+    run.wait_running()
+    wait_until(lambda: spout_emitted() > 0, timeout=10)
+    (worker,) = info()["workers"]
+
+    for bad, culprit in ((["-e", "numbers=2"], "executors of 'numbers' must be an integer from 1 to its 1 task"),
+                         (["-e", "nope=1"], "no component 'nope'")):
+        proc = squall("rebalance", NAME, "-w", "0", *bad, cwd=tmp_path)
+        assert proc.returncode != 0 and culprit in proc.stderr, proc.stderr
+    proc = squall("rebalance", NAME, "-w", "0.5", "-n", "2", cwd=tmp_path)
+    assert proc.returncode == 0 and "rebalancing topology 'counting'" in proc.stderr, proc.stderr
+
+    def rebalanced() -> bool:
+        now = info()
+        return now["status"] == "ACTIVE" and len(now["workers"]) == 2 and now["components"]["numbers"]["acked"] > 0
+
+    wait_until(rebalanced, timeout=60, message="two new worker processes, acking again")
+    pids = {w["pid"] for w in info()["workers"]}
+    assert worker["pid"] not in pids and not alive(worker["pid"])
+    # the spout's task kept its id; its figures count from the restart
+    acked = info()["components"]["numbers"]["acked"]
+    wait_until(lambda: info()["components"]["numbers"]["acked"] > acked + 10, timeout=20)
+
+
+def test_monitor_prints_the_spouts_throughput_every_interval(start, tmp_path):
+    run = start()
+    run.wait_running()
+    bad = squall("monitor", NAME, "-m", "nope", cwd=tmp_path)
+    assert bad.returncode == 2 and "no component 'nope'" in bad.stderr
+    out = tmp_path / "monitor.out"
+    with open(out, "w") as sink:
+        monitor = subprocess.Popen([sys.executable, "-m", "squall", "monitor", NAME, "-i", "0.3"], stdout=sink,
+                                   stderr=subprocess.STDOUT, cwd=tmp_path)
+    def lines() -> list[list[str]]:
+        return [line.split() for line in out.read_text().splitlines()[1:]]
+
+    try:  # the figures come with the workers' heartbeats (every second): some intervals see none
+        wait_until(lambda: any(int(line[5]) > 0 for line in lines()), timeout=20, message="a line with emits")
+    finally:
+        monitor.kill()
+        monitor.wait()
+    assert out.read_text().split()[:4] == ["topology", "component", "parallelism", "stream"]
+    for name, component, parallelism, stream, millis, emitted, throughput in lines():
+        assert (name, component, parallelism, stream) == (NAME, "numbers", "1", "default")
+        assert 250 <= float(millis) < 5000
+        assert float(throughput) == pytest.approx(int(emitted) / float(millis), rel=0.01, abs=0.002)

@@ -273,6 +273,23 @@ def test_deactivate_and_activate_reach_spark_workers(scluster):
     wait_until(lambda: emitted() > stalled, timeout=10, message="the spouts emit again")
 
 
+def test_rebalance_relaunches_the_barrier_stage_with_the_new_worker_count(scluster):
+    tracker = scluster._sc.statusTracker()
+    scluster.submit_topology("wc", sconf({"topology.max.spout.pending": 50}, workers=1), wordcount(sentences(100_000)))
+    assert len(spark_workers(scluster, "wc")) == 1
+    wait_until(lambda: component(scluster, "wc", "sentences")["acked"] > 0, timeout=20, message="acking")
+    (job,) = tracker.getActiveJobsIds()
+    scluster.rebalance("wc", wait_secs=0.5, num_workers=2)
+    assert scluster.get_topology_info("wc")["status"] == "ACTIVE" and len(spark_workers(scluster, "wc")) == 2
+    wait_until(lambda: component(scluster, "wc", "sentences")["acked"] > 100, timeout=20, message="acking again")
+    # the old barrier job ended (asynchronously, through Spark's listener bus), a new one of 2 tasks runs
+    wait_until(lambda: len(tracker.getActiveJobsIds()) == 1 and job not in tracker.getActiveJobsIds(), timeout=10,
+               message="the old barrier job gone, the new one running")
+    (new_job,) = tracker.getActiveJobsIds()
+    stages = tracker.getJobInfo(new_job).stageIds
+    assert sum(tracker.getStageInfo(stage).numTasks for stage in stages) == 2
+
+
 # -- bad set-ups, before any JVM -------------------------------------------------------------------------
 
 

@@ -100,3 +100,17 @@ def test_the_topology_page_shows_the_topology_and_its_deactivate_button_stops_th
               what="the spouts' emitted count")
         ARTIFACTS.mkdir(exist_ok=True)
         assert browser.save_screenshot(str(ARTIFACTS / "ui-topology-page.png"))
+
+        # the rebalance button's dialog: workers, executors, wait; the topology stays deactivated
+        browser.find_element(By.ID, "rebalance").click()
+        for answer in ("2", "split=4", "0"):
+            alert = browser.switch_to.alert
+            alert.send_keys(answer)
+            alert.accept()
+        wait_until(lambda: len(cluster.get_topology_info(NAME)["workers"]) == 2
+                   and cluster.get_topology_info(NAME)["status"] == "INACTIVE", timeout=20,
+                   message="rebalanced to 2 workers, still deactivated")
+        splits = [e for w in cluster.get_topology_info(NAME)["workers"] for e in w["executors"]
+                  if e["component"] == "split"]
+        assert len(splits) == 4
+        assert [e for e in browser.get_log("browser") if e["source"] == "javascript"] == []

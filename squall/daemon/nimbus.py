@@ -15,8 +15,11 @@ feeds the topology's metrics consumers (:class:`~squall.metrics2.consumer.Metric
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 import time
+import types
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -34,7 +37,9 @@ from squall.topology import StormTopology
 from squall.utils import time as clock
 from squall.windowing.checks import check_topology_windows
 
-ACTIVE, INACTIVE, KILLED, FAILED = "ACTIVE", "INACTIVE", "KILLED", "FAILED"
+log = logging.getLogger("squall.nimbus")
+
+ACTIVE, INACTIVE, KILLED, FAILED, REBALANCING = "ACTIVE", "INACTIVE", "KILLED", "FAILED", "REBALANCING"
 
 
 @dataclass
@@ -47,6 +52,8 @@ class _Running:
     started: float
     status: str = ACTIVE
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: held by a rebalance while it swaps the runner, and by a kill: one waits for the other
+    transition: threading.Lock = field(default_factory=threading.Lock)
     history: StatsHistory = field(init=False)
     #: feeds the topology's metrics consumers (topology.metrics.consumer.register)
     reporter: MetricsReporter | None = None
@@ -136,7 +143,8 @@ class Nimbus(ABC):
             reporter.stop(final_report=False)
             raise
         if reporter:
-            reporter.start(runner.executor_snapshots, runner.workers_info)
+            # through ``running``: a rebalance replaces the runner
+            reporter.start(lambda: running.runner.executor_snapshots(), lambda: running.runner.workers_info())
 
     def _get(self, name: str) -> _Running:
         try:
@@ -160,6 +168,61 @@ class Nimbus(ABC):
                 running.status = INACTIVE
                 running.runner.set_active(False)
 
+    def rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
+                  executors: dict[str, int] | None = None) -> None:
+        """Storm's rebalance: the spouts are deactivated, ``wait_secs`` (default: the message
+        timeout) let pending trees complete, every worker is stopped (close/cleanup run), and
+        the topology starts again on ``num_workers`` workers with ``executors`` (component ->
+        executors; at most its task count, which never changes), then returns to its previous
+        activation. Task ids stay as they were, so a fields grouping sends every key to the same
+        task; what the executors kept in memory is gone, as in Storm (state kept in checkpoints
+        is restored); the figures start again from 0. Returns once the topology runs again.
+
+        Raises ``ValueError`` naming the option at fault (an unknown component, a parallelism
+        above the task count, a number of workers below 1) before anything changes, and
+        ``NotAliveError`` for a topology that is not running (or is being killed)."""
+        running = self._get(name)
+        topology, conf = _rebalanced(running, num_workers, executors)
+        with running.transition:
+            with running.lock:
+                if running.status not in (ACTIVE, INACTIVE) or self._status(running) == FAILED:
+                    raise NotAliveError(f"topology {name!r} is {self._status(running)}: it cannot be rebalanced")
+                previous, running.status = running.status, REBALANCING
+            try:
+                if previous == ACTIVE:
+                    running.runner.set_active(False)
+                wait = conf["topology.message.timeout.secs"] if wait_secs is None else wait_secs
+                if wait > 0 and not clock.is_simulating():
+                    time.sleep(wait)
+                running.runner.stop()
+                runner = self._make_runner(name, topology, conf, assign(topology, conf), running.state)
+                if previous == INACTIVE:
+                    runner.set_active(False)  # before start: its spouts start deactivated
+                running.topology, running.conf, running.runner = topology, conf, runner
+                runner.start()
+            except BaseException:
+                running.status = FAILED
+                raise
+            running.status = previous
+
+    def start_rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
+                        executors: dict[str, int] | None = None) -> None:
+        """:meth:`rebalance` on a thread of its own, as Storm's Nimbus takes a rebalance: the
+        options are checked now (ValueError, NotAliveError), the rest happens after this call
+        returns; the topology's status is REBALANCING meanwhile (FAILED should it not restart)."""
+        running = self._get(name)
+        _rebalanced(running, num_workers, executors)
+        if running.status not in (ACTIVE, INACTIVE):
+            raise NotAliveError(f"topology {name!r} is {running.status}: it cannot be rebalanced")
+
+        def rebalance() -> None:
+            try:
+                self.rebalance(name, wait_secs, num_workers, executors)
+            except Exception:  # noqa: BLE001 - nobody waits for this thread: say it here
+                log.exception("rebalance of topology %r failed", name)
+
+        threading.Thread(target=rebalance, name=f"rebalance-{name}", daemon=True).start()
+
     def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
         """Deactivate the spouts, wait ``wait_secs`` (default: the message timeout) for
         pending trees to finish, then stop every executor (calling close/cleanup).
@@ -178,7 +241,7 @@ class Nimbus(ABC):
         Squall's addition to Storm's API, whose Nimbus forgets a killed topology: what
         ``squall run`` and ``squall submit`` print at exit."""
         running = self._get(name)
-        with running.lock:
+        with running.transition, running.lock:  # after a rebalance under way
             if running.status == KILLED:
                 raise NotAliveError(f"topology {name!r} is already being killed")
             final_status = FAILED if self._status(running) == FAILED else KILLED
@@ -275,6 +338,32 @@ class Nimbus(ABC):
             "workers": running.runner.workers_info(),
             "components": components,
         }
+
+
+def _rebalanced(running: _Running, num_workers: int | None,
+                executors: dict[str, int] | None) -> tuple[StormTopology, dict[str, Any]]:
+    """The topology and config ``running`` gets from a rebalance to ``num_workers`` workers and
+    ``executors`` (component -> executors); ValueError naming the option at fault."""
+    where = f"rebalance of topology {running.name!r}"
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+                                    or num_workers < 1):
+        raise ValueError(f"{where}: numWorkers must be an integer >= 1, got {num_workers!r}")
+    components = dict(running.topology.components)
+    for cid, parallelism in (executors or {}).items():
+        spec = components.get(cid)
+        if spec is None or cid.startswith("__"):
+            known = sorted(c for c in components if not c.startswith("__"))
+            raise ValueError(f"{where}: executors: no component {cid!r} (components: {known})")
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not 1 <= parallelism <= spec.num_tasks:
+            raise ValueError(f"{where}: executors of {cid!r} must be an integer from 1 to its {spec.num_tasks} "
+                             f"task(s) (tasks are fixed at submission; set_num_tasks raises them), got {parallelism!r}")
+        components[cid] = dataclasses.replace(spec, parallelism=parallelism)
+    conf = dict(running.conf)
+    if num_workers is not None:
+        conf["topology.workers"] = num_workers
+    # the ackers keep their tasks, so that every task keeps its id (ids are numbered over all)
+    conf["topology.acker.executors"] = assign(running.topology, running.conf).num_ackers
+    return dataclasses.replace(running.topology, components=types.MappingProxyType(components)), conf
 
 
 def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_process: bool) -> None:

@@ -220,7 +220,17 @@ class KillRequest(msgspec.Struct, frozen=True, tag="kill", tag_field="op"):
     wait_secs: Seconds | None = None
 
 
-ControlRequest = InfoRequest | ActivateRequest | DeactivateRequest | KillRequest
+class RebalanceRequest(msgspec.Struct, frozen=True, tag="rebalance", tag_field="op"):
+    """Storm's rebalance options: ``wait_secs`` as a kill's; ``num_workers``; ``executors``,
+    component -> executors. None: unchanged."""
+
+    wait_secs: Seconds | None = None
+    num_workers: Annotated[int, msgspec.Meta(ge=1, le=1 << 16)] | None = None
+    executors: Annotated[dict[Name, Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]],
+                         msgspec.Meta(max_length=10000)] | None = None
+
+
+ControlRequest = InfoRequest | ActivateRequest | DeactivateRequest | KillRequest | RebalanceRequest
 
 
 class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):

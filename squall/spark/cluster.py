@@ -163,7 +163,8 @@ class SparkCluster(Nimbus):
     def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                      state: TopologyState) -> SparkTopologyMaster:
         self._ship_code()
-        held = {n: len(r.runner.slots) for n, r in self._topologies.items() if r.runner.failure is None}
+        # the slots of the other topologies (a rebalanced one gives its own back first)
+        held = {n: len(r.runner.slots) for n, r in self._topologies.items() if n != name and r.runner.failure is None}
         return SparkTopologyMaster(name, topology, conf, assignment, state, self._sc, held)
 
     def _ship_code(self) -> None:

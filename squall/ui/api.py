@@ -361,6 +361,34 @@ def _json_value(value: Any) -> Any:
     return repr(value)
 
 
+def rebalance_options(body: Any) -> tuple[int | None, dict[str, int] | None]:
+    """(numWorkers, executors) of a rebalance's JSON body, Storm UI's
+    ``{"rebalanceOptions": {"numWorkers": N, "executors": {"component": P}}}`` (numbers may be
+    strings of digits, as Storm takes them); ApiError 400 naming the option at fault."""
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the body must be a JSON object with rebalanceOptions, got {body!r}")
+    options = body.get("rebalanceOptions", {})
+    if not isinstance(options, dict):
+        raise ApiError(400, f"rebalanceOptions must be an object, got {options!r}")
+    num_workers = options.get("numWorkers")
+    if num_workers is not None:
+        num_workers = _count(num_workers, "rebalanceOptions.numWorkers")
+    executors = options.get("executors")
+    if executors is not None:
+        if not isinstance(executors, dict):
+            raise ApiError(400, f"rebalanceOptions.executors must be an object, got {executors!r}")
+        executors = {str(c): _count(p, f"rebalanceOptions.executors.{c}") for c, p in executors.items()}
+    return num_workers, executors
+
+
+def _count(value: Any, option: str) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ApiError(400, f"{option} must be an integer >= 1, got {value!r}")
+    return value
+
+
 def operation(name: str, op: str) -> dict[str, Any]:
     """The answer to a POST: ``{"topologyOperation", "topologyId", "status": "success"}``."""
     return {"topologyOperation": op, "topologyId": name, "status": "success"}

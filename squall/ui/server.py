@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import json
 import logging
 import socket
 import threading
@@ -142,6 +143,7 @@ class UiServer:
             Route("/api/v1/topology/{id}/activate", self._activate, methods=post),
             Route("/api/v1/topology/{id}/deactivate", self._deactivate, methods=post),
             Route("/api/v1/topology/{id}/kill/{wait}", self._kill_route, methods=post),
+            Route("/api/v1/topology/{id}/rebalance/{wait}", self._rebalance, methods=post),
             Route("/metrics", self._metrics, methods=get),
             Route("/", self._index, methods=get),
             Route("/topology.html", self._page("topology.html"), methods=get),
@@ -241,6 +243,21 @@ class UiServer:
         name = request.path_params["id"]
         self.cluster.deactivate(name)
         return _json(api.operation(name, "deactivate"))
+
+    async def _rebalance(self, request: Request) -> Response:
+        name = request.path_params["id"]
+        wait = _wait_time(request.path_params["wait"])
+        body = await request.body()
+        try:
+            options = json.loads(body) if body.strip() else {}
+        except ValueError as e:
+            raise api.ApiError(400, f"the body is not JSON: {e}") from None
+        num_workers, executors = api.rebalance_options(options)
+        try:
+            self.cluster.start_rebalance(name, wait, num_workers, executors)
+        except ValueError as e:
+            raise api.ApiError(400, str(e)) from None
+        return _json(api.operation(name, "rebalance"))
 
     async def _kill_route(self, request: Request) -> Response:
         name = request.path_params["id"]

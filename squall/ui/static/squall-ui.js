@@ -31,11 +31,14 @@ async function getJSON(url) {
   return body;
 }
 
-async function post(url) {
-  const response = await fetch(url, {method: "POST", credentials: "same-origin", headers: {"X-CSRF-Token": CSRF}});
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.errorMessage || response.statusText);
-  return body;
+async function post(url, body) {
+  const headers = {"X-CSRF-Token": CSRF};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(url, {method: "POST", credentials: "same-origin", headers,
+                                     body: body === undefined ? undefined : JSON.stringify(body)});
+  const answer = await response.json();
+  if (!response.ok) throw new Error(answer.errorMessage || response.statusText);
+  return answer;
 }
 
 // columns: [[title, key or function, text?]]; rows: objects; rowAttrs(row) -> attributes of the <tr>
@@ -258,6 +261,22 @@ function startTopologyPage() {
     if (wait === null) return;
     post(`/api/v1/topology/${encodeURIComponent(topologyId)}/kill/${encodeURIComponent(wait)}`)
       .then(() => say(`kill: ${topologyId} is being killed`), error => say(`kill refused: ${error.message}`));
+  };
+  document.getElementById("rebalance").onclick = () => {
+    // Storm UI's dialog, as prompts: workers, then executors per component ("split=4 count=2")
+    const workers = prompt(`Rebalance topology ${topologyId}: number of workers (empty: unchanged)`, "");
+    if (workers === null) return;
+    const executors = prompt("Executors per component, e.g. \"split=4 count=2\" (empty: unchanged)", "");
+    if (executors === null) return;
+    const wait = prompt("Seconds to wait after deactivating its spouts:", msgTimeout);
+    if (wait === null) return;
+    const options = {};
+    if (workers.trim()) options.numWorkers = workers.trim();
+    const pairs = executors.split(/[\s,]+/).filter(Boolean).map(p => p.split("="));
+    if (pairs.length) options.executors = Object.fromEntries(pairs);
+    post(`/api/v1/topology/${encodeURIComponent(topologyId)}/rebalance/${encodeURIComponent(wait)}`,
+         {rebalanceOptions: options})
+      .then(() => say(`rebalance: ${topologyId} is being rebalanced`), error => say(`rebalance refused: ${error.message}`));
   };
   document.getElementById("window").onchange = refreshTopology;
   refreshTopology();
