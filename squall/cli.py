@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import secrets
 import sys
 import time
 import traceback
@@ -28,11 +29,13 @@ from squall.command.spark_master import check_spark_master
 from squall.command.topology_file import load_topology_file
 from squall.config import checked_config
 from squall.control import ControlError
+from squall.defaults import DEFAULTS
 from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
 from squall.scheduler import assign
 from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY
 from squall.topology import StormTopology
+from squall.ui.machine import MachineUi
 
 
 def _file_topology(args: argparse.Namespace) -> tuple[str, StormTopology, dict[str, Any]]:
@@ -169,6 +172,24 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             last, then = current, now
     except KeyboardInterrupt:
         return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """Storm's ``ui``: serve the UI of every topology running on this machine until Ctrl-C."""
+    token = secrets.token_hex(32)
+    try:
+        ui = MachineUi(token, args.host, args.port).start()
+    except OSError as e:
+        raise UsageError(f"the UI cannot listen on {args.host}:{args.port}: {e.strerror}") from None
+    print(f"squall: UI of this machine's topologies at {ui.url}/?token={token}; Ctrl-C stops it", file=sys.stderr)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ui.stop()
+    return 0
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
@@ -320,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_argument("-w", "--watch", choices=("emitted", "transferred"), default="emitted",
                          help="what to count (default: emitted)")
     monitor.set_defaults(func=cmd_monitor)
+    ui = subcommand("ui", "serve Storm UI and its REST API for the topologies running on this machine")
+    ui.add_argument("--host", default=DEFAULTS["ui.host"], help="address to listen on (default: %(default)s)")
+    ui.add_argument("--port", type=int, default=DEFAULTS["ui.port"], help="port (default: %(default)s, Storm UI's)")
+    ui.set_defaults(func=cmd_ui)
     activate = subcommand("activate", "activate a running topology's spouts")
     activate.add_argument("name")
     activate.set_defaults(func=cmd_activate)

@@ -6,8 +6,9 @@ long-lived daemon: each ``squall run`` (or ``squall submit``) process is the Nim
 topology. So that process
 
 * registers the topology in a registry of this machine's running topologies: one JSON file
-  per topology name, ``{"name", "pid", "address", "mode", "started", "public", "secret"}``, in
-  :func:`registry_dir` — written before the topology is submitted, removed when it stops;
+  per topology name, ``{"name", "pid", "address", "mode", "started", "keys", "ui", "ui_token"}``,
+  in :func:`registry_dir` — written before the topology is submitted (the UI's address and
+  token once it serves them), removed when it stops;
 * answers control requests at ``address``, a ZeroMQ socket bound to 127.0.0.1 only
   (:class:`ControlServer`).
 
@@ -29,6 +30,7 @@ carry the ``error``. A request that does not fit is answered with an error and l
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -91,6 +93,8 @@ class Registration:
     started: float  # epoch seconds
     public: str | None = None  # the control socket's CURVE key pair (None: not secured)
     secret: str | None = None
+    ui: str | None = None  # the URL of its UI and REST API (squall.ui), once served
+    ui_token: str | None = None  # what the UI's POSTs need (see squall.ui.server)
 
     @property
     def keys(self) -> LinkKeys | None:
@@ -126,9 +130,12 @@ def _read(path: Path) -> Registration | None:
                 return None
             data = json.load(f)
         keys = LinkKeys.from_json(json.dumps(data.get("keys")))
+        ui, ui_token = data.get("ui"), data.get("ui_token")
         return Registration(name=str(data["name"]), pid=int(data["pid"]), address=str(data["address"]),
                             mode=str(data["mode"]), started=float(data["started"]),
-                            public=keys and keys.public, secret=keys and keys.secret)
+                            public=keys and keys.public, secret=keys and keys.secret,
+                            ui=ui if isinstance(ui, str) else None,
+                            ui_token=ui_token if isinstance(ui_token, str) else None)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -147,7 +154,7 @@ def _locked() -> Iterator[None]:
 
 
 def register(entry: Registration) -> None:
-    """Add ``entry`` to the registry (atomically: temp file, then ``os.replace``).
+    """Add ``entry`` to the registry.
 
     Raises ``AlreadyAliveError`` naming the pid if a live process has the name; a stale
     entry of that name is replaced."""
@@ -159,13 +166,28 @@ def register(entry: Registration) -> None:
                 f"topology {entry.name!r} is already running on this machine (pid {existing.pid}); "
                 f"'squall kill {entry.name}' stops it"
             )
-        temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        data = asdict(entry)
-        data["keys"] = {"public": data.pop("public"), "secret": data.pop("secret")} if entry.keys else None
-        # created private: the control keys are in it
-        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            json.dump(data, f)
-        os.replace(temp, path)
+        _write(path, entry)
+
+
+def publish_ui(name: str, url: str, token: str) -> None:
+    """Add the URL and token of the UI serving ``name`` to this process's entry (what
+    ``squall ui`` reads); nothing if the entry is another process's."""
+    path = _path(name)
+    with _locked():
+        existing = _read(path)
+        if existing is not None and existing.pid == os.getpid():
+            _write(path, dataclasses.replace(existing, ui=url, ui_token=token))
+
+
+def _write(path: Path, entry: Registration) -> None:
+    """Write ``entry`` at ``path`` atomically (temp file, then ``os.replace``), holding the lock."""
+    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    data = asdict(entry)
+    data["keys"] = {"public": data.pop("public"), "secret": data.pop("secret")} if entry.keys else None
+    # created private: the control keys are in it
+    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        json.dump(data, f)
+    os.replace(temp, path)
 
 
 def unregister(name: str) -> None:
@@ -354,6 +376,10 @@ class ControlServer:
     def keys(self) -> LinkKeys | None:
         """The control socket's key pair (None when the topology's links are not secure)."""
         return self._keys
+
+    def publish_ui(self, url: str, token: str) -> None:
+        """Record where the topology's UI is served, for ``squall ui`` (see :func:`publish_ui`)."""
+        publish_ui(self.name, url, token)
 
     def request_kill(self, wait_secs: float | None) -> None:
         """Ask the serving process to kill the topology after ``wait_secs`` (default: the message

@@ -439,3 +439,46 @@ def test_monitor_prints_the_spouts_throughput_every_interval(start, tmp_path):
         assert (name, component, parallelism, stream) == (NAME, "numbers", "1", "default")
         assert 250 <= float(millis) < 5000
         assert float(throughput) == pytest.approx(int(emitted) / float(millis), rel=0.01, abs=0.002)
+
+
+def test_squall_ui_shows_and_steers_every_topology_of_the_machine(start, tmp_path):
+    import urllib.error
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    run = start("-c", "ui.port=0")
+    run.wait_running()
+    wait_until(lambda: control.lookup(NAME).ui is not None, timeout=10, message="the UI published")
+    err = tmp_path / "ui.err"
+    with open(err, "w") as sink:
+        ui = subprocess.Popen([sys.executable, "-m", "squall", "ui", "--port", "0"], stderr=sink, cwd=tmp_path)
+    try:
+        wait_until(lambda: "UI of this machine's topologies at" in err.read_text(), timeout=20)
+        url, token = re.search(r"at (http://127\.0\.0\.1:\d+)/\?token=(\w+)", err.read_text()).groups()
+
+        def get(path: str):
+            with urllib.request.urlopen(url + path, timeout=10) as response:
+                return response.read()
+
+        assert [t["name"] for t in json.loads(get("/api/v1/topology/summary"))["topologies"]] == [NAME]
+        assert json.loads(get("/api/v1/cluster/summary"))["topologies"] == 1
+        page = json.loads(get(f"/api/v1/topology/{NAME}?window=600"))  # relayed to squall run's UI
+        assert page["name"] == NAME and page["window"] == "600" and page["spouts"][0]["spoutId"] == "numbers"
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            get("/api/v1/topology/nope")
+        assert missing.value.code == 404
+        families = {f.name for f in text_string_to_metric_families(get("/metrics").decode())}
+        assert "squall_component_emitted" in families
+
+        deactivate = urllib.request.Request(f"{url}/api/v1/topology/{NAME}/deactivate", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:  # this UI's own token is needed
+            urllib.request.urlopen(deactivate, timeout=10)
+        assert refused.value.code == 401 and info()["status"] == "ACTIVE"
+        deactivate.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(deactivate, timeout=10) as response:
+            assert json.loads(response.read())["topologyOperation"] == "deactivate"
+        assert info()["status"] == "INACTIVE"
+    finally:
+        ui.kill()
+        ui.wait()

@@ -146,3 +146,20 @@ def test_the_rest_call_takes_storm_uis_options(cluster, key):
     assert len(executors(cluster, "count")) == 4
     feed(feeder, range(20))
     wait_until(lambda: sorted(feeder.acked) == list(range(20)), timeout=10)
+
+
+def test_a_stateful_topology_resumes_from_its_committed_state(cluster, tmp_path):
+    """The example's stateful word count: rebalanced mid-stream to two workers, its committed
+    counts are exact (the executors' memory is gone; the checkpointed state is not)."""
+    from test_state import conf as state_conf, counts_of, expected_counts, spout_done, swc, wait_for_commit_of_all
+
+    path = swc.make_input(str(tmp_path / "words.txt"), 3000)
+    topology = swc.build(path, lines_per_sec=1000)  # 3 s of input
+    conf = state_conf()
+    cluster.submit_topology("swc", conf, topology)
+    wait_until(lambda: sum(counts_of("swc", topology, conf).values()) > 0, timeout=10, message="a first commit")
+    assert not spout_done("swc", topology, conf, path)  # mid-stream
+    cluster.rebalance("swc", wait_secs=0.5, num_workers=2)
+    assert len(cluster.get_topology_info("swc")["workers"]) == 2
+    wait_for_commit_of_all("swc", topology, conf, path)
+    assert counts_of("swc", topology, conf) == expected_counts(path)

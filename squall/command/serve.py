@@ -100,6 +100,7 @@ def _start_ui(cluster: Nimbus, control: ControlServer, conf: dict[str, Any]) -> 
         except OSError as e:
             print(f"squall: the UI cannot listen on {host}:{attempt} ({e.strerror})", file=sys.stderr)
             continue
+        control.publish_ui(ui.url, token)  # for squall ui
         print(f"squall: UI and REST API at {ui.url}/?token={token}", file=sys.stderr)
         return ui
     return None

@@ -90,14 +90,19 @@ def topology_summary(views: list[TopologyView]) -> dict[str, Any]:
 
 
 def cluster_summary(views: list[TopologyView]) -> dict[str, Any]:
-    """``GET /api/v1/cluster/summary``: this machine is the one supervisor; its slots are the
-    running topologies' workers."""
-    totals = [_totals(v) for v in views]
-    used = sum(t[0] for t in totals)
+    """``GET /api/v1/cluster/summary``."""
+    return cluster_summary_of([topology_summary_entry(v) for v in views])
+
+
+def cluster_summary_of(topologies: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cluster summary of the topologies' summary entries: this machine is the one
+    supervisor; its slots are the running topologies' workers."""
+    used = sum(t["workersTotal"] for t in topologies)
     return {
-        "stormVersion": f"squall {squall.__version__}", "supervisors": 1, "topologies": len(views),
+        "stormVersion": f"squall {squall.__version__}", "supervisors": 1, "topologies": len(topologies),
         "slotsTotal": used, "slotsUsed": used, "slotsFree": 0,
-        "executorsTotal": sum(t[1] for t in totals), "tasksTotal": sum(t[2] for t in totals),
+        "executorsTotal": sum(t["executorsTotal"] for t in topologies),
+        "tasksTotal": sum(t["tasksTotal"] for t in topologies),
         "schedulerDisplayResource": False, "totalMem": 0.0, "totalCpu": 0.0, "availMem": 0.0, "availCpu": 0.0,
         "memAssignedPercentUtil": 0.0, "cpuAssignedPercentUtil": 0.0,
     }
@@ -257,8 +262,13 @@ def component_page(view: TopologyView, cid: str, window: int | None) -> dict[str
         page["spoutSummary"] = _window_stats(view, cid)
     else:
         page["boltStats"] = _window_stats(view, cid)
+        inputs = [(src, stream, grouping) for (src, stream), grouping in spec.inputs.items()
+                  if not src.startswith("__")]
         page["inputStats"] = [{"component": src, "encodedComponentId": src, "stream": stream,
-                               "grouping": grouping.type} for (src, stream), grouping in spec.inputs.items()]
+                               "grouping": grouping.type} for src, stream, grouping in inputs]
+        if len(inputs) == 1:  # the bolt's figures are its one input's (not counted per input stream)
+            page["inputStats"][0].update({key: entry[key] for key in (
+                "executed", "acked", "failed", "executeLatency", "processLatency")})
     return page
 
 

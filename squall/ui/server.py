@@ -1,4 +1,6 @@
-"""The UI server: Storm UI's REST API over HTTP for the topologies of one Nimbus.
+"""The UI servers: Storm UI and its REST API over HTTP. :class:`UiApp` is what they share
+(pages, login, access, the server thread); :class:`UiServer` serves the topologies of one
+Nimbus; ``squall ui`` serves the machine's (:mod:`squall.ui.machine`).
 
 Starlette on uvicorn, on a thread of the process that runs the topology (the driver of
 ``squall run`` / ``squall submit``, or any program holding a ``LocalCluster``). Why these: the
@@ -29,12 +31,11 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import logging
 import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -48,17 +49,16 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from squall.daemon.nimbus import Nimbus
+from squall.defaults import DEFAULTS
 from squall.daemon.stats_history import WINDOWS, parse_window
 from squall.errors import NotAliveError
 from squall.metrics2.prometheus import cluster_infos, exposition
 from squall.ui import api
 
-log = logging.getLogger("squall.ui")
-
 STATIC = Path(__file__).parent / "static"  # the pages and their script: shipped in the wheel
 COOKIE = "squall-ui-token"
 CSRF_HEADER = "X-CSRF-Token"
-DEFAULT_PORT = 8080  # Storm UI's ui.port
+DEFAULT_PORT = DEFAULTS["ui.port"]  # Storm UI's 8080
 
 #: ``kill(name, wait_secs)``: how the serving process kills a topology (None: the default wait)
 KillFn = Callable[[str, "float | None"], None]
@@ -82,24 +82,19 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class UiServer:
-    """Serves ``cluster``'s topologies at ``http://host:port`` from :meth:`start` to :meth:`stop`.
+class UiApp:
+    """What every Squall UI server shares: the pages, their login, who may do what (see the
+    module's docstring), and its uvicorn thread. Subclasses give the API's routes
+    (:meth:`api_routes`). Serves at ``http://host:port`` from :meth:`start` to :meth:`stop`;
+    ``port`` 0 picks a free port (:attr:`url` says which, once started); start raises OSError
+    if the address is taken."""
 
-    ``kill`` is how a POST ``/kill/:wait-time`` kills (default: ``cluster.kill_topology``);
-    the driver of ``squall run`` passes its own, so that the kill ends with its summary.
-    ``port`` 0 picks a free port; :attr:`url` says which, once started. Start raises OSError
-    if the address is taken.
-    """
-
-    def __init__(self, cluster: Nimbus, token: str, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 kill: KillFn | None = None) -> None:
-        self.cluster = cluster
+    def __init__(self, token: str, host: str, port: int) -> None:
         self.host = host
         self.port = port
         self._token = token
         self._csrf = csrf_token(token)
         self._open_reads = _is_loopback(host)
-        self._kill = kill or (lambda name, wait: cluster.kill_topology(name, wait))
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -107,7 +102,7 @@ class UiServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> UiServer:
+    def start(self) -> Self:
         sock = socket.create_server((self.host, self.port), family=_family(self.host))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app(), log_level="warning", lifespan="off", access_log=False)
@@ -123,30 +118,21 @@ class UiServer:
         if self._thread is not None:
             self._thread.join(5.0)
 
-    def __enter__(self) -> UiServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    # -- the application -----------------------------------------------------------------
+    def api_routes(self) -> list[Route]:
+        """The REST API's routes."""
+        raise NotImplementedError
 
     def app(self) -> Starlette:
-        get, post = ["GET"], ["POST"]
         routes = [
-            Route("/api/v1/cluster/summary", self._cluster_summary, methods=get),
-            Route("/api/v1/topology/summary", self._topology_summary, methods=get),
-            Route("/api/v1/topology/{id}", self._topology, methods=get),
-            Route("/api/v1/topology/{id}/component/{component}", self._component, methods=get),
-            Route("/api/v1/topology/{id}/visualization", self._visualization, methods=get),
-            Route("/api/v1/topology/{id}/series", self._series, methods=get),
-            Route("/api/v1/topology/{id}/activate", self._activate, methods=post),
-            Route("/api/v1/topology/{id}/deactivate", self._deactivate, methods=post),
-            Route("/api/v1/topology/{id}/kill/{wait}", self._kill_route, methods=post),
-            Route("/api/v1/topology/{id}/rebalance/{wait}", self._rebalance, methods=post),
-            Route("/metrics", self._metrics, methods=get),
-            Route("/", self._index, methods=get),
-            Route("/topology.html", self._page("topology.html"), methods=get),
+            *self.api_routes(),
+            Route("/", self._index, methods=["GET"]),
+            Route("/topology.html", self._page("topology.html"), methods=["GET"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
         return Starlette(routes=routes, middleware=[_middleware(self._guard)],
@@ -193,7 +179,37 @@ class UiServer:
 
         return page
 
-    # views: the cluster is called from the event loop's thread; its calls return at once
+
+class UiServer(UiApp):
+    """Storm UI and its REST API for ``cluster``'s topologies.
+
+    ``kill`` is how a POST ``/kill/:wait-time`` kills (default: ``cluster.kill_topology``);
+    the driver of ``squall run`` passes its own, so that the kill ends with its summary.
+    """
+
+    def __init__(self, cluster: Nimbus, token: str, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 kill: KillFn | None = None) -> None:
+        super().__init__(token, host, port)
+        self.cluster = cluster
+        self._kill = kill or (lambda name, wait: cluster.kill_topology(name, wait))
+
+    def api_routes(self) -> list[Route]:
+        get, post = ["GET"], ["POST"]
+        return [
+            Route("/api/v1/cluster/summary", self._cluster_summary, methods=get),
+            Route("/api/v1/topology/summary", self._topology_summary, methods=get),
+            Route("/api/v1/topology/{id}", self._topology, methods=get),
+            Route("/api/v1/topology/{id}/component/{component}", self._component, methods=get),
+            Route("/api/v1/topology/{id}/visualization", self._visualization, methods=get),
+            Route("/api/v1/topology/{id}/series", self._series, methods=get),
+            Route("/api/v1/topology/{id}/activate", self._activate, methods=post),
+            Route("/api/v1/topology/{id}/deactivate", self._deactivate, methods=post),
+            Route("/api/v1/topology/{id}/kill/{wait}", self._kill_route, methods=post),
+            Route("/api/v1/topology/{id}/rebalance/{wait}", self._rebalance, methods=post),
+            Route("/metrics", self._metrics, methods=get),
+        ]
+
+    # the cluster is called from the event loop's thread; its calls return at once
 
     def _view(self, name: str) -> api.TopologyView:
         cluster = self.cluster
@@ -296,7 +312,7 @@ def _json(body: Any) -> Response:
 
 
 def _error(status: int, message: str) -> Response:
-    return JSONResponse({"error": {400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "Error"),
+    return JSONResponse({"error": {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 502: "Bad Gateway"}.get(status, "Error"),
                          "errorMessage": message}, status_code=status)
 
 
