@@ -28,6 +28,12 @@ ACK_INIT = "__ack_init"
 ACK_ACK = "__ack_ack"
 ACK_FAIL = "__ack_fail"
 ACK_RESET_TIMEOUT = "__ack_reset_timeout"
+# Within one worker, many of these in one tuple (never sent to another worker: the receive
+# path takes system streams of ints only, so it drops them as malformed):
+# to an acker, {root: (ack-val, spout task or None)}: inits (with their spout task) and acks;
+ACK_BATCH = "__ack_batch"
+# to a spout task, [root, ...]: the trees that completed.
+ACKED_BATCH = "__ack_acked"
 # not the acker's: a restarted task asks the checkpoint spout for a rollback (see
 # squall.executor.checkpointing); a system stream so that every component may send it
 CHECKPOINT_RECOVER = "__checkpoint_recover"
@@ -38,6 +44,8 @@ SYSTEM_STREAM_FIELDS = {
     ACK_FAIL: Fields("id"),
     ACK_RESET_TIMEOUT: Fields("id"),
     CHECKPOINT_RECOVER: Fields("task"),
+    ACK_BATCH: Fields("acks"),
+    ACKED_BATCH: Fields("ids"),
 }
 
 
@@ -71,22 +79,39 @@ class Acker:
         return len(self._pending)
 
     def execute(self, stream: str, values: list[Any]) -> None:
-        root = values[0]
+        if stream == ACK_ACK:
+            self.update(values[0], values[1], None)
+        elif stream == ACK_INIT:
+            self.update(values[0], values[1], values[2])
+        elif stream == ACK_BATCH:
+            update = self.update
+            for root, (val, spout_task) in values[0].items():
+                update(root, val, spout_task)
+        else:
+            root = values[0]
+            entry = self._pending.get(root)
+            if entry is None:
+                entry = self._pending.put(root, _Entry())
+            if stream == ACK_FAIL:
+                entry.failed = True
+                self._settle(root, entry)
+            elif stream == ACK_RESET_TIMEOUT:
+                self._pending.touch(root)
+                if entry.spout_task is not None:
+                    self._send(entry.spout_task, ACK_RESET_TIMEOUT, [root])
+
+    def update(self, root: int, val: int, spout_task: int | None) -> None:
+        """XOR ``val`` into tree ``root``'s value: an init (with its ``spout_task``) or an ack."""
         entry = self._pending.get(root)
         if entry is None:
             entry = self._pending.put(root, _Entry())
-        if stream == ACK_ACK:
-            entry.val ^= values[1]
-        elif stream == ACK_INIT:
-            entry.val ^= values[1]
-            entry.spout_task = values[2]
-        elif stream == ACK_FAIL:
-            entry.failed = True
-        elif stream == ACK_RESET_TIMEOUT:
-            self._pending.touch(root)
-            if entry.spout_task is not None:
-                self._send(entry.spout_task, ACK_RESET_TIMEOUT, [root])
-            return
+        entry.val ^= val
+        if spout_task is not None:
+            entry.spout_task = spout_task
+        self._settle(root, entry)
+
+    def _settle(self, root: int, entry: _Entry) -> None:
+        """Tell the spout task of a tree that failed or completed."""
         if entry.spout_task is None:
             return  # init not seen yet: acks from bolts can overtake it
         if entry.failed:

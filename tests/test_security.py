@@ -337,6 +337,38 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
 
 
 @pytest.mark.processes
+def test_forged_ack_batches_from_another_worker_are_dropped(cluster, tmp_path):
+    """Ack batches (many inits, acks or completions in one tuple) only ever travel within a
+    worker: from the network, the receive path drops them, as every system tuple that is not
+    all ints, so a peer cannot complete or fail other trees wholesale."""
+    cluster.submit_topology("forged", pconf(), numbers_topology(str(tmp_path), limit=N))
+    info = cluster.get_topology_info("forged")
+    tasks = {e["component"]: (w["port"], e["tasks"][0]) for w in info["workers"] for e in w["executors"]}
+    acker_port, acker_task = tasks["__acker"]
+    spout_port, spout_task = tasks["numbers"]
+    relay_task = tasks["relay"][1]
+    runner_keys = cluster._get("forged").runner.keys
+    for port, record in ((acker_port, (acker_task, relay_task, "__ack_batch", [{"1": [0, 3]}], {})),
+                         (spout_port, (spout_task, acker_task, "__ack_acked", [[1, 2, 3]], {}))):
+        context, security, sock = keyed_push(runner_keys, port)
+        try:
+            sock.send(msgpack.packb([[field] for field in record]))
+        finally:
+            sock.close()
+            security.close()
+            context.term()
+    wait_until(lambda: all_acked(tmp_path), timeout=30)
+    assert acked(tmp_path) == list(range(1, N + 1))  # none acked by the forgery, none twice
+    def dropped() -> set[str]:  # each is reported for every component of the worker that dropped it
+        return {e["error"] for c in cluster.get_topology_info("forged")["components"].values() for e in c["errors"]
+                if "__ack_batch" in e["error"] or "__ack_acked" in e["error"]}
+
+    wait_until(lambda: len(dropped()) == 2, timeout=10)
+    assert all("malformed" in e for e in dropped())
+    assert all(w["restarts"] == 0 for w in cluster.get_topology_info("forged")["workers"])
+
+
+@pytest.mark.processes
 def test_random_bytes_from_a_peer_with_the_keys_leave_the_master_supervising(cluster, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="squall.master")
     cluster.submit_topology("noisy", pconf(), numbers_topology(str(tmp_path), limit=N))

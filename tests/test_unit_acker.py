@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from squall.acker import ACK_ACK, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, RoundAcks, acker_for
+from squall.acker import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, RoundAcks, acker_for
 
 SPOUT_TASK = 5
 
@@ -331,3 +331,26 @@ def test_a_tree_with_a_failed_tuple_never_completes_in_the_round_and_its_acker_f
     for stream, values in [*fail, *to_acker]:  # the fail went to the acker directly, maybe first
         acker.execute(stream, values)
     assert spouts.told(ACK_FAIL) == [(SPOUT_TASK, tree.root)] and spouts.told(ACK_ACK) == []
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_ack_batch_settles_the_trees_its_messages_would(seed):
+    """ACK_BATCH (an executor's inits and acks of one flush, combined per tree) against the same
+    messages one by one: the same spouts hear of the same trees."""
+    rng = random.Random(seed)
+    trees = [Tree(rng, size=8, spout_task=SPOUT_TASK + i % 2) for i in range(30)]
+    messages = [m for tree in trees for m in tree.messages()]
+    rng.shuffle(messages)
+    one_by_one, batched = Spouts(), Spouts()
+    single, batching = Acker(one_by_one), Acker(batched)
+    for stream, values in messages:
+        single.execute(stream, values)
+    for start in range(0, len(messages), 17):  # flushes of 17 messages
+        batch: dict[int, tuple[int, int | None]] = {}
+        for stream, values in messages[start:start + 17]:
+            val, task = batch.get(values[0], (0, None))
+            batch[values[0]] = (val ^ values[1], values[2] if stream == ACK_INIT else task)
+        batching.execute(ACK_BATCH, [batch])
+    assert sorted(batched.told(ACK_ACK)) == sorted(one_by_one.told(ACK_ACK)) == \
+        sorted((tree.spout_task, tree.root) for tree in trees)
+    assert len(single) == len(batching) == 0

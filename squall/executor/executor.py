@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any
 
-from squall.acker import ACK_ACK, RoundAcks, acker_for, system_sources
+from squall.acker import ACK_ACK, ACK_BATCH, ACK_INIT, ACKED_BATCH, RoundAcks, acker_for, system_sources
 from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.context import TopologyContext
 from squall.executor.checkpointing import UNHELD_ROOT_BIT
@@ -183,24 +183,57 @@ class Executor:
         acks = self.foreign_acks
         if acks:
             held = self.held_acks
+            out = []
             for root, val in acks.items():
                 if not val:
                     continue  # acks that cancel out would not change the acker's value
                 if held is None or root & UNHELD_ROOT_BIT:
-                    self.to_acker(root, ACK_ACK, [root, val])
+                    out.append((root, val, None))
                 else:
                     held[root] = held.get(root, 0) ^ val
             acks.clear()
+            self.send_acks(out)
         self.transfer.flush_all()
 
     def flush_round_acks(self) -> None:
         """The end of the cooperative thread's round: send its combined acks, and tell the
-        spouts of the trees that completed (see :class:`RoundAcks`)."""
-        ack_source, me = self.system_sources[ACK_ACK], self.task_ids[0]
+        spouts of the trees that completed (see :class:`RoundAcks`), one tuple per spout task."""
         with self.lock:
-            self.round_acks.flush(self.to_acker,
-                                  lambda spout_task, root: self.send((spout_task,), Tuple([root, 0], ack_source, me)))
+            self.send_round_acks()
             self.transfer.flush_all()
+
+    def send_round_acks(self) -> None:
+        """Send what :attr:`round_acks` combined (holding ``self.lock``)."""
+        acks: list[tuple[int, int, int | None]] = []
+        completed: dict[int, list[int]] = {}
+        self.round_acks.flush(
+            lambda root, stream, values: acks.append((root, values[1], values[2] if stream == ACK_INIT else None)),
+            lambda spout_task, root: completed.setdefault(spout_task, []).append(root))
+        self.send_acks(acks)
+        source, me = self.system_sources[ACKED_BATCH], self.task_ids[0]
+        for spout_task, roots in completed.items():  # the round's spouts: all in this worker
+            self.send((spout_task,), Tuple([roots], source, me))
+
+    def send_acks(self, acks: list[tuple[int, int, int | None]]) -> None:
+        """Send ``(root, value, spout task or None)`` inits and acks to the trees' ackers: to an
+        acker task of this worker, all of them in one ACK_BATCH tuple (one message to handle,
+        not one per tree); to another worker's, one ACK_INIT / ACK_ACK tuple per tree."""
+        acker_tasks, local = self.acker_tasks, self.transfer.local_tasks
+        batches: dict[int, dict[int, tuple[int, int | None]]] = {}
+        for root, val, spout_task in acks:
+            task = acker_tasks[root % len(acker_tasks)]  # acker_for, inlined
+            if task in local:
+                batch = batches.get(task)
+                if batch is None:
+                    batch = batches[task] = {}
+                batch[root] = (val, spout_task)
+            elif spout_task is None:
+                self.to_acker(root, ACK_ACK, [root, val])
+            else:
+                self.to_acker(root, ACK_INIT, [root, val, spout_task])
+        source, me = self.system_sources[ACK_BATCH], self.task_ids[0]
+        for task, batch in batches.items():
+            self.send((task,), Tuple([batch], source, me))
 
     def to_acker(self, root: int, stream: str, values: list[Any]) -> None:
         self.send((acker_for(root, self.acker_tasks),), Tuple(values, self.system_sources[stream], self.task_ids[0]))

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, CHECKPOINT_RECOVER
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_RECOVER, RoundAcks
 from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.collector import SpoutOutputCollector
 from squall.executor.checkpointing import UNHELD_ROOT_BIT, Checkpointing, TaskStates
@@ -44,6 +44,11 @@ class SpoutExecutor(Executor):
         # slot until it times out: the next barrier must not wait for that
         self._max_pending = None if self.component == CHECKPOINT_COMPONENT else self.conf["topology.max.spout.pending"]
         self._max_batch = self.conf["topology.spout.max.batch.size"]
+        # a spout on a thread of its own combines its inits until it flushes, as the cooperative
+        # thread does for its spouts (one message per acker and flush, not one per tuple)
+        self._own_round_acks = not cooperative and bool(self.acker_tasks)
+        if self._own_round_acks:
+            self.round_acks = RoundAcks()
         # (monotonic time, task) since which a spout task's next_tuple calls run, or None:
         # written once per task and batch, read by the worker's timer (check_stall)
         self.calling: tuple[float, int] | None = None
@@ -69,6 +74,11 @@ class SpoutExecutor(Executor):
                     f"{stuck_for:.1f}s (topology.spout.stall.secs = {limit:g}); next_tuple must not block")
             log.warning(text)
             self.worker.state.report_error(self.component, calling[1], text)
+
+    def flush_all(self) -> None:
+        if self._own_round_acks and self.round_acks.acks:
+            self.send_round_acks()
+        super().flush_all()
 
     def pending_for(self, task_id: int) -> RotatingMap:
         return self._pending[task_id]
@@ -210,29 +220,33 @@ class SpoutExecutor(Executor):
             done += len(item)
             for task, tup in self.pairs(item):
                 stream = tup._source.stream
-                if stream not in _ACKER_STREAMS:
+                if stream == ACKED_BATCH:
+                    for root in tup.values[0]:
+                        self._tree_done(task, root, True)
+                elif stream not in _ACKER_STREAMS:
                     self._checkpoint_input(task, tup)
-                    continue
-                root = tup.values[0]
-                pending = self._pending[task]
-                if stream == ACK_RESET_TIMEOUT:
-                    pending.touch(root)
-                    continue
-                entry = pending.pop(root)
-                if entry is None:
-                    continue  # already timed out and failed
-                if stream == ACK_ACK:
-                    self.stats.acked += 1
-                    self.stats.complete_secs += time.perf_counter() - entry[1]
-                    self.stats.complete_count += 1
-                    self._call(task, "ack", entry[0])
+                elif stream == ACK_RESET_TIMEOUT:
+                    self._pending[task].touch(tup.values[0])
                 else:
-                    self.stats.failed += 1
-                    self._call(task, "fail", entry[0])
+                    self._tree_done(task, tup.values[0], stream == ACK_ACK)
         self._run_settle_now()
         self.flush_all()  # replays emitted from fail()
         if self._tracker is not None and done:
             self._tracker.done(done)
+
+    def _tree_done(self, task: int, root: int, acked: bool) -> None:
+        """Tree ``root`` of ``task`` completed (``acked``) or failed: call the spout's ack or fail."""
+        entry = self._pending[task].pop(root)
+        if entry is None:
+            return  # already timed out and failed
+        if acked:
+            self.stats.acked += 1
+            self.stats.complete_secs += time.perf_counter() - entry[1]
+            self.stats.complete_count += 1
+            self._call(task, "ack", entry[0])
+        else:
+            self.stats.failed += 1
+            self._call(task, "fail", entry[0])
 
     def _checkpoint_input(self, task: int, tup: Any) -> None:
         """A barrier from the checkpoint spout, or (for the checkpoint spout) a restarted task's

@@ -80,6 +80,8 @@ class ExecutorTransfer:
                 ob = by_worker.setdefault(worker_index, _Outbox(None, worker_index, False))
             self._outboxes[task] = ob
         self._outbox_list = [*by_queue.values(), *by_worker.values()]
+        #: the tasks of this worker (whose tuples are never serialized)
+        self.local_tasks = frozenset(t for t, ob in self._outboxes.items() if ob.queue is not None)
         self._has_remote = bool(by_worker)
 
     def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
