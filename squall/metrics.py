@@ -16,6 +16,9 @@ from typing import Any
 from squall.metrics2.registry import user_metrics_summary
 
 CAPACITY_WINDOW_SECS = 600.0
+#: the most entries of an executor's components' own ``metrics`` a heartbeat carries
+MAX_COMPONENT_METRICS = 1000
+OMITTED_METRICS = "omitted_metrics"  # how many names did not fit
 
 
 class ExecutorStats:
@@ -72,8 +75,11 @@ def component_metrics(instances: list[Any]) -> dict[str, float]:
     """The sum over ``instances`` (an executor's tasks) of their ``metrics`` dicts: a
     component's own counters (a connector's records read, errors...; numbers, or dicts of
     numbers such as lag per partition, flattened to ``"lag.topic:0"``). Read racily from the
-    executor's thread, as the other figures; a dict growing meanwhile is read next time."""
+    executor's thread, as the other figures; a dict growing meanwhile is read next time. At
+    most :data:`MAX_COMPONENT_METRICS` names: past that, the plain counters, the first names
+    from dicts, and ``omitted_metrics``."""
     totals: dict[str, float] = {}
+    nested: set[str] = set()  # the names from dicts of numbers (a lag per partition)
     for instance in instances:
         metrics = getattr(instance, "metrics", None)
         if not isinstance(metrics, dict):
@@ -86,8 +92,15 @@ def component_metrics(instances: list[Any]) -> dict[str, float]:
                     if isinstance(number, (int, float)) and not isinstance(number, bool):
                         key = str(name) if sub is None else f"{name}.{sub}"
                         totals[key] = totals.get(key, 0) + number
+                        if sub is not None:
+                            nested.add(key)
         except RuntimeError:  # changed size while read: next heartbeat
             continue
+    if len(totals) > MAX_COMPONENT_METRICS:
+        # a heartbeat carries at most this many (see squall.messaging.schema): the plain counters,
+        # then the first names from dicts, and how many were left out, rather than no heartbeat
+        kept = sorted(totals, key=lambda k: (k in nested, k))[:MAX_COMPONENT_METRICS - 1]
+        totals = {**{k: totals[k] for k in kept}, OMITTED_METRICS: len(totals) - len(kept)}
     return totals
 
 

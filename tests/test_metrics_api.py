@@ -531,3 +531,20 @@ def test_user_metrics_from_spark_workers():
                        message="the consumer, in the driver, seeing every count")
     finally:
         session.stop()
+
+
+def test_a_component_with_more_own_metrics_than_a_heartbeat_carries_still_reports():
+    """A connector with, say, a lag per partition of thousands of partitions: the heartbeat
+    carries the first names and how many were left out, and its schema accepts it."""
+    from squall.metrics import MAX_COMPONENT_METRICS, OMITTED_METRICS, component_metrics
+
+    class Wide:
+        metrics = {"read": 7, "lag": {f"topic:{p}": 1 for p in range(1500)}}
+
+    totals = component_metrics([Wide()])
+    assert len(totals) == MAX_COMPONENT_METRICS
+    assert totals[OMITTED_METRICS] == 1501 - (MAX_COMPONENT_METRICS - 1)
+    assert totals["read"] == 7  # the plain counters are kept first
+    figures = dict.fromkeys(("emitted", "transferred", "acked", "failed", "executed", "execute_secs",
+                             "process_secs", "process_count", "complete_secs", "complete_count", "capacity"), 0)
+    msgspec.convert({**figures, "metrics": totals}, schema.ExecutorFigures)  # no ValidationError

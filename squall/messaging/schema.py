@@ -22,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from squall.metrics import MAX_COMPONENT_METRICS
 from squall.metrics2.metrics import MAX_FIGURE, MAX_METRICS_PER_TASK, MAX_NAME_LENGTH
 
 #: the longest error text or traceback a message carries (senders cut theirs to it)
@@ -110,7 +111,7 @@ class ExecutorFigures(msgspec.Struct, frozen=True):
     #: stream -> (emitted, transferred) on it
     streams: Annotated[dict[Name, tuple[NonNegative, NonNegative]], msgspec.Meta(max_length=10000)] = {}
     #: the tasks' components' own counters (their ``metrics`` dicts, e.g. a connector's), summed
-    metrics: Annotated[dict[Text, int | float], msgspec.Meta(max_length=1000)] = {}
+    metrics: Annotated[dict[Text, int | float], msgspec.Meta(max_length=MAX_COMPONENT_METRICS)] = {}
     #: task -> name -> snapshot: the user metrics of the tasks that registered some
     user_metrics: Annotated[dict[NonNegative, TaskUserMetrics], msgspec.Meta(max_length=MAX_TASKS_PER_EXECUTOR)] = {}
 
