@@ -511,7 +511,7 @@ def main() -> None:
             print(f"  {name:<8}{best}")
             continue
         ratio = best["squall"] / best["plain"]
-        print(f"  {name:<8}{SINKS[name]:<52}{best['squall']:>14,.0f}{best['plain']:>18,.0f}{ratio:>7.2f}x  "
+        print(f"  {name:<8}{SINKS[name]:<52}{best['squall']:>14,.0f}{best['plain']:>18,.0f}{ratio:>7.3f}x  "
               f"{verdict(ratio):<16}{best['squall'] / engine:>9.2f}x")
     print(f"  {'engine':<8}{'memory spout -> upper -> ack-only sink':<52}{engine:>14,.0f}")
     print("reproduce: python benchmarks/connectors.py " + " ".join(sys.argv[1:]))

@@ -10,7 +10,6 @@ ends the command with one line on stderr (``squall: error: ...``, a file's error
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import secrets
 import sys
@@ -23,7 +22,6 @@ from squall import control
 from squall.command import UsageError
 from squall.command.overrides import parse_overrides, parse_spark_conf
 from squall.command.plan import format_plan
-from squall.command.report import format_uptime
 from squall.command.serve import serve_topology
 from squall.command.spark_master import check_spark_master
 from squall.command.topology_file import load_topology_file
@@ -36,6 +34,7 @@ from squall.scheduler import assign
 from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY
 from squall.topology import StormTopology
 from squall.ui.machine import MachineUi
+from squall.utils.time import format_duration, parse_seconds
 
 
 def _file_topology(args: argparse.Namespace) -> tuple[str, StormTopology, dict[str, Any]]:
@@ -112,7 +111,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             continue
         except ControlError:  # being submitted or stopped, or not answering: the registry still knows
             status, uptime = "?", time.time() - entry.started
-        rows.append((entry.name, status, entry.mode, format_uptime(uptime), str(entry.pid)))
+        rows.append((entry.name, status, entry.mode, format_duration(uptime), str(entry.pid)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -242,12 +241,9 @@ class _Parser(argparse.ArgumentParser):
 def _seconds(text: str) -> float:
     """A number of seconds >= 0 (not NaN nor infinite), for argparse."""
     try:
-        secs = float(text)
-    except ValueError:
-        secs = math.nan
-    if not (math.isfinite(secs) and secs >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
-    return secs
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _spark_master(text: str) -> str:

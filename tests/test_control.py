@@ -364,10 +364,8 @@ def test_the_entry_is_removed_when_the_topology_fails_to_start(start, home, tmp_
 
 
 def test_squall_run_serves_the_rest_api_whose_posts_need_the_token_its_owner_can_derive(start, home, tmp_path):
-    import urllib.error
-    import urllib.request
-
     from squall.ui.server import ui_token
+    from test_ui_rest import call
 
     run = start("-c", "ui.port=0")
     run.wait_running()
@@ -375,18 +373,15 @@ def test_squall_run_serves_the_rest_api_whose_posts_need_the_token_its_owner_can
     url, token = re.search(r"UI and REST API at (http://127\.0\.0\.1:\d+)/\?token=(\w+)", run.stderr()).groups()
     # the owner of the registry entry derives the token from the control secret
     assert token == ui_token(control.lookup(NAME).secret)
-    with urllib.request.urlopen(f"{url}/api/v1/topology/{NAME}", timeout=10) as response:
-        page = json.loads(response.read())
-    assert page["name"] == NAME and page["status"] == "ACTIVE" and page["spouts"][0]["spoutId"] == "numbers"
+    status, page, _ = call(f"{url}/api/v1/topology/{NAME}")
+    assert status == 200 and page["name"] == NAME and page["status"] == "ACTIVE"
+    assert page["spouts"][0]["spoutId"] == "numbers"
 
-    kill = urllib.request.Request(f"{url}/api/v1/topology/{NAME}/kill/0", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(kill, timeout=10)
-    assert refused.value.code == 401
+    kill = f"{url}/api/v1/topology/{NAME}/kill/0"
+    assert call(kill, "POST")[0] == 401
     assert run.proc.poll() is None
-    kill.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(kill, timeout=10) as response:
-        assert json.loads(response.read())["topologyOperation"] == "kill"
+    status, answer, _ = call(kill, "POST", {"Authorization": f"Bearer {token}"})
+    assert (status, answer["topologyOperation"]) == (200, "kill")
     # the kill is squall run's own: it prints the summary and exits
     assert run.proc.wait(timeout=30) == 0, run.stderr()
     assert "killed by squall kill" in run.stderr() and not entry_path(home).exists()
@@ -442,10 +437,10 @@ def test_monitor_prints_the_spouts_throughput_every_interval(start, tmp_path):
 
 
 def test_squall_ui_shows_and_steers_every_topology_of_the_machine(start, tmp_path):
-    import urllib.error
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
+    from test_ui_rest import call
 
     run = start("-c", "ui.port=0")
     run.wait_running()
@@ -457,27 +452,21 @@ def test_squall_ui_shows_and_steers_every_topology_of_the_machine(start, tmp_pat
         wait_until(lambda: "UI of this machine's topologies at" in err.read_text(), timeout=20)
         url, token = re.search(r"at (http://127\.0\.0\.1:\d+)/\?token=(\w+)", err.read_text()).groups()
 
-        def get(path: str):
-            with urllib.request.urlopen(url + path, timeout=10) as response:
-                return response.read()
-
-        assert [t["name"] for t in json.loads(get("/api/v1/topology/summary"))["topologies"]] == [NAME]
-        assert json.loads(get("/api/v1/cluster/summary"))["topologies"] == 1
-        page = json.loads(get(f"/api/v1/topology/{NAME}?window=600"))  # relayed to squall run's UI
-        assert page["name"] == NAME and page["window"] == "600" and page["spouts"][0]["spoutId"] == "numbers"
-        with pytest.raises(urllib.error.HTTPError) as missing:
-            get("/api/v1/topology/nope")
-        assert missing.value.code == 404
-        families = {f.name for f in text_string_to_metric_families(get("/metrics").decode())}
+        assert [t["name"] for t in call(url + "/api/v1/topology/summary")[1]["topologies"]] == [NAME]
+        assert call(url + "/api/v1/cluster/summary")[1]["topologies"] == 1
+        status, page, _ = call(f"{url}/api/v1/topology/{NAME}?window=600")  # relayed to squall run's UI
+        assert status == 200 and page["name"] == NAME and page["window"] == "600"
+        assert page["spouts"][0]["spoutId"] == "numbers"
+        assert call(url + "/api/v1/topology/nope")[0] == 404
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as response:  # text, not JSON
+            families = {f.name for f in text_string_to_metric_families(response.read().decode())}
         assert "squall_component_emitted" in families
 
-        deactivate = urllib.request.Request(f"{url}/api/v1/topology/{NAME}/deactivate", method="POST")
-        with pytest.raises(urllib.error.HTTPError) as refused:  # this UI's own token is needed
-            urllib.request.urlopen(deactivate, timeout=10)
-        assert refused.value.code == 401 and info()["status"] == "ACTIVE"
-        deactivate.add_header("Authorization", f"Bearer {token}")
-        with urllib.request.urlopen(deactivate, timeout=10) as response:
-            assert json.loads(response.read())["topologyOperation"] == "deactivate"
+        deactivate = f"{url}/api/v1/topology/{NAME}/deactivate"
+        assert call(deactivate, "POST")[0] == 401  # this UI's own token is needed
+        assert info()["status"] == "ACTIVE"
+        status, answer, _ = call(deactivate, "POST", {"Authorization": f"Bearer {token}"})
+        assert (status, answer["topologyOperation"]) == (200, "deactivate")
         assert info()["status"] == "INACTIVE"
     finally:
         ui.kill()

@@ -38,14 +38,3 @@ def format_summary(info: dict[str, Any]) -> str:
             lines.append(f"\n{len(c['errors'])} error(s) in {cid!r}; the last (task {last['task']}):\n"
                          f"{last['error'].rstrip()}")
     return "\n".join(lines)
-
-
-def format_uptime(secs: float) -> str:
-    """``1d 2h 3m 4s``, from the first unit that is not zero (Storm UI's format)."""
-    left = int(secs)
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if left >= size or parts:
-            parts.append(f"{left // size}{unit}")
-            left %= size
-    return " ".join([*parts, f"{left}s"])

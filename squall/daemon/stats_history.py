@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from squall.utils.time import format_duration
+
 #: Storm UI's windows, in seconds; None stands for all time (Storm's ":all-time")
 WINDOWS: tuple[int | None, ...] = (600, 10800, 86400, None)
 ALL_TIME = ":all-time"
@@ -49,15 +51,7 @@ def parse_window(value: str | None) -> int | None:
 
 def window_pretty(window: int | None) -> str:
     """Storm UI's ``windowPretty``: "10m 0s", "3h 0m 0s", "1d 0h 0m 0s", "All time"."""
-    if window is None:
-        return "All time"
-    days, rest = divmod(window, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [(days, "d"), (hours, "h"), (minutes, "m")]
-    while parts and parts[0][0] == 0:
-        parts.pop(0)
-    return " ".join([*(f"{n}{unit}" for n, unit in parts), f"{secs}s"])
+    return "All time" if window is None else format_duration(window)
 
 
 def totals_of(snapshots: Iterable[tuple[str, Mapping[str, Any]]]) -> Totals:

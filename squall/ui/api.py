@@ -8,8 +8,9 @@ topology is known by its name alone). Fields that describe what Squall has no no
 values (``false``, ``0``, ``1``, ``""``), so that clients looking for them find them.
 
 Every builder is a pure function of a :class:`TopologyView` (one topology's info, structure,
-config and windowed figures): the HTTP layer (:mod:`squall.ui.server`) fetches the view and
-turns :class:`ApiError` into an HTTP status.
+config and windowed figures): the HTTP layer (:mod:`squall.ui.server`) fetches the view, turns
+:class:`ApiError` into an HTTP status, and renders config values JSON has no type for (a class)
+as their repr.
 """
 
 from __future__ import annotations
@@ -223,10 +224,9 @@ def topology_page(view: TopologyView, window: int | None) -> dict[str, Any]:
         "bolts": [_component_entry(view, cid, window) for cid in user
                   if not view.topology.components[cid].is_spout],
         "workers": _workers(view),
-        "configuration": {key: _json_value(value) for key, value in sorted(conf.items())},
+        "configuration": dict(sorted(conf.items())),
         # Squall's additions: each key's doc, and the last errors of every component
-        "configurationDocs": [{**row, "value": _json_value(row["value"]), "default": _json_value(row["default"])}
-                              for row in config_table(conf)],
+        "configurationDocs": config_table(conf),
         "lastErrors": sorted(({"component": cid, **_error(view, e)} for cid in user
                               for e in view.info["components"][cid].get("errors", [])),
                              key=lambda e: e["errorTime"], reverse=True)[:20],
@@ -358,17 +358,6 @@ def _sanitize(stream: str) -> str:
     """A stream id usable as an identifier in the page (Storm UI's ``:sani-stream``): the same
     in every process, so not ``hash``."""
     return "".join(c if c.isalnum() else "_" for c in stream) + f"{zlib.crc32(stream.encode()) % 1000}"
-
-
-def _json_value(value: Any) -> Any:
-    """A config value as JSON can carry it (classes and objects by their repr)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_json_value(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    return repr(value)
 
 
 def rebalance_options(body: Any) -> tuple[int | None, dict[str, int] | None]:

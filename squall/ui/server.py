@@ -54,6 +54,7 @@ from squall.daemon.stats_history import WINDOWS, parse_window
 from squall.errors import NotAliveError
 from squall.metrics2.prometheus import cluster_infos, exposition
 from squall.ui import api
+from squall.utils.time import parse_seconds
 
 STATIC = Path(__file__).parent / "static"  # the pages and their script: shipped in the wheel
 COOKIE = "squall-ui-token"
@@ -299,16 +300,20 @@ def _window(request: Request) -> int | None:
 
 def _wait_time(value: str) -> float:
     try:
-        wait = float(value)
-    except ValueError:
-        wait = -1.0
-    if not 0 <= wait < float("inf"):
-        raise api.ApiError(400, f"wait-time must be a number of seconds >= 0, got {value!r}")
-    return wait
+        return parse_seconds(value)
+    except ValueError as e:
+        raise api.ApiError(400, f"wait-time: {e}") from None
+
+
+class _JsonResponse(JSONResponse):
+    """JSON whose values that are not JSON's own (a config's classes, say) appear as their repr."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, default=repr, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _json(body: Any) -> Response:
-    return JSONResponse(body)
+    return _JsonResponse(body)
 
 
 def _error(status: int, message: str) -> Response:

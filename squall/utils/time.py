@@ -9,6 +9,7 @@ Latencies are always measured in real time.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -121,3 +122,25 @@ class Timer:
                     _cond.wait_for(lambda: self.stopped or not _simulating or _sim_now > current)
                 else:
                     _cond.wait(max(0.0, min(next_due - current, 0.5)))
+
+
+def format_duration(secs: float) -> str:
+    """``1d 2h 3m 4s``, from the first unit that is not zero (Storm UI's format)."""
+    left = int(secs)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if left >= size or parts:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join([*parts, f"{left}s"])
+
+
+def parse_seconds(text: str) -> float:
+    """A number of seconds >= 0, finite (a kill's or a rebalance's wait); ValueError otherwise."""
+    try:
+        secs = float(text)
+    except ValueError:
+        secs = math.nan
+    if not (math.isfinite(secs) and secs >= 0):
+        raise ValueError(f"expected a number of seconds >= 0, got {text!r}")
+    return secs
