@@ -45,7 +45,10 @@ def call(url: str, method: str = "GET", headers: dict | None = None, body: bytes
 
 @pytest.fixture
 def ui(cluster):
-    cluster.submit_topology(NAME, Config().set_max_spout_pending(200), _wordcount().build())
+    conf = Config().set_max_spout_pending(200)
+    conf["topology.state.provider.config"] = {"host": "127.0.0.1", "password": "hunter2"}
+    conf["my.api.token"] = "s3cret"
+    cluster.submit_topology(NAME, conf, _wordcount().build())
     with UiServer(cluster, TOKEN, port=0) as server:
         yield server
 
@@ -111,6 +114,10 @@ def test_topology_page_has_storm_ui_fields_and_figures_that_rise(ui, cluster):
         for field in ("capacity", "executeLatency", "processLatency"):
             assert is_number_string(bolt[field]), (field, bolt[field])
     assert first["configuration"]["topology.max.spout.pending"] == 200
+    # secrets in the config are not shown (reads need no token on 127.0.0.1)
+    assert first["configuration"]["topology.state.provider.config"] == {"host": "127.0.0.1", "password": "REDACTED"}
+    assert first["configuration"]["my.api.token"] == "REDACTED"
+    assert {r["key"]: r["value"] for r in first["configurationDocs"]}["my.api.token"] == "REDACTED"
     assert first["msgTimeout"] == cluster.get_topology_conf(NAME)["topology.message.timeout.secs"]
     (worker,) = first["workers"]
     assert worker["componentNumTasks"] == {"sentences": 2, "split": 4, "count": 2, "report": 1, "__acker": 1}

@@ -15,6 +15,7 @@ as their repr.
 
 from __future__ import annotations
 
+import re
 import time
 import zlib
 from dataclasses import dataclass
@@ -224,9 +225,9 @@ def topology_page(view: TopologyView, window: int | None) -> dict[str, Any]:
         "bolts": [_component_entry(view, cid, window) for cid in user
                   if not view.topology.components[cid].is_spout],
         "workers": _workers(view),
-        "configuration": dict(sorted(conf.items())),
+        "configuration": {key: _redacted(key, value) for key, value in sorted(conf.items())},
         # Squall's additions: each key's doc, and the last errors of every component
-        "configurationDocs": config_table(conf),
+        "configurationDocs": [{**row, "value": _redacted(row["key"], row["value"])} for row in config_table(conf)],
         "lastErrors": sorted(({"component": cid, **_error(view, e)} for cid in user
                               for e in view.info["components"][cid].get("errors", [])),
                              key=lambda e: e["errorTime"], reverse=True)[:20],
@@ -352,6 +353,20 @@ def series(view: TopologyView, recent: list[tuple[float, dict[str, tuple[float, 
         points.append({"t": round(t1 - now, 3), "acked": acked,
                        "completeLatency": max(latency, default=0.0), "components": components})
     return {"points": points}
+
+
+_SECRET = re.compile(r"password|passwd|secret|token|credential|auth", re.IGNORECASE)
+
+
+def _redacted(key: str, value: Any) -> Any:
+    """``value`` with what a key names as secret (a state provider's password, say) replaced by
+    "REDACTED", at any depth, as Storm UI redacts its auth payload: reads of the UI need no
+    token on 127.0.0.1, so other users of the machine may see the rest."""
+    if _SECRET.search(key):
+        return "REDACTED"
+    if isinstance(value, dict):
+        return {k: _redacted(str(k), v) for k, v in value.items()}
+    return value
 
 
 def _sanitize(stream: str) -> str:
