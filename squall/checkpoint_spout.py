@@ -71,6 +71,11 @@ class CheckpointSpout(Spout):
     def close(self) -> None:
         self._provider.close()
 
+    @property
+    def barrier_in_flight(self) -> tuple[int | None, str] | None:
+        """(txid, action) of the barrier in flight, or None (between checkpoints)."""
+        return None if self._in_flight is None else self._in_flight[1:]
+
     def request_recovery(self, why: str) -> None:
         """A task restarted (or lost tuples): roll every task back to the last commit."""
         log.info("checkpoint spout: recovery requested (%s)", why)

@@ -16,7 +16,6 @@ A collector sees its executor through :class:`CollectorHost` only.
 
 from __future__ import annotations
 
-import random
 import time
 from threading import get_ident
 from collections.abc import Callable, Iterable
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from squall.acker import ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, acker_for
 from squall.errors import EmitError
 from squall.tuple import Tuple
+from squall.utils.rand import rand_bits
 
 if TYPE_CHECKING:
     import threading
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     from squall.executor.route import StreamRoute
     from squall.executor.transfer import ExecutorTransfer
     from squall.tuple import StreamSource
-
-# Edge and root ids: a generator of our own, so user code seeding `random` cannot make them collide.
-_rand64 = random.Random().getrandbits
 
 
 def combine_ack(pending_acks: dict[int, int], tup: Tuple) -> None:
@@ -138,7 +135,7 @@ class _Collector:
                     flush(ob)
                 return tasks
             for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
-                edge = _rand64(64)
+                edge = rand_bits(64)
                 anchor._ack_val ^= edge
                 tup = Tuple(values, source, task_id, dict.fromkeys(anchor._anchors_to_ids, edge))
                 if (ob := one_task[task]) is None:
@@ -243,10 +240,10 @@ class SpoutOutputCollector(_Collector):
             if msg_id is not None:
                 self._executor.settle_now(self._task_id, "ack", msg_id)
             return tasks
-        root = _rand64(63) | self.root_bit
+        root = rand_bits(63) | self.root_bit
         ack_val = 0
         for task in tasks:
-            edge = _rand64(64)
+            edge = rand_bits(64)
             ack_val ^= edge
             # should a later target fail, the tuples already sent belong to a tree that is
             # failed below: at-least-once holds (the acker forgets such trees after timeouts)
@@ -335,7 +332,7 @@ class OutputCollector(_Collector):
         for task in tasks:
             ids: dict[int, int] = {}
             for anchor in anchors:  # a new edge per anchor, XOR-ed into each of its trees
-                edge = _rand64(64)
+                edge = rand_bits(64)
                 anchor._ack_val ^= edge
                 for root in anchor._anchors_to_ids:
                     ids[root] = ids.get(root, 0) ^ edge

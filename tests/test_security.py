@@ -34,6 +34,7 @@ from test_processes import LineLog, free_ports, gone, pconf, read_lines
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder
 from squall.control import ControlServer, registry_dir
 from squall.messaging.security import LinkSecurity
+from squall.messaging.zmq_transport import PAYLOAD_HEADER
 from squall.testing import wait_until
 
 N = 300
@@ -268,6 +269,11 @@ def test_a_process_without_the_keys_gets_nothing_in_and_nothing_out(cluster, hom
     assert not canary.exists()
 
 
+def send_payload(sock: zmq.Socket, payload: bytes) -> None:
+    """Send ``payload`` as a worker sends a batch: after a header naming worker 0's first run."""
+    sock.send_multipart([PAYLOAD_HEADER.pack(0, 0), payload])
+
+
 def keyed_push(keys, port: int) -> tuple[zmq.Context, LinkSecurity, zmq.Socket]:
     context = zmq.Context()
     security = LinkSecurity(context, keys, "test")
@@ -314,8 +320,8 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
     context, security, sock = keyed_push(cluster._get("forged").runner.keys, sink_worker["port"])
     try:
         for record in records:
-            sock.send(msgpack.packb([[field] for field in record]))
-        sock.send(b"\x93random")  # not even a batch
+            send_payload(sock, msgpack.packb([[field] for field in record]))
+        send_payload(sock, b"\x93random")  # not even a batch
     finally:
         sock.close()
         security.close()
@@ -352,7 +358,7 @@ def test_forged_ack_batches_from_another_worker_are_dropped(cluster, tmp_path):
                          (spout_port, (spout_task, acker_task, "__ack_acked", [[1, 2, 3]], {}))):
         context, security, sock = keyed_push(runner_keys, port)
         try:
-            sock.send(msgpack.packb([[field] for field in record]))
+            send_payload(sock, msgpack.packb([[field] for field in record]))
         finally:
             sock.close()
             security.close()
@@ -503,7 +509,7 @@ def test_a_topology_refuses_another_topologys_traffic(cluster, tmp_path):
                       for t in e["tasks"])
     context, security, sock = keyed_push(cluster._get("a").runner.keys, worker["port"])
     try:
-        sock.send(msgpack.packb([[sink_task], [relay_task], ["default"], [[-1]], [{}]]))
+        send_payload(sock, msgpack.packb([[sink_task], [relay_task], ["default"], [[-1]], [{}]]))
         wait_until(lambda: refusals(worker_logs(cluster, "b"), "worker port") >= 1, timeout=10)
     finally:
         sock.close()

@@ -324,7 +324,7 @@ class TopologyMaster(ABC):
             case schema.Hello(pid=pid):
                 slot.pid = pid
                 payload = cloudpickle.dumps((self.name, self._topology, self._conf, self._assignment, self._active,
-                                             slot.restarts > 0))
+                                             slot.restarts))
                 self._send(identity, schema.Bootstrap(payload))
             case schema.Bound(host=host, port=port, bp_port=bp_port):
                 slot.host, slot.port, slot.bp_port = host, port, bp_port

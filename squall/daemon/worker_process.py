@@ -46,6 +46,7 @@ import zmq
 from squall.cluster_state import TopologyState
 from squall.daemon.worker import Worker
 from squall.messaging import schema
+from squall.messaging.incarnation import incarnation
 from squall.messaging.security import LinkKeys, LinkSecurity
 from squall.messaging.zmq_transport import LOOPBACK, ZmqTransport
 
@@ -150,13 +151,13 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
     started = ready = False
     try:
         boot = control.expect(schema.Bootstrap, 60, parent)
-        name, topology, conf, assignment, active, restarted = cloudpickle.loads(boot.payload)
+        name, topology, conf, assignment, active, restarts = cloudpickle.loads(boot.payload)
         # the process is the worker's: its threads (executors, receive, transfer) hand the GIL
         # to each other this often
         sys.setswitchinterval(conf["topology.worker.gil.switch.interval.secs"])
         transport = ZmqTransport(control.context, index, control.security, host,
-                                 conf["topology.receiver.buffer.size"])
-        worker = Worker(name, topology, conf, assignment, index, transport, state, active, restarted)
+                                 conf["topology.receiver.buffer.size"], incarnation(generation, restarts))
+        worker = Worker(name, topology, conf, assignment, index, transport, state, active, restarts > 0)
         port, bp_port = transport.bind(assignment.workers[index].port)
         control.send(schema.Bound(host, port, bp_port))
         if exchange_peers is not None:

@@ -9,7 +9,6 @@ none. Routes are used from the emitting executor's thread only (or under its loc
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from squall.errors import EmitError
 from squall.executor.worker_context import WorkerContext
 from squall.grouping import DIRECT, GlobalStreamId, make_grouper
 from squall.tuple import StreamSource
+from squall.utils.rand import new_random
 
 log = logging.getLogger("squall.executor")
 
@@ -98,7 +98,7 @@ def build_routes(worker: WorkerContext, component: str, conf: dict[str, Any],
     task_id = context.get_this_task_id()
     spec = worker.topology.components.get(component)
     routes: dict[str, StreamRoute] = {}
-    rng = random.Random()
+    rng = new_random()
     local = set(worker.assignment.workers[worker.index].tasks)
     for stream, stream_spec in (spec.outputs if spec is not None else {}).items():
         groupers, direct_targets = [], set()

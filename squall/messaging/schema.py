@@ -164,8 +164,8 @@ WorkerMessage = Hello | Bound | Ready | SetupFailed | Heartbeat | Stopped
 
 
 class Bootstrap(msgspec.Struct, frozen=True, tag="bootstrap", tag_field="type"):
-    """The pickled (name, topology, config, assignment, active, restarted): sent only over an
-    authenticated link, to a worker of this topology."""
+    """The pickled (name, topology, config, assignment, active, the slot's restarts): sent only
+    over an authenticated link, to a worker of this topology."""
 
     payload: bytes
 

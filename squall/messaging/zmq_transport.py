@@ -18,6 +18,10 @@ every 0.1 s), so a worker that starts or restarts is not flooded. ZeroMQ
 reconnects by itself when a peer restarts on the same port and queues what is sent
 meanwhile (up to its high-water mark); a peer that comes back on another port is
 reconnected when the master announces the new address.
+
+A payload travels as two frames: a header naming the sending worker and its incarnation,
+then the batch. What a dead run of a worker left unread is dropped once its new run is heard
+from (see :mod:`squall.messaging.incarnation`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import collections
 import errno
 import logging
+import struct
 import threading
 import time
 from typing import Any
@@ -32,6 +37,7 @@ from typing import Any
 import zmq
 
 from squall.messaging import schema
+from squall.messaging.incarnation import Incarnations
 from squall.messaging.security import LinkSecurity
 from squall.messaging.transport import FullTasksFn, Transport
 from squall.utils.batch_queue import Bell
@@ -46,6 +52,8 @@ _REPUBLISH_SECS = 0.1
 # busy elsewhere waits there (and in ZeroMQ's high-water marks), unseen by backpressure, so
 # they are kept small (the kernel's default on loopback grows to megabytes).
 _SOCKET_BUFFER_BYTES = 64 * 1024
+# A payload's first frame: the sending worker's index and incarnation.
+PAYLOAD_HEADER = struct.Struct("<IQ")
 
 
 def endpoint(host: str, port: int) -> str:
@@ -54,9 +62,11 @@ def endpoint(host: str, port: int) -> str:
 
 class ZmqTransport(Transport):
     def __init__(self, context: zmq.Context, index: int, security: LinkSecurity, host: str = LOOPBACK,
-                 buffered_payloads: int = 8) -> None:
+                 buffered_payloads: int = 8, incarnation: int = 0) -> None:
         self._context = context
         self._index = index
+        self._header = PAYLOAD_HEADER.pack(index, incarnation)
+        self._incarnations = Incarnations(index)
         self._security = security
         self.host = host
         # payloads ZeroMQ holds per link on each side (topology.receiver.buffer.size): past
@@ -179,7 +189,8 @@ class ZmqTransport(Transport):
         if target is None:
             return False
         try:
-            target[0].send(payload, zmq.NOBLOCK)  # copied: cheaper than a zero-copy frame for payloads this size
+            # copied: cheaper than a zero-copy frame for payloads this size; both frames or neither
+            target[0].send_multipart((self._header, payload), zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
@@ -195,9 +206,14 @@ class ZmqTransport(Transport):
         # reader here
         for _ in range(2 * self._hwm):
             try:
-                payloads.append(self._pull.recv(zmq.NOBLOCK))
+                frames = self._pull.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            if len(frames) != 2 or len(frames[0]) != PAYLOAD_HEADER.size:
+                log.warning("worker %d dropped a malformed payload (%d frames)", self._index, len(frames))
+                continue
+            if self._incarnations.admit(*PAYLOAD_HEADER.unpack(frames[0])):
+                payloads.append(frames[1])
         return payloads
 
     def wait(self, worker: int, bell: Bell, timeout: float) -> None:

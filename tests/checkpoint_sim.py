@@ -1,0 +1,323 @@
+"""A deterministic harness for the checkpoint protocol: Squall's own workers, run step by step
+by a scheduler that chooses the order of every message and where a worker dies.
+
+The workers are :class:`squall.daemon.worker.Worker` objects (the real executors, acker,
+collectors, checkpoint spout, barrier alignment and state stores), built but never started:
+no thread runs them. A step is one of
+
+* ``("run", w, i)``: executor ``i`` of worker ``w`` runs once (``Executor.run_once(0)``: what
+  is queued, and a spout's ``next_tuple``), then the acks its cooperative round combined are
+  handed on, as at the end of the worker thread's round;
+* ``("send", w)``: worker ``w`` sends what its executors queued for other workers;
+* ``("round", w)``: a round of worker ``w``'s thread: each executor runs once, then the sends;
+* ``("deliver", link)``: the oldest payload of ``link`` reaches its worker's receive path;
+* ``("timeout", w, i)``: the pending trees of spout or acker ``i`` of ``w`` age (a ROTATE);
+* ``("kill", w)``: ``kill -9`` of worker ``w``; ``("restart", w)``: its supervisor starts
+  its next run (``restarted``, the next incarnation).
+
+Links stand for ZeroMQ between worker processes: one FIFO per (sending run, receiving
+worker), and payloads of different links arrive in any order (ZeroMQ takes turns between
+connections). A kill loses what the worker held (queues, batches not sent). Of what its run
+sent, what already reached a live receiver stays there (a prefix of each link, its length
+chosen by the scheduler: the receiver's pipe), the rest is lost; of what was sent to it, a
+prefix is lost (it was in the dead process's pipe) and the rest reaches its next run (it
+waited in the sender's pipe). ``drop_stale`` is the receive path's rule of
+:mod:`squall.messaging.incarnation`; without it, a dead run's leftovers are delivered after
+its next run's payloads.
+
+The topology is the word count the effectively-once promise is about: ``lines`` (a stateful
+spout, one list of lines per task, all there from the start: a backlog) -> ``split`` ->
+``count`` (a stateful bolt), ``topology.workers`` 3. :meth:`Simulation.check` asserts the
+invariant: the committed counts are the word counts of exactly the lines below the committed
+positions of the spout's tasks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+from squall import BasicBolt, Fields, TopologyBuilder
+from squall.checkpoint_spout import CHECKPOINT_COMPONENT
+from squall.cluster_state import TopologyState
+from squall.config import checked_config
+from squall.daemon.worker import Worker
+from squall.executor.executor import Control
+from squall.messaging.incarnation import Incarnations, incarnation
+from squall.messaging.transport import Transport
+from squall.scheduler import assign
+from squall.serialization import Serializer
+from squall.state.provider import InMemoryStateProvider
+from squall.stateful import StatefulBolt, StatefulSpout
+from squall.utils import rand
+
+#: topology name -> per task index of ``lines``, the lines that task reads
+SOURCES: dict[str, list[list[str]]] = {}
+_names = itertools.count()
+
+Link = tuple[int, int, int]  # (sending worker, its incarnation, receiving worker)
+
+
+class LineSpout(StatefulSpout):
+    """Emits the lines of its task's source, one per call, untracked; its position is in its state."""
+
+    outputs = ["line"]
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+        self.lines = SOURCES[self.source][context.get_this_task_index()]
+
+    def init_state(self, state: Any) -> None:
+        self.state = state
+
+    def next_tuple(self) -> None:
+        position = self.state.get("position", 0)
+        if position < len(self.lines):
+            self.collector.emit([self.lines[position]])
+            self.state.put("position", position + 1)
+
+
+class Split(BasicBolt):
+    outputs = ["word"]
+
+    def execute(self, tup: Any, collector: Any) -> None:
+        for word in tup[0].split():
+            collector.emit([word])
+
+
+class Count(StatefulBolt):
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def init_state(self, state: Any) -> None:
+        self.state = state
+
+    def execute(self, tup: Any) -> None:
+        self.state.put(tup[0], self.state.get(tup[0], 0) + 1)
+        self.collector.ack(tup)
+
+
+class _SimTransport(Transport):
+    """One run's end of the simulated network: what it sends joins its links."""
+
+    def __init__(self, sim: Simulation, index: int, run: int) -> None:
+        self._sim = sim
+        self._index = index
+        self._run = run
+
+    def register(self, worker: int, full_tasks: Any, bell: Any) -> None:
+        pass
+
+    def send(self, dest_worker: int, payload: bytes) -> None:
+        self._sim.links.setdefault((self._index, self._run, dest_worker), deque()).append(payload)
+
+    def receive(self, worker: int, timeout: float) -> list[bytes]:
+        return []  # the scheduler delivers
+
+    def wait(self, worker: int, bell: Any, timeout: float) -> None:
+        bell.disarm()
+
+    def full_tasks(self, dest_worker: int) -> frozenset[int]:
+        return frozenset()  # the simulated queues never fill
+
+
+class _Run:
+    """One run of a worker: its Worker object and its receive path's incarnation rule."""
+
+    def __init__(self, sim: Simulation, index: int, run: int) -> None:
+        self.run = run
+        self.worker = Worker(sim.name, sim.topology, sim.conf, sim.assignment, index, _SimTransport(sim, index, run),
+                             sim.state, True, run > 0)
+        self.incarnations = Incarnations(index)
+        for executor in self.worker.executors:
+            if not executor.start_up():
+                raise AssertionError(f"{executor.component} failed to start: {executor.setup_error!r}")
+
+
+class Simulation:
+    """The word count on simulated workers; ``lines``: per spout task, its lines; ``seed``:
+    of the runtime's randomness (see squall.utils.rand)."""
+
+    def __init__(self, lines: list[list[str]], drop_stale: bool = True, workers: int = 3, seed: int = 0) -> None:
+        rand.seed(seed)  # tree ids and shuffles: the same steps take the same course
+        self.name = f"sim-{next(_names)}"
+        SOURCES[self.name] = lines
+        self.lines = lines
+        self.drop_stale = drop_stale
+        builder = TopologyBuilder()
+        builder.set_spout("lines", LineSpout(self.name), len(lines))
+        builder.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+        builder.set_bolt("count", Count(), 2).fields_grouping("split", Fields("word"))
+        self.topology = builder.create_topology()
+        conf = {
+            "topology.workers": workers,
+            # a PREPARE as soon as the last checkpoint is done: the scheduler sets the pace
+            "topology.state.checkpoint.interval.ms": 1e-6,
+            # small batches: more places for a barrier, a kill or a reordering to land
+            "topology.spout.max.batch.size": 2,
+            "topology.producer.batch.size": 2,
+            "topology.executor.receive.buffer.size": 1 << 20,
+        }
+        self.conf = checked_config(self.name, conf, {cid: c.conf for cid, c in self.topology.components.items()})
+        self.assignment = assign(self.topology, self.conf)
+        self.provider = InMemoryStateProvider(self.name, {})
+        self.provider.check({"lines": len(lines), "count": len(self.assignment.component_tasks["count"])})
+        self.serializer = Serializer.for_config(self.conf)
+        self.state = TopologyState()
+        self.links: dict[Link, deque[bytes]] = {}
+        self.runs: list[_Run | None] = [None] * workers
+        self.next_run = [0] * workers
+        for index in range(workers):
+            self.restart(index)
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def actions(self) -> list[tuple[Any, ...]]:
+        """The steps that can be taken now (``kill`` and ``timeout`` always can)."""
+        out: list[tuple[Any, ...]] = []
+        for index, run in enumerate(self.runs):
+            if run is None:
+                out.append(("restart", index))
+                continue
+            out += [("kill", index), ("round", index)]
+            for i, executor in enumerate(run.worker.executors):
+                out.append(("run", index, i))
+                if executor.kind in ("spout", "acker"):
+                    out.append(("timeout", index, i))
+            if not run.worker.transfer.queue.is_empty():
+                out.append(("send", index))
+        # the newest links first: a search that prefers early choices tries a new run's payloads
+        # before an old run's leftovers
+        out += [("deliver", link) for link, payloads in reversed(self.links.items())
+                if payloads and self.runs[link[2]] is not None]
+        return out
+
+    def step(self, action: tuple[Any, ...], keep: Callable[[int], int] = lambda n: n) -> None:
+        """Take ``action``; for a kill, ``keep(n)`` chooses how many of ``n`` payloads of a
+        link stay (at the receiver, of what the dead run sent) or are lost (of what was sent
+        to it)."""
+        kind = action[0]
+        if kind == "run":
+            executor = self.runs[action[1]].worker.executors[action[2]]
+            executor.run_once(0)
+            if executor.round_acks is not None:
+                executor.flush_round_acks()
+        elif kind == "send":
+            self.runs[action[1]].worker.transfer.send_queued()
+        elif kind == "round":
+            for i in range(len(self.runs[action[1]].worker.executors)):
+                self.step(("run", action[1], i))
+            self.step(("send", action[1]))
+        elif kind == "deliver":
+            self.deliver(action[1])
+        elif kind == "timeout":
+            self.runs[action[1]].worker.executors[action[2]].queue.force_put(Control(Control.ROTATE))
+        elif kind == "kill":
+            self.kill(action[1], keep)
+        elif kind == "restart":
+            self.restart(action[1])
+        else:
+            raise ValueError(f"no such step: {action!r}")
+
+    def deliver(self, link: Link) -> None:
+        source, run, dest = link
+        payload = self.links[link].popleft()
+        receiver = self.runs[dest]
+        if not self.drop_stale or receiver.incarnations.admit(source, incarnation(0, run)):
+            receiver.worker.receive.deliver(payload)
+
+    def kill(self, index: int, keep: Callable[[int], int]) -> None:
+        run = self.runs[index].run
+        self.runs[index] = None
+        for link, payloads in list(self.links.items()):
+            source, source_run, dest = link
+            if (source, source_run) == (index, run):
+                # what reached a live receiver stays in its pipe; the rest died with the sender
+                kept = keep(len(payloads)) if self.runs[dest] is not None else 0
+                self.links[link] = deque(itertools.islice(payloads, kept))
+            elif dest == index:
+                if self.runs[source] is None or self.next_run[source] - 1 != source_run:
+                    self.links[link] = deque()  # a dead sender's leftovers lived in the dead receiver
+                else:  # a prefix was in the dead process's pipe; the rest waits in the sender's
+                    lost = keep(len(payloads))
+                    self.links[link] = deque(itertools.islice(payloads, lost, None))
+
+    def restart(self, index: int) -> None:
+        self.runs[index] = _Run(self, index, self.next_run[index])
+        self.next_run[index] += 1
+
+    def phase(self) -> str:
+        """The action of the checkpoint spout's barrier in flight ("between" checkpoints; "down"
+        while its worker is dead)."""
+        task = self.assignment.component_tasks[CHECKPOINT_COMPONENT][0]
+        run = self.runs[self.assignment.task_worker[task]]
+        if run is None:
+            return "down"
+        spout = next(e for e in run.worker.executors if e.component == CHECKPOINT_COMPONENT).spouts[task]
+        in_flight = spout.barrier_in_flight
+        return "between" if in_flight is None else in_flight[1]
+
+    # -- what is committed ------------------------------------------------------------------
+
+    def committed(self) -> tuple[int | None, dict[int, int], Counter]:
+        """The committed txid, the spout tasks' committed positions (by task index) and the
+        committed counts."""
+        txid = self.provider.committed()
+        tasks = self.assignment.component_tasks
+
+        def state(component: str, task: int) -> dict[Any, Any]:
+            raw = self.provider.task_store(component, task).read(txid)
+            return {self.serializer.loads(k): self.serializer.loads(v) for k, v in raw.items()}
+
+        positions = {i: state("lines", task).get("position", 0) for i, task in enumerate(tasks["lines"])}
+        counts: Counter = Counter()
+        for task in tasks["count"]:
+            counts.update(state("count", task))
+        return txid, positions, counts
+
+    def check(self) -> None:
+        """The invariant: committed counts == the counts of the lines below the committed positions."""
+        txid, positions, counts = self.committed()
+        expected = Counter(word for i, position in positions.items() for line in self.lines[i][:position]
+                           for word in line.split())
+        if counts != expected:
+            over, under = counts - expected, expected - counts
+            raise AssertionError(f"committed txid {txid}, positions {positions}: counts are not those of the lines "
+                                 f"below the positions; counted too often {dict(over)}, too rarely {dict(under)}")
+
+    def done(self) -> bool:
+        """Whether every line is committed."""
+        _, positions, _ = self.committed()
+        return all(positions[i] == len(lines) for i, lines in enumerate(self.lines))
+
+    def rounds(self, n: int, timeout_every: int = 25) -> bool:
+        """Up to ``n`` fair rounds: every worker runs a round (spouts' and ackers' trees time
+        out every ``timeout_every`` rounds), then every payload is delivered, the newest
+        links first (a new run's payloads before a dead run's leftovers, as ZeroMQ may take
+        them). Checks the invariant each round; True as soon as every line is committed."""
+        for n in range(n):
+            for index, run in enumerate(self.runs):
+                if n % timeout_every == timeout_every - 1:
+                    for i, executor in enumerate(run.worker.executors):
+                        if executor.kind in ("spout", "acker"):
+                            self.step(("timeout", index, i))
+                self.step(("round", index))
+            while deliveries := [a for a in self.actions() if a[0] == "deliver"]:
+                self.step(deliveries[0])
+            self.check()
+            if self.done():
+                return True
+        return False
+
+    def drain(self, rounds: int = 400) -> bool:
+        """Restart the dead, then run fair rounds until every line is committed; whether that
+        happened within ``rounds``."""
+        for index, run in enumerate(self.runs):
+            if run is None:
+                self.restart(index)
+        return self.rounds(rounds)
