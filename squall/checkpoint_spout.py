@@ -45,6 +45,9 @@ CHECKPOINT_FIELDS = ["txid", "action", "id"]
 INTERVAL_KEY = "topology.state.checkpoint.interval.ms"
 
 INITSTATE, PREPARE, COMMIT, ROLLBACK = "INITSTATE", "PREPARE", "COMMIT", "ROLLBACK"
+#: not a barrier: a stateful spout task's in-flight marker, ``[spout task, MARK, marker id]``
+#: (see squall.executor.inflight), passed on without holding any data back
+MARK = "MARK"
 #: barriers that return every task to the committed state
 RECOVERY_ACTIONS = frozenset({INITSTATE, ROLLBACK})
 

@@ -240,6 +240,27 @@ class SpoutOutputCollector(_Collector):
             if msg_id is not None:
                 self._executor.settle_now(self._task_id, "ack", msg_id)
             return tasks
+        root = self._emit_tree(values, route, tasks)
+        self._pending.put(root, (msg_id, time.perf_counter()))
+        return tasks
+
+    def emit_marker(self, values: list[Any], stream: str) -> int | None:
+        """A tracked emit of ``values`` on ``stream`` (every target gets it) that no message id
+        stands for: the root id of its tree, whose completion reaches the executor's
+        ``_tree_done`` (None: nobody subscribes, or nothing is tracked). A stateful spout's
+        in-flight markers (see squall.executor.inflight)."""
+        if not self.marker_targets(stream):
+            return None
+        route = self._routes[stream]
+        return self._emit_tree(values, route, route.choose(values))
+
+    def marker_targets(self, stream: str) -> int:
+        """How many tasks a marker on ``stream`` reaches (0: none, or nothing is tracked)."""
+        route = self._routes.get(stream)
+        return (route.fanout or 0) if route is not None and self._acker_tasks else 0
+
+    def _emit_tree(self, values: list[Any], route: StreamRoute, tasks: list[int]) -> int:
+        """Send ``values`` to ``tasks`` as the root of a new tree (its init to the acker); its id."""
         root = rand_bits(63) | self.root_bit
         ack_val = 0
         for task in tasks:
@@ -248,13 +269,12 @@ class SpoutOutputCollector(_Collector):
             # should a later target fail, the tuples already sent belong to a tree that is
             # failed below: at-least-once holds (the acker forgets such trees after timeouts)
             self._send((task,), Tuple(values, route.source, self._task_id, {root: edge}))
-        self._pending.put(root, (msg_id, time.perf_counter()))
         round_acks = self._executor.round_acks
         if round_acks is None:
             self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])
         else:  # combined with the round's acks
             round_acks.init(root, ack_val, self._task_id)
-        return tasks
+        return root
 
 
 class OutputCollector(_Collector):

@@ -107,7 +107,9 @@ KEYS: dict[str, ConfigKey] = _registry(
               "A spout tuple whose tree is not complete within this many seconds is failed.",
               note="It expires between T and 2T, as the pending map is rotated every T seconds."),
     ConfigKey("topology.max.spout.pending", None, optional(integer(1)),
-              "Per spout task: next_tuple is not called while this many trees are pending; None: no limit."),
+              "Per spout task: next_tuple is not called while this many trees are pending; None: no limit.",
+              note="A stateful spout's records are untracked: for it, this caps its records in flight (see "
+                   "topology.state.spout.inflight.ms)."),
     ConfigKey("topology.tick.tuple.freq.secs", None, optional(POSITIVE),
               "Seconds between tick tuples sent to a bolt (usually set per component); None: no ticks."),
     ConfigKey("topology.executor.receive.buffer.size", 1024, integer(1),
@@ -172,6 +174,11 @@ KEYS: dict[str, ConfigKey] = _registry(
     ConfigKey("topology.state.checkpoint.interval.ms", 1000, POSITIVE,
               "How often a topology with stateful components takes a checkpoint; below the message timeout.",
               constant_name="TOPOLOGY_STATE_CHECKPOINT_INTERVAL"),
+    ConfigKey("topology.state.spout.inflight.ms", 250, POSITIVE,
+              "A stateful spout task keeps about this many ms of its measured downstream throughput in flight.",
+              note="Its records are untracked; markers it sends behind them measure what the bolts have "
+                   "processed, and next_tuple waits while more is in flight. A checkpoint barrier then waits "
+                   "behind at most that much data, however large the backlog.", storm=False),
     ConfigKey("topology.state.provider", None, optional(NON_EMPTY_STRING),
               "Where stateful components keep their state: memory, sqlite, redis or module:Class.",
               note="Storm's class names for memory and Redis work too. None: memory, except that `squall run` "

@@ -25,6 +25,9 @@ waited in the sender's pipe). ``drop_stale`` is the receive path's rule of
 :mod:`squall.messaging.incarnation`; without it, a dead run's leftovers are delivered after
 its next run's payloads.
 
+Time is the harness's too: :func:`simulated_time` gives the checkpoint spout and the spout
+executors (their in-flight markers) a clock that moves 1 ms per step.
+
 The topology is the word count the effectively-once promise is about: ``lines`` (a stateful
 spout, one list of lines per task, all there from the start: a backlog) -> ``split`` ->
 ``count`` (a stateful bolt), ``topology.workers`` 3. :meth:`Simulation.check` asserts the
@@ -34,11 +37,15 @@ positions of the spout's tasks.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import squall.checkpoint_spout
+import squall.executor.inflight
+import squall.executor.spout_executor
 from squall import BasicBolt, Fields, TopologyBuilder
 from squall.checkpoint_spout import CHECKPOINT_COMPONENT
 from squall.cluster_state import TopologyState
@@ -58,6 +65,37 @@ SOURCES: dict[str, list[list[str]]] = {}
 _names = itertools.count()
 
 Link = tuple[int, int, int]  # (sending worker, its incarnation, receiving worker)
+
+
+class _Clock:
+    """``time`` as the timed parts of the protocol see it in the harness: 1 ms per step."""
+
+    ns = 10**18
+
+    def monotonic(self) -> float:
+        return self.ns / 1e9
+
+    perf_counter = monotonic
+
+    def time_ns(self) -> int:
+        return self.ns
+
+
+CLOCK = _Clock()
+
+
+@contextlib.contextmanager
+def simulated_time() -> Iterator[None]:
+    """While it lasts, the checkpoint spout and the spout executors read :data:`CLOCK`."""
+    modules = (squall.checkpoint_spout, squall.executor.inflight, squall.executor.spout_executor)
+    real = [module.time for module in modules]
+    for module in modules:
+        module.time = CLOCK
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, real):
+            module.time = original
 
 
 class LineSpout(StatefulSpout):
@@ -145,6 +183,7 @@ class Simulation:
 
     def __init__(self, lines: list[list[str]], drop_stale: bool = True, workers: int = 3, seed: int = 0) -> None:
         rand.seed(seed)  # tree ids and shuffles: the same steps take the same course
+        CLOCK.ns = 10**18
         self.name = f"sim-{next(_names)}"
         SOURCES[self.name] = lines
         self.lines = lines
@@ -202,6 +241,7 @@ class Simulation:
         link stay (at the receiver, of what the dead run sent) or are lost (of what was sent
         to it)."""
         kind = action[0]
+        CLOCK.ns += 1_000_000
         if kind == "run":
             executor = self.runs[action[1]].worker.executors[action[2]]
             executor.run_once(0)

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from checkpoint_sim import Simulation
+from checkpoint_sim import Simulation, simulated_time
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -47,14 +47,16 @@ LINES = st.lists(st.lists(st.text("abcd ", min_size=1, max_size=6), min_size=3, 
                  min_size=2, max_size=2)
 # up to two kills, each of a worker, that many steps into a phase (the checkpoint spout's
 # barrier in flight is of that action)
-KILLS = st.lists(st.tuples(st.sampled_from(PHASES), st.integers(0, 2), st.integers(0, 40)), max_size=2)
+KILLS = st.lists(st.tuples(st.sampled_from(PHASES), st.integers(0, 2), st.integers(0, 15)), max_size=2)
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    """The protocol logs every rollback and superseded barrier: thousands of lines here."""
+@pytest.fixture(autouse=True, scope="module")
+def harness():
+    """The harness's clock; quiet (the protocol logs every rollback and superseded barrier:
+    thousands of lines here)."""
     logging.disable(logging.WARNING)
-    yield
+    with simulated_time():
+        yield
     logging.disable(logging.NOTSET)
 
 

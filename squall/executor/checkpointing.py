@@ -20,6 +20,11 @@ current alignment is given up (its barriers failed) and the newer one starts. A 
 passed on even when acting on it failed (its tree fails all the same), so that the tasks
 downstream are never left waiting for it.
 
+A stateful spout task's *markers* (see :mod:`squall.executor.inflight`) travel the same way
+but hold nothing back: a task passes a marker on, and acks it, once it has come from each of
+its upstream tasks that the marker's spout task reaches; the marker's tree then completes once
+every task has processed what that spout task emitted before it.
+
 Until an INITSTATE or ROLLBACK has reached its executor since its worker started, a task
 fails every PREPARE and COMMIT (a restarted worker lost tuples, which no checkpoint may leave
 out), and a stateful spout emits nothing (what it emitted would be rolled back, and replayed
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from squall.acker import ACK_ACK, ACK_FAIL, CHECKPOINT_RECOVER
 from squall.checkpoint_spout import (
-    CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, COMMIT, PREPARE, RECOVERY_ACTIONS,
+    CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, COMMIT, MARK, PREPARE, RECOVERY_ACTIONS,
 )
 from squall.serialization import Serializer
 from squall.state.key_value_state import KeyValueState
@@ -130,6 +135,10 @@ class Checkpointing:
         self._prepared_acks: dict[int, int] = {}
         self._prepared_txid: int | None = None  # the PREPARE they were moved aside at
         self._checkpoint_task = assignment.component_tasks[CHECKPOINT_COMPONENT][0]
+        self._upstream = upstream
+        # (task, spout task) -> marker id -> (its copies so far, the tasks they came from)
+        self._markers: dict[tuple[int, int], dict[int, tuple[list[Tuple], set[int]]]] = {}
+        self._marker_sources: dict[int, frozenset[int]] = {}  # spout task -> upstream tasks its markers come from
 
     def wrap(self, process_batch: Any) -> Any:
         """The bolt executor's ``process_batch`` with barriers taken out (see the module)."""
@@ -171,8 +180,11 @@ class Checkpointing:
             self._execute([tup for _, tup in pairs] if self._executor.single_task else pairs)
 
     def barrier(self, task: int, tup: Tuple) -> None:
-        """A barrier for ``task`` from the task upstream that emitted ``tup``."""
+        """A barrier (or a marker) for ``task`` from the task upstream that emitted ``tup``."""
         txid, action, barrier_id = tup.values
+        if action == MARK:
+            self._marker(task, tup)
+            return
         if self._current is not None and barrier_id != self._current:
             if barrier_id < self._current:
                 self._settle([tup], False)  # of a superseded checkpoint
@@ -187,6 +199,47 @@ class Checkpointing:
         self._arrived.add((tup.source_task, task))
         if self._arrived >= self._expected:
             self._complete()
+
+    def _marker(self, task: int, tup: Tuple) -> None:
+        """Pass a marker on once it came from every upstream task its spout task reaches."""
+        origin, _, marker_id = tup.values
+        markers = self._markers.setdefault((task, origin), {})
+        copies, sources = markers.setdefault(marker_id, ([], set()))
+        copies.append(tup)
+        sources.add(tup.source_task)
+        if sources < self._sources_of(origin):
+            return
+        del markers[marker_id]
+        for older in [m for m in markers if m < marker_id]:  # lost on a way (channels are FIFO)
+            self._settle(markers.pop(older)[0], False)
+        ex = self._executor
+        ex.flush_all()  # what came before the marker goes first, in batches of their own
+        self._emit_barrier(task, tup.values, copies)
+        self._settle(copies, True)
+        ex.transfer.flush_all()
+
+    def _sources_of(self, origin: int) -> frozenset[int]:
+        """The upstream tasks of this executor that spout task ``origin``'s markers come from:
+        ``origin`` itself, and every task of an upstream bolt downstream of its spout."""
+        sources = self._marker_sources.get(origin)
+        if sources is None:
+            topology, assignment = self._executor.worker.topology, self._executor.worker.assignment
+            spout = assignment.task_component[origin]
+            reached, frontier = {spout}, [spout]
+            while frontier:
+                source = frontier.pop()
+                for cid, spec in topology.components.items():
+                    if (source, CHECKPOINT_STREAM) in spec.inputs and cid not in reached:
+                        reached.add(cid)
+                        frontier.append(cid)
+            found: set[int] = set()
+            for component in self._upstream:
+                if component == spout:
+                    found.add(origin)
+                elif component in reached:
+                    found.update(assignment.component_tasks[component])
+            sources = self._marker_sources[origin] = frozenset(found)
+        return sources
 
     def _give_up(self) -> None:
         log.info("component %r: checkpoint barrier %s superseded", self._executor.component, self._current)

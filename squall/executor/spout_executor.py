@@ -4,7 +4,8 @@ What cannot be handed on waits in the send path's overflow and ``next_tuple`` is
 until it drains, while acks and fails keep being processed (so ackers, which only send to
 spouts, never wait forever). ``next_tuple`` is called up to ``topology.spout.max.batch.size``
 times per task and round, and not while ``topology.max.spout.pending`` trees of that task
-are pending.
+are pending, nor, for a stateful spout task, while more records than its limit are in flight
+(see :mod:`squall.executor.inflight`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import time
 from typing import Any
 
 from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_RECOVER, RoundAcks
-from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
+from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, MARK
 from squall.collector import SpoutOutputCollector
 from squall.executor.checkpointing import UNHELD_ROOT_BIT, Checkpointing, TaskStates
 from squall.executor.executor import Control, Executor
+from squall.executor.inflight import InFlight
 from squall.executor.worker_context import WorkerContext
 from squall.scheduler import ExecutorAssignment
 from squall.stateful import StatefulComponent
@@ -99,10 +101,16 @@ class SpoutExecutor(Executor):
             spout.open(dict(self.conf), context, collector)
         self.checkpointing: Checkpointing | None = None
         self._unrecovered: frozenset[int] = frozenset()
+        #: stateful tasks whose markers reach bolts: their records in flight are bounded
+        self._in_flight: dict[int, InFlight] = {}
+        self._last_marker = 0
         if self.worker.topology.checkpointed and self.component != CHECKPOINT_COMPONENT:
             stateful = {task: spout for task, spout in self.spouts.items() if isinstance(spout, StatefulComponent)}
+            budget = self.conf["topology.state.spout.inflight.ms"] / 1000
             for task in stateful:
                 self.collectors[task].root_bit = UNHELD_ROOT_BIT
+                if self.collectors[task].marker_targets(CHECKPOINT_STREAM):
+                    self._in_flight[task] = InFlight(budget, self.conf["topology.max.spout.pending"])
             states = TaskStates(self, stateful) if stateful else None
             self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
             if states is not None:
@@ -171,9 +179,13 @@ class SpoutExecutor(Executor):
                 exhausted = False
                 continue
             collector, pending = self.collectors[task], self._pending[task]
+            in_flight = self._in_flight.get(task)
+            # a stateful task stops once it emitted what its in-flight limit leaves room for
+            stop_at = None if in_flight is None else collector.emitted_count + in_flight.room(collector.emitted_count)
             self.calling = (time.monotonic(), task)
             for _ in range(self._max_batch):
-                if max_pending is not None and len(pending) >= max_pending:
+                if (max_pending is not None and len(pending) >= max_pending
+                        or stop_at is not None and collector.emitted_count >= stop_at):
                     exhausted = False
                     break
                 before = collector.emitted_count
@@ -190,10 +202,28 @@ class SpoutExecutor(Executor):
                     break
         self.calling = None
         self.flush_all()
+        if self._in_flight:
+            self._send_markers()
         self._run_settle_now()
         if self._tracker is not None:
             self.exhausted = exhausted and not emitted and not self.transfer.overflow
         return emitted
+
+    def _send_markers(self) -> None:
+        """A marker behind the records of each stateful task that wants one (see
+        :mod:`squall.executor.inflight`), in a batch of its own, as a barrier: ``[spout task,
+        MARK, marker id]`` on the ``$checkpoint`` stream."""
+        now = time.monotonic()
+        sent = False
+        for task, in_flight in self._in_flight.items():
+            emitted = self.collectors[task].emitted_count
+            if in_flight.wants_marker(emitted, now):
+                self._last_marker = max(self._last_marker + 1, time.time_ns())  # grows across restarts
+                root = self.collectors[task].emit_marker([task, MARK, self._last_marker], CHECKPOINT_STREAM)
+                in_flight.sent(root, emitted, now)
+                sent = True
+        if sent:
+            self.flush_all()
 
     def _is_exhausted(self, task: int, spout: Any) -> bool:
         try:
@@ -238,7 +268,10 @@ class SpoutExecutor(Executor):
         """Tree ``root`` of ``task`` completed (``acked``) or failed: call the spout's ack or fail."""
         entry = self._pending[task].pop(root)
         if entry is None:
-            return  # already timed out and failed
+            in_flight = self._in_flight.get(task)
+            if in_flight is not None:
+                in_flight.completed(root, acked)  # a marker's, or nothing
+            return  # else already timed out and failed
         if acked:
             self.stats.acked += 1
             self.stats.complete_secs += time.perf_counter() - entry[1]
