@@ -6,7 +6,9 @@ stateful component. It emits barriers on the ``$checkpoint`` stream — fields `
 bolts it feeds, and every bolt passes them on to the bolts it feeds once a barrier of the
 same ``id`` has arrived from every task upstream of it (see
 :mod:`squall.executor.checkpointing`). A barrier is a tracked tuple: its tree completes once
-every task has acted on it, and fails if any task could not.
+every task has acted on it, and fails if any task could not. Stateful spouts send markers on
+the same stream (action ``MARK``, ``txid`` naming the spout task), which measure what they
+have in flight and never hold data back (see :mod:`squall.executor.inflight`).
 
 A checkpoint is two barriers:
 
