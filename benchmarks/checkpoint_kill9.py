@@ -2,12 +2,12 @@
 tests/test_checkpoint_kill9.py (its ``run_variant``), many times, counting the runs whose
 committed counts were not exact.
 
-Each run: a fresh input (lines of 1 to 3 words: 3,000 for files, 5,000 for kafka and redis,
-unless ``--lines``; seeded by the run's number) present before the submit, ``spout x2 -> split
-x2 -> stateful count x2`` (the count sleeping 1 ms a word) on 3 worker processes, ``kill -9``
-of workers while the queues in front of the count are full, every committed checkpoint seen on
-the way checked against the records below the committed positions, and the end against the
-whole input. Variants (the test module's ``VARIANTS``):
+Each run: a fresh input (lines of 1 to 3 words: 4,000 for files, 7,000 for kafka and redis,
+unless ``--lines``; seeded by the run's number) present before the submit, ``spout x2
+-> split x2 -> stateful count x2`` (the count sleeping 1 ms a word) on 3 worker processes,
+``kill -9`` of workers while the queues in front of the count are full, every committed
+checkpoint seen on the way checked against the records below the committed positions, and the
+end against the whole input. Variants (the test module's ``VARIANTS``):
 
 * ``kafka``: ``StatefulKafkaSpout`` over librdkafka's mock cluster (in this process), state in
   SQLite, 3 s of work in flight; kills of the checkpoint spout's worker then of a count's, a
@@ -28,7 +28,7 @@ The state, the input files and the worker logs go to a directory per run under /
 exists (the system's temporary directory otherwise): removed after an exact run, kept after
 the others (the line says where).
 
-Reproduce (a run takes 8-18 s on 2 cores; nothing else should run meanwhile):
+Reproduce (a run takes 10-25 s on 2 cores; nothing else should run meanwhile):
 
     python benchmarks/checkpoint_kill9.py --runs 200 --variant all
     python benchmarks/checkpoint_kill9.py --runs 30 --variant kafka --lines 20000
@@ -70,7 +70,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20, help="runs of each variant (default 20)")
     parser.add_argument("--variant", choices=[*scenario.VARIANTS, "all"], default="all")
     parser.add_argument("--lines", type=int, help="lines of input per run (default: the variant's, "
-                        f"{scenario.LINES} or 5000; the runs that once over-counted had 20,000)")
+                        f"{scenario.LINES} to 7000; the runs that once over-counted had 20,000)")
     args = parser.parse_args()
     variants = list(scenario.VARIANTS) if args.variant == "all" else [args.variant]
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s")

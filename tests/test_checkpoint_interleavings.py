@@ -165,3 +165,15 @@ def test_a_dead_spout_workers_leftovers_after_its_next_runs_rollback(drop_stale)
     else:
         with pytest.raises(AssertionError, match="counted too often"):
             sim.drain()
+
+
+def test_a_restarted_worker_asks_for_the_rollback_at_once():
+    """A restarted worker's request for a rollback leaves at once, though nothing flows to it
+    that would flush its executors (it used to wait for the barrier in flight to time out)."""
+    sim = Simulation([["a b", "c"], ["b"]])
+    assert sim.rounds(50)  # everything committed: nothing flows any more
+    sim.step(("kill", 2))
+    sim.step(("restart", 2))
+    sim.step(("send", 2))
+    assert sim.links.get((2, 1, 0)), "no request for a rollback reached the checkpoint spout's worker"
+    assert sim.drain()

@@ -20,13 +20,14 @@ variants:
 
 The kills land as the counts get through a fifth of the input's words each time (replays
 included): the first once words are measured queued in front of the counts, the next ones
-once a checkpoint with counts committed since the last kill (each rolls back to another, non
-empty, commit). Every committed checkpoint the test sees while it runs (it polls ~10 times a
-second, through the kills, the stop and the rerun) must hold counts equal to the counts of the
-records below the spouts' committed positions, both read in one snapshot (the same committed
-txid before and after the reads); at the end the positions are the end of the input and the
-counts those of the whole input. An over-count (a record counted twice) or an under-count
-fails the test with the words that differ.
+once a checkpoint with counts has committed since the last kill (what the recovery from it
+left is committed, and checked, before another rollback could undo it). Every committed
+checkpoint the test sees while it runs (it polls ~10 times a second, through the kills, the
+stop and the rerun) must hold counts equal to the counts of the records below the spouts'
+committed positions, both read in one snapshot (the same committed txid before and after the
+reads); at the end the positions are the end of the input and the counts those of the whole
+input. An over-count (a record counted twice) or an under-count fails the test with the words
+that differ.
 
 Each variant runs ``$SQUALL_KILL9_RUNS`` times (default 2). ``benchmarks/checkpoint_kill9.py``
 runs :func:`run_scenario` many times and counts the inexact runs.
@@ -72,7 +73,7 @@ import stateful_wordcount as swc  # noqa: E402 - the example's bolts; workers im
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(150)]
 
 RUNS = int(os.environ.get("SQUALL_KILL9_RUNS", "2"))
-LINES = 3000  # of 1 to 3 words: ~6,000 words, 2-4 s of counting per count task (the words are skewed)
+LINES = 4000  # of 1 to 3 words: ~8,000 words, 3-6 s of counting per count task (the words are skewed)
 SECS_PER_WORD = 0.001  # ~2 ms per line
 #: the words the counts execute (replays included) before each kill, and before the stop, as a
 #: fraction of the input's words
@@ -402,12 +403,12 @@ def run_scenario(source: Source, conf: dict[str, Any], kills: Sequence[str], sto
                  first_backlog: int = MIN_BACKLOG, name: str = NAME) -> Result:
     """Run the word count over ``source`` in worker processes; each time the counts have
     executed :data:`STRETCH` of the input's words since the start or the last restart (the
-    first time, with at least ``first_backlog`` words queued in front of them; then, with a
-    checkpoint with counts committed since the last kill), ``kill -9`` the worker of the next
-    of ``kills`` (keys of :data:`TARGETS`) and wait for its restart; then (``stop_and_rerun``),
-    after one more stretch, kill the topology and submit it again under the same name; wait
-    until the whole input is committed. Every snapshot read on the way is checked
-    (:class:`Inexact` if one is off); so are the final counts."""
+    first time, with at least ``first_backlog`` words queued in front of them; then, once a
+    checkpoint with counts has committed since the last kill), ``kill -9`` the worker of the
+    next of ``kills`` (keys of :data:`TARGETS`) and wait for its restart; then
+    (``stop_and_rerun``), after one more stretch, kill the topology and submit it again under
+    the same name; wait until the whole input is committed. Every snapshot read on the way is
+    checked (:class:`Inexact` if one is off); so are the final counts."""
     result = Result()
     topology = build(source.spout())
     watch = Watch(source, topology, conf, name)
@@ -429,7 +430,8 @@ def run_scenario(source: Source, conf: dict[str, Any], kills: Sequence[str], sto
                 figures restart with their worker: not measured after that) and lands early,
                 while the backlog builds up (where our runs found a dead worker's last payloads
                 still unread the most often); a later one waits for a commit with counts since
-                the last kill, so that it rolls back to another, non-empty, commit."""
+                the last kill: what the recovery from that one left is committed, and checked,
+                before another rollback could undo it."""
                 if first:
                     return progress.due(stretch, first_backlog)
                 return progress.due(stretch) and done > 0 and snap.txid != last_txid
@@ -488,12 +490,13 @@ DEEP_BACKLOG_MS, DEEP_FIRST_BACKLOG = 3000, 1000
 
 VARIANTS = {
     # the layout of the runs that once over-counted: the checkpoint spout's worker, then a count's
-    # (more input where the backlog is deep: the last kill or the stop must still land mid-stream)
+    # (more input where the backlog is deep: commits are seconds apart, and the last kill or the
+    # stop must still land mid-stream)
     "kafka": Variant(("checkpoint", "count+spout"), stop_and_rerun=True, inflight_ms=DEEP_BACKLOG_MS,
-                     first_backlog=DEEP_FIRST_BACKLOG, lines=5000),
+                     first_backlog=DEEP_FIRST_BACKLOG, lines=7000),
     "files": Variant(("count", "checkpoint")),
     "redis": Variant(("checkpoint", "count"), inflight_ms=DEEP_BACKLOG_MS, first_backlog=DEEP_FIRST_BACKLOG,
-                     lines=5000),
+                     lines=7000),
 }
 
 
@@ -515,7 +518,7 @@ def run_variant(variant: str, root: Path, seed: int, kafka: str | None = None, r
 
 
 def check_result(result: Result, variant: Variant) -> None:
-    """The kills landed mid-stream, each after the first once a commit with counts; no worker
+    """The kills landed mid-stream, each after the first past a commit with counts; no worker
     restarted but those killed."""
     assert [k["target"] for k in result.kills] == list(variant.kills)
     assert result.kills[0]["committed"] < 1.0 and all(0 < k["committed"] < 1.0 for k in result.kills[1:]), \

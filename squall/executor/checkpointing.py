@@ -159,6 +159,7 @@ class Checkpointing:
         ex = self._executor
         task = ex.task_ids[0]
         ex.send((self._checkpoint_task,), Tuple([task], ex.system_sources[CHECKPOINT_RECOVER], task))
+        ex.transfer.flush_all()  # now: nothing may flow to this worker that would flush it later
 
     # -- alignment ----------------------------------------------------------------------
 
