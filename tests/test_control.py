@@ -112,8 +112,11 @@ class Run:
         index = len(list(tmp_path.glob("run-*.err")))
         self.err_path = tmp_path / f"run-{index}.err"
         with open(tmp_path / f"run-{index}.out", "w") as out, open(self.err_path, "w") as err:
+            # SIGINT as a terminal gives it, even when these tests run in a background job (which
+            # ignores it, and Python then never turns it into KeyboardInterrupt)
             self.proc = subprocess.Popen([sys.executable, "-m", "squall", "run", *args], stdout=out, stderr=err,
-                                         cwd=tmp_path, start_new_session=True)
+                                         cwd=tmp_path, start_new_session=True,
+                                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     @property
     def pid(self) -> int:
