@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,7 +48,7 @@ from typing import Any
 import squall.checkpoint_spout
 import squall.executor.inflight
 import squall.executor.spout_executor
-from squall import BasicBolt, Fields, TopologyBuilder
+from squall import Fields, TopologyBuilder
 from squall.checkpoint_spout import CHECKPOINT_COMPONENT
 from squall.cluster_state import TopologyState
 from squall.config import checked_config
@@ -57,8 +59,11 @@ from squall.messaging.transport import Transport
 from squall.scheduler import assign
 from squall.serialization import Serializer
 from squall.state.provider import InMemoryStateProvider
-from squall.stateful import StatefulBolt, StatefulSpout
+from squall.stateful import StatefulSpout
 from squall.utils import rand
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import stateful_wordcount as swc  # noqa: E402 - the example's split and count
 
 #: topology name -> per task index of ``lines``, the lines that task reads
 SOURCES: dict[str, list[list[str]]] = {}
@@ -120,26 +125,6 @@ class LineSpout(StatefulSpout):
             self.state.put("position", position + 1)
 
 
-class Split(BasicBolt):
-    outputs = ["word"]
-
-    def execute(self, tup: Any, collector: Any) -> None:
-        for word in tup[0].split():
-            collector.emit([word])
-
-
-class Count(StatefulBolt):
-    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
-        self.collector = collector
-
-    def init_state(self, state: Any) -> None:
-        self.state = state
-
-    def execute(self, tup: Any) -> None:
-        self.state.put(tup[0], self.state.get(tup[0], 0) + 1)
-        self.collector.ack(tup)
-
-
 class _SimTransport(Transport):
     """One run's end of the simulated network: what it sends joins its links."""
 
@@ -190,8 +175,8 @@ class Simulation:
         self.drop_stale = drop_stale
         builder = TopologyBuilder()
         builder.set_spout("lines", LineSpout(self.name), len(lines))
-        builder.set_bolt("split", Split(), 2).shuffle_grouping("lines")
-        builder.set_bolt("count", Count(), 2).fields_grouping("split", Fields("word"))
+        builder.set_bolt("split", swc.SplitLine(), 2).shuffle_grouping("lines")
+        builder.set_bolt("count", swc.WordCount(), 2).fields_grouping("split", Fields("word"))
         self.topology = builder.create_topology()
         conf = {
             "topology.workers": workers,
