@@ -84,7 +84,7 @@ def plain_loop(sentences: list[str]) -> tuple[int, float]:
 
 def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int, processes: bool = False,
               overrides: dict | None = None, cluster=None, shuffle_split: bool = False,
-              count_parallelism: int | None = None, extend: Callable[[TopologyBuilder], None] | None = None,
+              count_parallelism: int | None = None, parallelism: int | None = None, extend: Callable[[TopologyBuilder], None] | None = None,
               watch: Callable[[dict], None] | None = None) -> tuple[float, float]:
     """(seconds from submit until done, words/s after the first 10% of the words): the second
     leaves out the start-up (worker processes, or a Spark job and its executors' task
@@ -92,19 +92,21 @@ def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int
 
     By default the split takes local-or-shuffle grouping and each bolt has one executor per
     worker; ``shuffle_split`` and ``count_parallelism`` give the shuffle-split/fields-count
-    variant (benchmarks/vs_bytewax.py). ``extend``, if given, adds components of its own to
+    variant (benchmarks/vs_bytewax.py); ``parallelism`` sets every component's executors,
+    whatever the number of workers (benchmarks/scaling.py). ``extend``, if given, adds components of its own to
     the builder before the topology is created, and ``watch`` gets each poll's per-component
     figures (``get_topology_info``'s ``components``) (benchmarks/blocking.py)."""
     builder = TopologyBuilder()
-    builder.set_spout("sentences", ListSpout(sentences, reliable=acking), workers)
-    split = builder.set_bolt("split", SplitSentence(), workers)
+    parallelism = parallelism or workers
+    builder.set_spout("sentences", ListSpout(sentences, reliable=acking), parallelism)
+    split = builder.set_bolt("split", SplitSentence(), parallelism)
     if shuffle_split:
         split.shuffle_grouping("sentences")
     else:
         # local-or-shuffle: the split is stateless, so sentences need not cross workers (what a
         # Storm user would write); the count's fields grouping still sends words across
         split.local_or_shuffle_grouping("sentences")
-    builder.set_bolt("count", WordCount(report_every_secs=3600), count_parallelism or workers).fields_grouping(
+    builder.set_bolt("count", WordCount(report_every_secs=3600), count_parallelism or parallelism).fields_grouping(
         "split", ["word"])
     if extend is not None:
         extend(builder)

@@ -28,8 +28,8 @@ ACK_INIT = "__ack_init"
 ACK_ACK = "__ack_ack"
 ACK_FAIL = "__ack_fail"
 ACK_RESET_TIMEOUT = "__ack_reset_timeout"
-# Within one worker, many of these in one tuple (never sent to another worker: the receive
-# path takes system streams of ints only, so it drops them as malformed):
+# Many of these in one tuple (between workers they travel as the typed AckBatch and
+# CompletedBatch of squall.messaging.tuple_batch, which the receive path turns into these):
 # to an acker, {root: (ack-val, spout task or None)}: inits (with their spout task) and acks;
 ACK_BATCH = "__ack_batch"
 # to a spout task, [root, ...]: the trees that completed.

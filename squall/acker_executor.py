@@ -8,7 +8,7 @@ from typing import Any
 from squall.acker import ACK_ACK, ACKED_BATCH, Acker
 from squall.executor.bolt_executor import BoltExecutor
 from squall.executor.executor import Control
-from squall.tuple import Tuple
+from squall.messaging.tuple_batch import CompletedBatch
 
 
 class AckerExecutor(BoltExecutor):
@@ -18,22 +18,22 @@ class AckerExecutor(BoltExecutor):
     kind = "acker"
 
     def setup(self) -> None:
-        # spout task of this worker -> the trees of it that completed in the batch being
-        # processed: told in one ACKED_BATCH tuple at the batch's end (see squall.acker)
+        # spout task -> the trees of it that completed in the batch being processed: told
+        # at the batch's end in one ACKED_BATCH tuple, or one CompletedBatch to another worker
         self._completed: dict[int, list[int]] = {}
         self.ackers = {task: Acker(self._sender(task)) for task in self.task_ids}
 
     def _sender(self, task: int) -> Callable[[int, str, list[Any]], None]:
-        sources, completed, local = self.system_sources, self._completed, self.transfer.local_tasks
+        sources, completed = self.system_sources, self._completed
 
         def send(target: int, stream: str, values: list[Any]) -> None:
-            if stream == ACK_ACK and target in local:
+            if stream == ACK_ACK:
                 roots = completed.get(target)
                 if roots is None:
                     roots = completed[target] = []
                 roots.append(values[0])
             else:
-                self.send((target,), Tuple(values, sources[stream], task))
+                self.send((target,), sources[stream], task, values)
 
         return send
 
@@ -50,9 +50,12 @@ class AckerExecutor(BoltExecutor):
     def process_batch(self, batch: list[Any]) -> None:
         ackers = self.ackers
         for task, tup in self.pairs(batch):
-            ackers[task].execute(tup._source.stream, tup.values)
+            ackers[task].execute(tup.stream_source.stream, tup.values)
         if self._completed:
-            source, me = self.system_sources[ACKED_BATCH], self.task_ids[0]
+            source, me, local = self.system_sources[ACKED_BATCH], self.task_ids[0], self.transfer.local_tasks
             for target, roots in self._completed.items():
-                self.send((target,), Tuple([roots], source, me))
+                if target in local:
+                    self.send((target,), source, me, [roots])
+                else:
+                    self.transfer.send_group(target, CompletedBatch(me, target, roots))
             self._completed.clear()

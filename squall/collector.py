@@ -41,8 +41,8 @@ def combine_ack(pending_acks: dict[int, int], tup: Tuple) -> None:
     XOR is associative, so an executor combines its acks for one tree until it flushes;
     the acker sees the same values, with fewer messages.
     """
-    ack_val = tup._ack_val
-    for root, edge in tup._anchors_to_ids.items():
+    ack_val = tup.ack_val
+    for root, edge in tup.tree_ids.items():
         pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
 
 
@@ -59,8 +59,9 @@ class CollectorHost(Protocol):
 
     transfer: ExecutorTransfer
 
-    def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
-        """Queue ``tup`` for ``tasks`` (see ExecutorTransfer.send)."""
+    def send(self, tasks: list[int] | tuple[int, ...], source: StreamSource, source_task: int, values: list[Any],
+             tree_ids: dict[int, int] | None = None) -> None:
+        """Queue a tuple for ``tasks`` (see ExecutorTransfer.send)."""
 
     def flush_all(self) -> None:
         """Hand on the combined acks and every gathered batch."""
@@ -108,13 +109,17 @@ class _Collector:
         input (when tracked)."""
         transfer = self._executor.transfer
         source, arity, choose, send, task_id = route.source, route.arity, route.choose, self._send, self._task_id
-        one_task, batch_size, flush = transfer.one_task_outboxes(), transfer.batch_size, transfer.flush
+        # task -> its outbox when it is the only task of an executor of this worker: such a
+        # tuple goes straight into the outbox (the rest through ExecutorTransfer.send)
+        one_task = {task: ob if ob.queue is not None and ob.single_task else None
+                    for task, ob in transfer.outboxes().items()}
+        batch_size, flush = transfer.batch_size, transfer.flush
         own_stream, invalid, other_stream = source.stream, self._invalid, self._emit_other
 
         def emit(values: Any, stream: str = own_stream, anchor: Tuple | None = None) -> list[int]:
             if basic is not None:
                 anchor = basic.input
-                if not anchor._anchors_to_ids:
+                if not anchor.tree_ids:
                     anchor = None
             if stream != own_stream:
                 return other_stream(values, stream, anchor)
@@ -125,24 +130,22 @@ class _Collector:
             tasks = choose(values)
             route.emitted += 1
             if anchor is None:
-                tup = Tuple(values, source, task_id)
                 if len(tasks) != 1 or (ob := one_task[tasks[0]]) is None:
-                    send(tasks, tup)  # all or nothing, should a value not serialize for another worker
+                    send(tasks, source, task_id, values)  # all or nothing, should a value not serialize
                     return tasks
                 items = ob.items
-                items.append(tup)
+                items.append(Tuple(values, source, task_id))
                 if len(items) >= batch_size:
                     flush(ob)
                 return tasks
             for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
                 edge = rand_bits(64)
-                anchor._ack_val ^= edge
-                tup = Tuple(values, source, task_id, dict.fromkeys(anchor._anchors_to_ids, edge))
+                anchor.ack_val ^= edge
                 if (ob := one_task[task]) is None:
-                    send((task,), tup)
+                    send((task,), source, task_id, values, dict.fromkeys(anchor.tree_ids, edge))
                     continue
                 items = ob.items
-                items.append(tup)
+                items.append(Tuple(values, source, task_id, dict.fromkeys(anchor.tree_ids, edge)))
                 if len(items) >= batch_size:
                     flush(ob)
             return tasks
@@ -194,7 +197,7 @@ class _Collector:
         return emit(values, stream, anchor)
 
     def _send_to_acker(self, root: int, stream: str, values: list[Any]) -> None:
-        self._send((acker_for(root, self._acker_tasks),), Tuple(values, self._system_sources[stream], self._task_id))
+        self._send((acker_for(root, self._acker_tasks),), self._system_sources[stream], self._task_id, values)
 
 
 class SpoutOutputCollector(_Collector):
@@ -236,7 +239,7 @@ class SpoutOutputCollector(_Collector):
         route, tasks = self._targets(values, stream, direct_task)
         self.emitted_count += 1
         if msg_id is None or not self._acker_tasks or not tasks:
-            self._send(tasks, Tuple(values, route.source, self._task_id))
+            self._send(tasks, route.source, self._task_id, values)
             if msg_id is not None:
                 self._executor.settle_now(self._task_id, "ack", msg_id)
             return tasks
@@ -268,7 +271,7 @@ class SpoutOutputCollector(_Collector):
             ack_val ^= edge
             # should a later target fail, the tuples already sent belong to a tree that is
             # failed below: at-least-once holds (the acker forgets such trees after timeouts)
-            self._send((task,), Tuple(values, route.source, self._task_id, {root: edge}))
+            self._send((task,), route.source, self._task_id, values, {root: edge})
         round_acks = self._executor.round_acks
         if round_acks is None:
             self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])
@@ -335,8 +338,8 @@ class OutputCollector(_Collector):
             if anchors is None:
                 return emit(values)
             if anchors.__class__ is Tuple:
-                return emit(values, stream, anchors if anchors._anchors_to_ids else None)
-            anchors = [a for a in anchors if a._anchors_to_ids]
+                return emit(values, stream, anchors if anchors.tree_ids else None)
+            anchors = [a for a in anchors if a.tree_ids]
             if len(anchors) <= 1:
                 return emit(values, stream, anchors[0] if anchors else None)
         # direct emits, emits anchored to several tracked tuples, and emits that are invalid
@@ -345,22 +348,22 @@ class OutputCollector(_Collector):
         route, tasks = self._targets(values, stream, direct_task)
         if anchors.__class__ is Tuple:
             anchors = (anchors,)
-        anchors = [a for a in anchors or () if a._anchors_to_ids]
+        anchors = [a for a in anchors or () if a.tree_ids]
         if not anchors:
-            self._send(tasks, Tuple(values, route.source, self._task_id))
+            self._send(tasks, route.source, self._task_id, values)
             return tasks
         for task in tasks:
             ids: dict[int, int] = {}
             for anchor in anchors:  # a new edge per anchor, XOR-ed into each of its trees
                 edge = rand_bits(64)
-                anchor._ack_val ^= edge
-                for root in anchor._anchors_to_ids:
+                anchor.ack_val ^= edge
+                for root in anchor.tree_ids:
                     ids[root] = ids.get(root, 0) ^ edge
-            self._send((task,), Tuple(values, route.source, self._task_id, ids))
+            self._send((task,), route.source, self._task_id, values, ids)
         return tasks
 
     def _ack(self, tup: Tuple, pending_acks: dict[int, int]) -> None:
-        if tup._anchors_to_ids and self._acker_tasks:
+        if tup.tree_ids and self._acker_tasks:
             combine_ack(pending_acks, tup)
         self._executor.record_ack(tup)
 
@@ -373,8 +376,8 @@ class OutputCollector(_Collector):
 
     def _tell_ackers(self, tup: Tuple, stream: str) -> None:
         """Send ``[root]`` on ``stream`` to the acker of every tree ``tup`` belongs to."""
-        if tup._anchors_to_ids and self._acker_tasks:
-            for root in tup._anchors_to_ids:
+        if tup.tree_ids and self._acker_tasks:
+            for root in tup.tree_ids:
                 self._send_to_acker(root, stream, [root])
 
 
@@ -399,7 +402,7 @@ class BasicOutputCollector:
         if emit is None:
             raise self._collector._invalid(stream, values if values.__class__ is list else list(values))
         anchor = self.input
-        return emit(values, stream, anchor if anchor._anchors_to_ids else None)
+        return emit(values, stream, anchor if anchor.tree_ids else None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default") -> None:
         self._emit(values, stream, self.input, task_id)

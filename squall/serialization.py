@@ -13,13 +13,14 @@ Kryo registrations) travel with their serializer. Any other type needs the pickl
 * on, it travels as cloudpickle — unpickling runs code, so the topology must run on
   authenticated links (``topology.messaging.secure``, checked when it is submitted).
 
-A value that cannot be encoded raises :class:`SerializationError` at emit.
+A tuple whose values are all plain (None, bool, int within 64 bits, float, str) travels as
+it is, typed (:mod:`squall.messaging.tuple_batch`); the values of any other tuple are packed
+here, at emit, and a value that cannot be encoded raises :class:`SerializationError` there.
 A :class:`Serializer` is not thread-safe: make one per thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 import cloudpickle
@@ -29,24 +30,10 @@ from squall.errors import SerializationError
 
 _EXT_PICKLE = 0
 _EXT_TUPLE = 1
-_EXT_PACKED = 2  # a tuple's values, packed at emit
 _EXT_BIG_INT = 3  # beyond msgpack's 64 bits: two's complement, big-endian
 _EXT_SET = 4
 _EXT_FROZENSET = 5
 _EXT_FIRST_REGISTERED = 16
-
-# Values of only these types need no checking at emit; they are packed with their batch.
-PLAIN_TYPES = frozenset({str, int, float, bytes, bool, type(None)})
-
-
-class Packed:
-    """Values packed at emit, decoded by the receiving worker one tuple at a time (so that a
-    value it cannot rebuild is blamed on its own tuple)."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
 
 # The config key holding the registrations: a list of (class, serializer) pairs.
 REGISTRATIONS_KEY = "topology.kryo.register"
@@ -84,13 +71,8 @@ class Serializer:
         self._by_type = {cls: (_EXT_FIRST_REGISTERED + i, s) for i, (cls, s) in enumerate(registrations)}
         self._by_code = {code: s for code, s in self._by_type.values()}
         self._packer = msgpack.Packer(default=self._default, strict_types=True, use_bin_type=True)
-        # batches hold plain values and ExtTypes only; its arrays may be tuples (zip's columns)
-        self._batch_packer = msgpack.Packer(use_bin_type=True)
         # why values could not be rebuilt since the caller last cleared this (they decode as None)
         self.decode_errors: list[str] = []
-        #: Packed values load_batches has decoded (the caller resets it): while 0, every
-        #: value list it yielded holds msgpack's plain types only
-        self.packed_decoded = 0
 
     def _default(self, obj: Any) -> msgpack.ExtType:
         cls = type(obj)
@@ -127,49 +109,6 @@ class Serializer:
         except Exception as e:  # e.g. recursion, a default that raised something else
             self._packer.reset()
             raise SerializationError(f"value cannot be serialized: {e}") from e
-
-    def wire_values(self, values: list[Any]) -> Any:
-        """``values`` as they go into a batch for another worker: as they are when every
-        value is of a plain type (str, int, float, bytes, bool, None), else packed now (raising
-        :class:`SerializationError` for a value that cannot be)."""
-        for value in values:
-            if value.__class__ not in PLAIN_TYPES:
-                return msgpack.ExtType(_EXT_PACKED, self.dumps(values))
-            if value.__class__ is str and not value.isascii():
-                try:  # a lone surrogate would fail the packing of the whole batch, later
-                    value.encode()
-                except UnicodeEncodeError as e:
-                    raise SerializationError(f"string {value!r:.40} cannot be encoded as UTF-8: {e.reason}") from None
-        return values
-
-    def pack_batch(self, records: list[tuple[Any, ...]]) -> bytes:
-        """One batch of records ``(task, source task, stream, wire values, anchors-to-ids)``,
-        packed column by column in one call."""
-        columns = [list(column) for column in zip(*records)] or [[], [], [], [], []]
-        try:
-            return self._batch_packer.pack(columns)
-        except (OverflowError, ValueError, TypeError):
-            # a plain value msgpack cannot hold as it is (an int beyond 64 bits): pack those strictly
-            self._batch_packer.reset()
-            columns[3] = [v if isinstance(v, msgpack.ExtType) else msgpack.ExtType(_EXT_PACKED, self.dumps(v))
-                          for v in columns[3]]
-            return self._batch_packer.pack(columns)
-
-    def load_batches(self, data: bytes) -> Iterator[tuple[Any, ...]]:
-        """The records of every batch packed back to back in ``data``; their values are lists,
-        or :class:`Packed`, whose ``data`` :meth:`loads` decodes."""
-        unpacker = msgpack.Unpacker(ext_hook=self._batch_ext_hook, strict_map_key=False, raw=False,
-                                    max_buffer_size=max(len(data), 1))
-        unpacker.feed(data)
-        for tasks, sources, streams, values, ids in unpacker:
-            yield from zip(tasks, sources, streams, values, ids)
-
-    def _batch_ext_hook(self, code: int, data: bytes) -> Any:
-        # a batch's only extension type is values packed at emit: anything else is forged
-        if code != _EXT_PACKED:
-            raise ValueError(f"a batch holds an extension type {code} where only packed values go")
-        self.packed_decoded += 1
-        return Packed(data)
 
     def loads(self, data: bytes) -> Any:
         return msgpack.unpackb(data, ext_hook=self._ext_hook, strict_map_key=False, raw=False)

@@ -93,66 +93,70 @@ class Tuple:
 
     Besides the values, a tuple knows where it came from (``source_component``,
     ``source_stream_id``, ``source_task``) and carries the acking state of the trees it
-    belongs to. Tuples are read-only for user code.
+    belongs to. Tuples are read-only for user code; the engine reads and writes these slots:
+
+    * ``stream_source``: what every tuple of its (component, stream) shares (names, fields);
+    * ``tree_ids``: root id -> this tuple's edge id in that tree, for every tree it belongs
+      to (Storm's ``MessageId.anchorsToIds``); None or empty for an untracked tuple;
+    * ``ack_val``: the XOR of the edge ids of the tuples anchored to this one so far,
+      reported with its own edge when it is acked.
     """
 
-    __slots__ = ("values", "_source", "source_task", "_anchors_to_ids", "_ack_val")
+    __slots__ = ("values", "stream_source", "source_task", "tree_ids", "ack_val")
 
     def __init__(
         self,
         values: list[Any],
         source: StreamSource,
         source_task: int,
-        anchors_to_ids: dict[int, int] | None = None,
+        tree_ids: dict[int, int] | None = None,
     ) -> None:
         self.values = values
-        self._source = source
+        self.stream_source = source
         self.source_task = source_task
-        # root id -> edge id of this tuple in that tree (Storm's MessageId.anchorsToIds)
-        self._anchors_to_ids = anchors_to_ids
-        # xor of the edge ids of tuples anchored to this one, reported when it is acked
-        self._ack_val = 0
+        self.tree_ids = tree_ids
+        self.ack_val = 0
 
     @property
     def fields(self) -> Fields:
-        return self._source.fields
+        return self.stream_source.fields
 
     @property
     def source_component(self) -> str:
-        return self._source.component
+        return self.stream_source.component
 
     @property
     def source_stream_id(self) -> str:
-        return self._source.stream
+        return self.stream_source.stream
 
     def get_value(self, i: int) -> Any:
         return self.values[i]
 
     def get_value_by_field(self, name: str) -> Any:
-        return self.values[self._source.fields.field_index(name)]
+        return self.values[self.stream_source.fields.field_index(name)]
 
     def get_fields(self) -> Fields:
-        return self._source.fields
+        return self.stream_source.fields
 
     def contains(self, name: str) -> bool:
-        return name in self._source.fields
+        return name in self.stream_source.fields
 
     def field_index(self, name: str) -> int:
-        return self._source.fields.field_index(name)
+        return self.stream_source.fields.field_index(name)
 
     def select(self, fields: Fields | Iterable[str]) -> list[Any]:
-        return self._source.fields.select(Fields.of(fields), self.values)
+        return self.stream_source.fields.select(Fields.of(fields), self.values)
 
     def is_tick(self) -> bool:
         """True for tick tuples (component ``__system``, stream ``__tick``)."""
-        return self._source is TICK_SOURCE
+        return self.stream_source is TICK_SOURCE
 
     def __getitem__(self, key: int | str) -> Any:
-        index = self._source.fields._index.get(key) if key.__class__ is str else None
+        index = self.stream_source.fields._index.get(key) if key.__class__ is str else None
         if index is not None:
             return self.values[index]
         if isinstance(key, str):
-            return self.values[self._source.fields.field_index(key)]  # raises, naming the fields
+            return self.values[self.stream_source.fields.field_index(key)]  # raises, naming the fields
         return self.values[key]
 
     def __len__(self) -> int:
@@ -163,8 +167,8 @@ class Tuple:
 
     def __repr__(self) -> str:
         return (
-            f"Tuple(source={self._source.component}:{self.source_task}, "
-            f"stream={self._source.stream}, values={self.values!r})"
+            f"Tuple(source={self.stream_source.component}:{self.source_task}, "
+            f"stream={self.stream_source.stream}, values={self.values!r})"
         )
 
 

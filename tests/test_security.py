@@ -305,22 +305,24 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
                       for t in e["tasks"])
     acker_task = next(e["tasks"][0] for e in sink_worker["executors"] if e["component"] == "__acker")
     evil = msgpack.ExtType(0, pickle.dumps(Canary(str(canary))))
-    records = [  # (task, source task, stream, values, anchors)
-        (sink_task, relay_task, "default", [evil], {}),                 # a pickle, fallback off
-        (sink_task, relay_task, "default", msgpack.ExtType(2, msgpack.packb([evil])), {}),  # packed at emit
-        (sink_task, relay_task, "default", [msgpack.ExtType(2, msgpack.packb([evil]))], {}),  # ...misplaced
-        (sink_task, relay_task, "default", "not a list", {}),          # wrong types...
-        (sink_task, relay_task, "default", [1, 2], {}),                 # wrong arity
-        (sink_task, relay_task, "default", [7], [1, 2]),                # anchors not a map
-        (acker_task, relay_task, "__ack_ack", ["id", None], {}),       # an acker fed strings
-        (sink_task, relay_task, "no-such-stream", [7], {}),
-        (9999, relay_task, "default", [7], {}),                         # no such task
-        (sink_task, relay_task, "default", [-42], {}),                  # the one well-formed tuple
+    # payloads as a forger writes them: msgpack of [group], a tuple group being
+    # [0, source task, stream, [task], [values], tree ids or None] (squall.messaging.tuple_batch)
+    groups = [
+        [0, relay_task, "default", [sink_task], [msgpack.packb([evil])], None],  # a pickle packed at emit
+        [0, relay_task, "default", [sink_task], [[evil]], None],       # a pickle where plain values go
+        [0, relay_task, "default", [sink_task], ["not a list"], None],  # wrong types...
+        [0, relay_task, "default", [sink_task], [[1, 2]], None],        # wrong arity
+        [0, relay_task, "default", [sink_task], [[7]], [[1, 2]]],       # tree ids not a map
+        [0, relay_task, "__ack_ack", [acker_task], [["id", None]], None],  # an acker fed strings
+        [0, relay_task, "no-such-stream", [sink_task], [[7]], None],
+        [0, relay_task, "default", [9999], [[7]], None],                # no such task
+        [0, relay_task, "default", [sink_task], [[1]], None, "extra"],  # a field too many
+        [0, relay_task, "default", [sink_task], [[-42]], None],         # the one well-formed tuple
     ]
     context, security, sock = keyed_push(cluster._get("forged").runner.keys, sink_worker["port"])
     try:
-        for record in records:
-            send_payload(sock, msgpack.packb([[field] for field in record]))
+        for group in groups:
+            send_payload(sock, msgpack.packb([group]))
         send_payload(sock, b"\x93random")  # not even a batch
     finally:
         sock.close()
@@ -338,27 +340,31 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
     # extension type and the random bytes included
     assert sum("could not be deserialized" in e and "topology.fall.back.on.java.serialization" in e
                for e in errors) == 1, errors
-    assert sum("malformed tuple record" in e for e in errors) == len(records) - 2 + 1
+    assert sum("malformed tuple record" in e for e in errors) == len(groups) - 2 + 1
     assert all(w["restarts"] == 0 for w in cluster.get_topology_info("forged")["workers"])
 
 
 @pytest.mark.processes
 def test_forged_ack_batches_from_another_worker_are_dropped(cluster, tmp_path):
-    """Ack batches (many inits, acks or completions in one tuple) only ever travel within a
-    worker: from the network, the receive path drops them, as every system tuple that is not
-    all ints, so a peer cannot complete or fail other trees wholesale."""
+    """Ack batches (many inits or acks in one message) and completion batches travel between
+    workers, but only to the tasks they are for: one for a task that is not an acker (or
+    not a spout), naming a spout task that does not exist, or that does not fit its schema,
+    is dropped, so a peer cannot kill an executor with it."""
     cluster.submit_topology("forged", pconf(), numbers_topology(str(tmp_path), limit=N))
     info = cluster.get_topology_info("forged")
     tasks = {e["component"]: (w["port"], e["tasks"][0]) for w in info["workers"] for e in w["executors"]}
     acker_port, acker_task = tasks["__acker"]
     spout_port, spout_task = tasks["numbers"]
-    relay_task = tasks["relay"][1]
+    relay_port, relay_task = tasks["relay"]
     runner_keys = cluster._get("forged").runner.keys
-    for port, record in ((acker_port, (acker_task, relay_task, "__ack_batch", [{"1": [0, 3]}], {})),
-                         (spout_port, (spout_task, acker_task, "__ack_acked", [[1, 2, 3]], {}))):
+    # [1, source, acker task, roots, vals, spout tasks] and [2, source, spout task, roots]
+    for port, group in ((acker_port, [1, relay_task, relay_task, [1], [3], [spout_task]]),  # not an acker
+                        (acker_port, [1, relay_task, acker_task, [1], [3], [9999]]),  # no such spout task
+                        (acker_port, [1, relay_task, acker_task, ["1"], [3], [-1]]),  # a root that is a string
+                        (relay_port, [2, acker_task, relay_task, [1, 2, 3]])):  # completions for a bolt
         context, security, sock = keyed_push(runner_keys, port)
         try:
-            send_payload(sock, msgpack.packb([[field] for field in record]))
+            send_payload(sock, msgpack.packb([group]))
         finally:
             sock.close()
             security.close()
@@ -367,10 +373,12 @@ def test_forged_ack_batches_from_another_worker_are_dropped(cluster, tmp_path):
     assert acked(tmp_path) == list(range(1, N + 1))  # none acked by the forgery, none twice
     def dropped() -> set[str]:  # each is reported for every component of the worker that dropped it
         return {e["error"] for c in cluster.get_topology_info("forged")["components"].values() for e in c["errors"]
-                if "__ack_batch" in e["error"] or "__ack_acked" in e["error"]}
+                if "malformed" in e["error"]}
 
-    wait_until(lambda: len(dropped()) == 2, timeout=10)
-    assert all("malformed" in e for e in dropped())
+    wait_until(lambda: len(dropped()) == 4, timeout=10)
+    assert sum("does not fit this worker's ackers" in e for e in dropped()) == 2
+    assert sum("not a spout task" in e for e in dropped()) == 1
+    assert sum("unreadable" in e and "Expected `int`" in e for e in dropped()) == 1
     assert all(w["restarts"] == 0 for w in cluster.get_topology_info("forged")["workers"])
 
 

@@ -1,8 +1,8 @@
-"""squall.serialization.Serializer without workers: what a tuple's values and anchors become
-after the trip a record makes between workers (``wire_values`` at emit, ``pack_batch`` in the
-sender's transfer thread, ``load_batches`` and, for values packed at emit, ``loads`` in the
-receiver), for every native type; registered serializers; what is refused, with and without
-the pickle fallback."""
+"""squall.serialization.Serializer and squall.messaging.tuple_batch without workers: what a
+tuple's values and tree ids become after the trip between workers (``wire_values`` at emit,
+``encode`` in the sender's transfer, ``decode`` and, for values packed at emit, ``loads`` in
+the receiver), for every native type; registered serializers; what is refused, with and
+without the pickle fallback."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import msgpack
 import pytest
 
 from squall.errors import EmitError, SerializationError
-from squall.serialization import PICKLE_FALLBACK_KEY, REGISTRATIONS_KEY, Packed, Serializer
+from squall.messaging import tuple_batch
+from squall.messaging.schema import MalformedMessage
+from squall.messaging.tuple_batch import TupleGroup
+from squall.serialization import PICKLE_FALLBACK_KEY, REGISTRATIONS_KEY, Serializer
 
 BIG = 2**200
 
@@ -105,17 +108,25 @@ def same(a, b) -> bool:
     return a == b
 
 
+def wire(values: list, serializer: Serializer | None = None) -> list | bytes:
+    """``values`` as they leave the emitting worker."""
+    return tuple_batch.wire_values(values, serializer or Serializer())
+
+
+def arrived(data: list | bytes, receiver: Serializer) -> list:
+    """Values as the receiving worker rebuilds them."""
+    return receiver.loads(data) if data.__class__ is bytes else data
+
+
 def travel(values: list, anchors: dict | None = None, sender: Serializer | None = None,
            receiver: Serializer | None = None) -> tuple[tuple, Serializer]:
-    """One record from ``sender`` to ``receiver``, as between two workers; returns the record
-    as it arrives (values decoded) and the receiver."""
+    """One tuple from ``sender`` to ``receiver``, as between two workers; returns it as it
+    arrives (task, source task, stream, values decoded, tree ids) and the receiver."""
     sender = sender or Serializer()
     receiver = receiver or Serializer()
-    record = (4, 2, "stream", sender.wire_values(values), anchors or {})
-    [(task, src, stream, got, ids)] = list(receiver.load_batches(sender.pack_batch([record])))
-    if got.__class__ is Packed:
-        got = receiver.loads(got.data)
-    return (task, src, stream, got, ids), receiver
+    group = TupleGroup(2, "stream", [4], [wire(values, sender)], [anchors or {}])
+    [g] = tuple_batch.decode(tuple_batch.encode([group]))
+    return (g.tasks[0], g.source_task, g.stream, arrived(g.values[0], receiver), g.tree_ids[0]), receiver
 
 
 @pytest.mark.parametrize("value", list(NATIVE.values()), ids=list(NATIVE))
@@ -132,41 +143,48 @@ def test_bytearray_and_memoryview_arrive_as_bytes(value, arrives):
     assert same(got, [arrives]), got
 
 
-def test_a_batch_of_many_records_keeps_each_records_fields_and_anchors():
+def test_a_payload_of_many_groups_keeps_each_tuples_fields_and_tree_ids():
     s = Serializer()
-    records = []
+    groups = []
     for i, (name, value) in enumerate(NATIVE.items()):
-        anchors = {} if i % 3 == 0 else {(2**64 - 1 - i): i, i: 2**63 + i}  # 64-bit root and edge ids
-        records.append((i + 1, 100 + i, f"stream-{name}", s.wire_values([value, i]), anchors))
-    arrived = list(s.load_batches(s.pack_batch(records)))
-    assert len(arrived) == len(records)
-    for (task, src, stream, _, anchors), (value, (a_task, a_src, a_stream, a_values, a_ids)) in zip(
-            records, zip(NATIVE.values(), arrived)):
-        assert (a_task, a_src, a_stream) == (task, src, stream)
-        assert a_ids == anchors and all(type(k) is int and type(v) is int for k, v in a_ids.items())
-        if a_values.__class__ is Packed:
-            a_values = s.loads(a_values.data)
-        assert same(a_values, [value, task - 1]), (stream, a_values)
+        tree_ids = None if i % 3 == 0 else [{(2**64 - 1 - i): i, i: 2**63 + i}]  # 64-bit root and edge ids
+        groups.append(TupleGroup(100 + i, f"stream-{name}", [i + 1], [wire([value, i], s)], tree_ids))
+    received = tuple_batch.decode(tuple_batch.encode(groups))
+    assert len(received) == len(groups)
+    for sent, (value, got) in zip(groups, zip(NATIVE.values(), received)):
+        assert (got.tasks, got.source_task, got.stream, got.tree_ids) == (
+            sent.tasks, sent.source_task, sent.stream, sent.tree_ids)
+        assert all(type(k) is int and type(v) is int for ids in got.tree_ids or [] for k, v in ids.items())
+        assert same(arrived(got.values[0], s), [value, sent.tasks[0] - 1]), (sent.stream, got.values)
 
 
-def test_batches_packed_back_to_back_are_read_in_order():
+def test_groups_keep_their_order_and_their_tuples_theirs():
     s = Serializer()
-    first = s.pack_batch([(1, 9, "a", s.wire_values(["x"]), {}), (2, 9, "a", s.wire_values([(1,)]), {5: 6})])
-    second = s.pack_batch([(3, 8, "b", s.wire_values([BIG]), {})])
-    arrived = list(s.load_batches(first + second))
-    assert [(t, src, st, ids) for t, src, st, _, ids in arrived] == [(1, 9, "a", {}), (2, 9, "a", {5: 6}),
-                                                                     (3, 8, "b", {})]
-    values = [s.loads(v.data) if v.__class__ is Packed else v for _, _, _, v, _ in arrived]
+    groups = [TupleGroup(9, "a", [1, 2], [wire(["x"], s), wire([(1,)], s)], [{}, {5: 6}]),
+              TupleGroup(8, "b", [3], [wire([BIG], s)], None)]
+    received = tuple_batch.decode(tuple_batch.encode(groups))
+    assert [(g.source_task, g.stream, g.tasks, g.tree_ids) for g in received] == [
+        (9, "a", [1, 2], [{}, {5: 6}]), (8, "b", [3], None)]
+    values = [arrived(v, s) for g in received for v in g.values]
     assert same(values, [["x"], [(1,)], [BIG]])
 
 
-def test_nothing_to_read_is_no_record():
-    assert list(Serializer().load_batches(b"")) == []
+def test_an_empty_payload_round_trips_to_no_group():
+    assert tuple_batch.decode(tuple_batch.encode([])) == []
 
 
-def test_an_empty_batch_round_trips_to_no_record():
-    s = Serializer()
-    assert list(s.load_batches(s.pack_batch([]))) == []
+@pytest.mark.parametrize("payload", [
+    b"",
+    tuple_batch.encode([TupleGroup(1, "s", [2], [["x"]], None)])[:-1],  # truncated
+    msgpack.packb([[0, 1, "s", [2], [[{"k": 1}]], None]]),  # a value that is neither plain nor packed
+    msgpack.packb([[0, 1, "s", [2], [[msgpack.ExtType(0, b"cos\nsystem\n")]], None]]),  # a pickle
+    msgpack.packb([[7, 1, 2]]),  # no such group
+    msgpack.packb([[0, -1, "s", [2], [["x"]], None]]),  # a negative task
+    msgpack.packb([[0, 1, "s", [2], [["x"]], None, "more"]]),  # a field too many
+], ids=["empty", "truncated", "wrong-type", "pickle", "unknown-group", "negative-task", "extra-field"])
+def test_a_payload_that_does_not_fit_the_schemas_is_refused_whole(payload):
+    with pytest.raises(MalformedMessage):
+        tuple_batch.decode(payload)
 
 
 # -- registered serializers ------------------------------------------------------------------------
@@ -200,7 +218,7 @@ def test_a_registered_serializer_that_raises_fails_at_emit_naming_the_type():
             raise RuntimeError("no degrees")
 
     with pytest.raises(SerializationError, match="value of type Celsius cannot be serialized: no degrees"):
-        Serializer([(Celsius, Failing())]).wire_values([Celsius(2.0)])
+        wire([Celsius(2.0)], Serializer([(Celsius, Failing())]))
 
 
 # -- what is refused -------------------------------------------------------------------------------
@@ -216,7 +234,7 @@ def test_a_registered_serializer_that_raises_fails_at_emit_naming_the_type():
 ], ids=["class", "nested", "unregistered", "lock", "generator", "object"])
 def test_a_value_of_another_type_is_refused_at_emit_naming_its_type(values, type_name):
     with pytest.raises(SerializationError) as error:
-        Serializer().wire_values(values)
+        wire(values)
     assert isinstance(error.value, EmitError)
     assert f"value of type {type_name} cannot travel to another worker" in str(error.value)
     assert PICKLE_FALLBACK_KEY in str(error.value) and "register_serialization" in str(error.value)
@@ -225,7 +243,7 @@ def test_a_value_of_another_type_is_refused_at_emit_naming_its_type(values, type
 def test_a_refused_value_leaves_the_serializer_usable():
     s = Serializer()
     with pytest.raises(SerializationError):
-        s.wire_values([[1, 2, 3, Unregistered()]])
+        wire([[1, 2, 3, Unregistered()]], s)
     (_, _, _, got, _), _ = travel([[4, 5]], sender=s, receiver=s)
     assert same(got, [[4, 5]])
 
@@ -234,7 +252,7 @@ def test_a_value_too_deep_to_pack_is_a_serialization_error():
     loop: list = []
     loop.append(loop)
     with pytest.raises(SerializationError, match="cannot be serialized"):
-        Serializer().wire_values([loop])
+        wire([loop])
 
 
 def test_with_the_fallback_other_types_travel_pickled():
@@ -246,7 +264,7 @@ def test_with_the_fallback_other_types_travel_pickled():
 
 def test_with_the_fallback_a_value_pickle_cannot_take_is_still_refused_at_emit():
     with pytest.raises(SerializationError, match="value of type lock cannot be serialized"):
-        Serializer(pickle_fallback=True).wire_values([threading.Lock()])
+        wire([threading.Lock()], Serializer(pickle_fallback=True))
 
 
 @pytest.mark.parametrize("receiver_fallback", [False, True], ids=["receiver-off", "receiver-on"])
@@ -261,10 +279,3 @@ def test_a_pickled_value_is_unpickled_only_by_a_receiver_with_the_fallback(recei
         assert TRIPPED == [], "a pickle from the wire was unpickled"
         assert got == ["before", None]
         assert len(receiver.decode_errors) == 1 and "not unpickled" in receiver.decode_errors[0]
-
-
-def test_a_batch_with_a_forged_extension_type_is_refused():
-    # only values packed at emit may be extension types in a batch: a pickle there is forged
-    forged = msgpack.packb([[1], [2], ["s"], [msgpack.ExtType(0, b"cos\nsystem\n")], [{}]], use_bin_type=True)
-    with pytest.raises(ValueError, match="extension type 0"):
-        list(Serializer(pickle_fallback=True).load_batches(forged))

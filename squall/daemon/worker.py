@@ -100,7 +100,8 @@ class Worker:
                                      frozenset(single_task_queues), self.sources, state, self.transfer.transfer,
                                      restarted)
         self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues, self.context.is_single_task,
-                                     transport, state)
+                                     transport, state, frozenset(
+                                         t for c in topology.spouts for t in assignment.component_tasks[c.id]))
         # topology order: a batch a spout emits is executed by the next bolts in the same round
         order = {cid: i for i, cid in enumerate(topology.components)}
         assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))

@@ -1,14 +1,16 @@
 """A worker's receive path: payloads from other workers onto its executors' queues.
 
-Each payload holds batches of records ``(task, source task, stream, values,
-anchors-to-ids)`` (see :mod:`squall.daemon.worker_transfer`). Every record is checked
-before it becomes a tuple — its task and stream belong to this worker's topology, its values
-fit the stream's fields and are of msgpack's plain types (or were packed at emit and decode),
-anchors map ints to ints, system streams carry ints — so that a forged record cannot kill
-the executor (or acker) it would reach; what does not pass is dropped and recorded as an
-error. The tuples go onto the destination executors' queues by task id, one batch per
-queue and payload (a checkpoint barrier cuts its queue's batch: it travels alone). The receive path never blocks on a full queue (senders wait for room
-before sending instead), so two workers sending to each other cannot deadlock.
+A payload is a list of typed groups (see :mod:`squall.messaging.tuple_batch`), decoded and
+validated in one call: one that does not fit the schemas is dropped whole. Then every group
+is checked against this worker's topology before its tuples are made — its source task and
+stream exist, each target task is this worker's, each tuple's values fit the stream's fields
+(values packed at emit are decoded here, one tuple at a time), system streams carry ints,
+ack batches go to acker tasks, completions to spout tasks — so that a forged group cannot
+kill the executor (or acker) it would reach; what does not pass is dropped and recorded as
+an error. The tuples go straight into one batch per destination queue and payload (a
+checkpoint barrier cuts its queue's batch: it travels alone). The receive path never blocks
+on a full queue (senders wait for room before sending instead), so two workers sending to
+each other cannot deadlock.
 
 Whoever reads the transport calls :meth:`WorkerReceive.deliver`: the worker's cooperative
 thread between rounds, or a receive thread of its own when the worker has none.
@@ -16,15 +18,19 @@ thread between rounds, or a receive thread of its own when the worker has none.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from squall.acker import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT
 from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.cluster_state import TopologyState
+from squall.messaging import tuple_batch
+from squall.messaging.schema import MalformedMessage
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
-from squall.serialization import PLAIN_TYPES, Packed, Serializer
+from squall.serialization import Serializer
 from squall.tuple import StreamSource, Tuple
 from squall.utils.batch_queue import BatchQueue
 
@@ -37,7 +43,8 @@ _POLL_SECS = 0.1
 class WorkerReceive:
     def __init__(self, index: int, conf: dict[str, Any], assignment: Assignment,
                  sources: dict[tuple[str, str], StreamSource], task_queues: dict[int, BatchQueue],
-                 is_single_task: Callable[[BatchQueue], bool], transport: Transport, state: TopologyState) -> None:
+                 is_single_task: Callable[[BatchQueue], bool], transport: Transport, state: TopologyState,
+                 spout_tasks: frozenset[int]) -> None:
         self.index = index
         self._assignment = assignment
         self._transport = transport
@@ -51,6 +58,9 @@ class WorkerReceive:
         }
         # task -> (its executor's queue, whether that executor runs this task alone)
         self._dispatch = {t: (q, is_single_task(q)) for t, q in task_queues.items()}
+        component = assignment.task_component
+        self._local_ackers = {t for t in task_queues if component[t] == ACKER_COMPONENT}
+        self._spout_tasks = spout_tasks  # the topology's
         self._serializer = Serializer.for_config(conf)  # the reading thread's only
 
     def receive_ready(self) -> bool:
@@ -67,52 +77,111 @@ class WorkerReceive:
                 self.deliver(payload)
 
     def deliver(self, payload: bytes) -> None:
-        """Check the records of ``payload`` and put their tuples on the executors' queues."""
-        task_streams, dispatch, serializer = self._task_streams, self._dispatch, self._serializer
+        """Check the groups of ``payload`` and put their tuples on the executors' queues."""
         batches: dict[BatchQueue, list[Any]] = {}
         malformed: list[str] = []
-        serializer.packed_decoded = 0
         try:
-            for task, src, stream, values, ids in serializer.load_batches(payload):
-                try:
-                    source, arity, system, barrier = task_streams[src][stream]
-                    q, single = dispatch[task]
-                except (KeyError, TypeError):
-                    malformed.append(f"task {task!r} from task {src!r} on stream {stream!r} is not "
-                                     f"in this worker's topology")
-                    continue
-                if values.__class__ is Packed:
-                    values = serializer.loads(values.data)
-                    if serializer.decode_errors:
-                        # dropped, not delivered half-decoded: a tracked tree times out and is replayed
-                        self._report_undecodable(task, src, stream, "; ".join(serializer.decode_errors))
-                        serializer.decode_errors.clear()
-                        continue
-                elif (serializer.packed_decoded and values.__class__ is list
-                      and not all(v.__class__ in PLAIN_TYPES for v in values)):
-                    values = None  # unpacked values are plain (a Packed nested in them is forged)
-                if (values.__class__ is not list or len(values) != arity
-                        or (system and not all(v.__class__ is int for v in values))
-                        or (ids and not _is_anchors(ids))):
-                    malformed.append(f"task {task} from task {src} on stream {stream!r}: values "
-                                     f"{values!r:.80} / anchors {ids!r:.80} do not fit the stream")
-                    continue
-                tup = Tuple(values, source, src, ids)
-                if barrier:  # in a batch of its own (see squall.executor.checkpointing)
-                    if batch := batches.pop(q, None):
-                        q.force_put(batch, len(batch))
-                    q.force_put([tup if single else (task, tup)], 1)
-                    continue
-                batch = batches.get(q)
-                if batch is None:
-                    batch = batches[q] = []
-                batch.append(tup if single else (task, tup))
-        except Exception as e:  # noqa: BLE001 - a corrupt payload must not stop the receive path
-            malformed.append(f"unreadable: {e!r}")
+            groups = tuple_batch.decode(payload)
+        except MalformedMessage as e:
+            self._report_malformed(len(payload), [f"unreadable: {e}"])
+            return
+        for group in groups:
+            try:
+                if group.__class__ is tuple_batch.TupleGroup:
+                    self._deliver_tuples(group, batches, malformed)
+                else:
+                    self._deliver_acks(group, batches, malformed)
+            except Exception as e:  # noqa: BLE001 - a forged group must not stop the receive path
+                malformed.append(f"a group from task {group.source_task}: {e!r}")
         for q, batch in batches.items():
             q.force_put(batch, len(batch))
         if malformed:
             self._report_malformed(len(payload), malformed)
+
+    def _deliver_tuples(self, group: tuple_batch.TupleGroup, batches: dict[BatchQueue, list[Any]],
+                        malformed: list[str]) -> None:
+        src, stream, tasks, all_values, tree_ids = (group.source_task, group.stream, group.tasks, group.values,
+                                                    group.tree_ids)
+        stream_info = self._task_streams.get(src, {}).get(stream)
+        if stream_info is None:
+            malformed.append(f"{len(tasks)} tuple(s) from task {src} on stream {stream!r}, which is not in this "
+                             f"worker's topology")
+            return
+        if len(all_values) != len(tasks) or (tree_ids is not None and len(tree_ids) != len(tasks)):
+            malformed.append(f"a group from task {src} on stream {stream!r}: columns of different lengths")
+            return
+        source, arity, system, barrier = stream_info
+        dispatch = self._dispatch
+        for task, values, ids in zip(tasks, all_values, tree_ids or _NO_TREES):
+            target = dispatch.get(task)
+            if target is None:
+                malformed.append(f"task {task} from task {src} on stream {stream!r} is not in this worker")
+                continue
+            if values.__class__ is bytes:
+                values = self._unpack(task, src, stream, values)
+                if values is None:
+                    continue
+            if len(values) != arity or (system and not all(v.__class__ is int for v in values)):
+                malformed.append(f"task {task} from task {src} on stream {stream!r}: values {values!r:.80} do "
+                                 f"not fit the stream")
+                continue
+            q, single = target
+            tup = Tuple(values, source, src, ids)
+            if barrier:  # in a batch of its own (see squall.executor.checkpointing)
+                if batch := batches.pop(q, None):
+                    q.force_put(batch, len(batch))
+                q.force_put([tup if single else (task, tup)], 1)
+                continue
+            batch = batches.get(q)
+            if batch is None:
+                batch = batches[q] = []
+            batch.append(tup if single else (task, tup))
+
+    def _unpack(self, task: int, src: int, stream: str, data: bytes) -> list[Any] | None:
+        """Values packed at emit, or None (the error recorded): dropped, not delivered
+        half-decoded, so a tracked tree times out and is replayed."""
+        serializer = self._serializer
+        try:
+            values = serializer.loads(data)
+        except Exception as e:  # noqa: BLE001 - not msgpack at all
+            serializer.decode_errors.append(f"{type(e).__name__}: {e}")
+            values = None
+        if serializer.decode_errors:
+            self._report_undecodable(task, src, stream, "; ".join(serializer.decode_errors))
+            serializer.decode_errors.clear()
+            return None
+        return values if values.__class__ is list else []  # [] fits no stream: reported as malformed
+
+    def _deliver_acks(self, group: tuple_batch.AckBatch | tuple_batch.CompletedBatch,
+                      batches: dict[BatchQueue, list[Any]], malformed: list[str]) -> None:
+        """An ack batch as the acker's one ``__ack_batch`` tuple, a completion batch as the
+        spout's one ``__ack_acked`` tuple: what they get from executors of their own worker."""
+        src = group.source_task
+        if group.__class__ is tuple_batch.AckBatch:
+            task, stream = group.acker_task, ACK_BATCH
+            if (task not in self._local_ackers or not len(group.roots) == len(group.vals) == len(group.spout_tasks)
+                    or not all(t == -1 or t in self._spout_tasks for t in group.spout_tasks)):
+                malformed.append(f"an ack batch from task {src} for task {task} does not fit this worker's ackers")
+                return
+            values = [{root: (val, None if spout_task == -1 else spout_task)
+                       for root, val, spout_task in zip(group.roots, group.vals, group.spout_tasks)}]
+        else:
+            task, stream = group.spout_task, ACKED_BATCH
+            if task not in self._dispatch or task not in self._spout_tasks:
+                malformed.append(f"a completion batch from task {src} for task {task}, not a spout task of "
+                                 f"this worker")
+                return
+            values = [group.roots]
+        stream_info = self._task_streams.get(src, {}).get(stream)
+        if stream_info is None:
+            malformed.append(f"a batch on stream {stream!r} from task {src}, which does not send it")
+            return
+        q, single = self._dispatch[task]
+        tup = Tuple(values, stream_info[0], src)
+        batch = batches.get(q)
+        if batch is None:
+            batch = batches[q] = []
+        batch.append(tup if single else (task, tup))
 
     def _report_malformed(self, size: int, malformed: list[str]) -> None:
         text = (f"worker {self.index} dropped {len(malformed)} malformed tuple record(s) of a payload of {size} "
@@ -131,6 +200,4 @@ class WorkerReceive:
         )
 
 
-def _is_anchors(ids: Any) -> bool:
-    """Whether ``ids`` is a tuple's anchors-to-ids map as senders make it: ints to ints."""
-    return ids.__class__ is dict and all(k.__class__ is int and v.__class__ is int for k, v in ids.items())
+_NO_TREES = itertools.repeat(None)

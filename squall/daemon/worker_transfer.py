@@ -1,11 +1,10 @@
 """A worker's transfer path (Storm's ``WorkerTransfer``): batches bound for other workers.
 
-Executors hand batches of records ``(task, source task, stream, wire values,
-anchors-to-ids)`` to :meth:`WorkerTransfer.transfer` (values of plain types are checked at
-emit; the rest were packed there). They wait in the bounded transfer queue
-(``topology.transfer.buffer.size``) until :meth:`WorkerTransfer.send_queued` packs each
-destination's records column by column, in one msgpack call, and gives the payload to the
-transport. Whoever consumes the queue calls ``send_queued``: the worker's cooperative thread
+Executors hand groups of :mod:`squall.messaging.tuple_batch` (tuples by source task and
+stream, column by column, their values checked or packed at emit; ack and completion
+batches) to :meth:`WorkerTransfer.transfer`. They wait in the bounded transfer queue
+(``topology.transfer.buffer.size``) until :meth:`WorkerTransfer.send_queued` encodes each
+destination's groups, in one call, and gives the payload to the transport. Whoever consumes the queue calls ``send_queued``: the worker's cooperative thread
 between rounds, or a transfer thread of its own when the worker has none.
 
 Backpressure: nothing is queued for a peer task whose queue the peer announced full, nor
@@ -19,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from squall.messaging import tuple_batch
 from squall.messaging.transport import Transport
-from squall.serialization import Serializer
 from squall.utils.batch_queue import BatchQueue, Bell
 
 log = logging.getLogger("squall.worker")
@@ -38,31 +37,30 @@ class WorkerTransfer:
         self.index = index
         self.transport = transport
         self.queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer", bell)
-        self._serializer = Serializer.for_config(conf)  # the consumer's only
         #: whether a peer could not take everything sent to it yet (retry soon)
         self.backlog = False
 
-    def transfer(self, dest_worker: int, records: list[tuple[Any, ...]], block: bool,
+    def transfer(self, dest_worker: int, groups: list[Any], count: int, block: bool,
                  stopping: Callable[[], bool]) -> bool:
-        """Queue records for another worker (an executor's send path; see
+        """Queue groups for another worker (an executor's send path; see
         :data:`squall.executor.worker_context.TransferFn`)."""
         if not block:
-            if not (self.queue.has_room() and self._peer_has_room(dest_worker, records)):
+            if not (self.queue.has_room() and self._peer_has_room(dest_worker, groups)):
                 return False
-            self.queue.force_put((dest_worker, records), len(records))
+            self.queue.force_put((dest_worker, groups), count)
             return True
-        while not self._peer_has_room(dest_worker, records):
+        while not self._peer_has_room(dest_worker, groups):
             if stopping():
                 return True
             time.sleep(0.001)  # the transport has no "room" event to wait on
-        while not self.queue.put((dest_worker, records), len(records), _POLL_SECS):
+        while not self.queue.put((dest_worker, groups), count, _POLL_SECS):
             if stopping():
                 return True
         return True
 
-    def _peer_has_room(self, dest_worker: int, records: list[tuple[Any, ...]]) -> bool:
+    def _peer_has_room(self, dest_worker: int, groups: list[Any]) -> bool:
         full = self.transport.full_tasks(dest_worker)
-        return full is not None and (not full or full.isdisjoint([record[0] for record in records]))
+        return full is not None and (not full or full.isdisjoint(tuple_batch.target_tasks(groups)))
 
     def send_queued(self, timeout: float = 0) -> bool:
         """Pack and send what is queued, waiting up to ``timeout`` for something (the
@@ -71,13 +69,13 @@ class WorkerTransfer:
         if self.backlog:
             self.backlog = self.transport.send_backlog()
         by_dest: dict[int, list[Any]] = {}
-        for dest, records in items:
-            by_dest.setdefault(dest, []).extend(records)
-        for dest, records in by_dest.items():
+        for dest, groups in items:
+            by_dest.setdefault(dest, []).extend(groups)
+        for dest, groups in by_dest.items():
             try:
-                self.transport.send(dest, self._serializer.pack_batch(records))
+                self.transport.send(dest, tuple_batch.encode(groups))
             except Exception:  # a transport fault must not kill the worker's sender
-                log.exception("worker %s could not send %d tuples to worker %s", self.index, len(records), dest)
+                log.exception("worker %s could not send %d groups to worker %s", self.index, len(groups), dest)
         if by_dest:
             self.backlog = self.transport.send_backlog()
         return bool(items)

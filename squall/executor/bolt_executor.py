@@ -143,7 +143,7 @@ class BoltExecutor(Executor):
                 self._execute_failed(task, tup, e)
             else:
                 acked += 1
-                if tup._anchors_to_ids and pending_acks is not None:
+                if tup.tree_ids and pending_acks is not None:
                     combine_ack(pending_acks, tup)  # the auto-ack
         self.stats.acked += acked
 
@@ -163,8 +163,8 @@ class BoltExecutor(Executor):
                 failed += 1
                 self._execute_failed(task, tup, e)
                 continue
-            if pending_acks is not None and (ids := tup._anchors_to_ids):
-                ack_val = tup._ack_val  # the auto-ack: combine_ack, inlined
+            if pending_acks is not None and (ids := tup.tree_ids):
+                ack_val = tup.ack_val  # the auto-ack: combine_ack, inlined
                 for root, edge in ids.items():
                     pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
         self.stats.acked += len(batch) - failed

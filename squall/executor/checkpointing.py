@@ -148,7 +148,7 @@ class Checkpointing:
         def process(batch: list[Any]) -> None:
             if self._current is None:
                 first = batch[0] if single else batch[0][1]
-                if first._source.stream != CHECKPOINT_STREAM:
+                if first.stream_source.stream != CHECKPOINT_STREAM:
                     process_batch(batch)
                     return
             self._process(self._executor.pairs(batch))
@@ -158,7 +158,7 @@ class Checkpointing:
         """Ask the checkpoint spout for a rollback (a restarted worker's executor, at start)."""
         ex = self._executor
         task = ex.task_ids[0]
-        ex.send((self._checkpoint_task,), Tuple([task], ex.system_sources[CHECKPOINT_RECOVER], task))
+        ex.send((self._checkpoint_task,), ex.system_sources[CHECKPOINT_RECOVER], task, [task])
         ex.transfer.flush_all()  # now: nothing may flow to this worker that would flush it later
 
     # -- alignment ----------------------------------------------------------------------
@@ -168,7 +168,7 @@ class Checkpointing:
         for task, tup in pairs:
             if self._current is not None and (tup.source_task, task) in self._arrived:
                 self._buffer.append((task, tup))
-            elif tup._source.stream == CHECKPOINT_STREAM:
+            elif tup.stream_source.stream == CHECKPOINT_STREAM:
                 self._run(run)
                 run = []
                 self.barrier(task, tup)
@@ -308,8 +308,8 @@ class Checkpointing:
         """Ack (or fail) ``barriers`` straight to their acker: never held with the data's."""
         ex = self._executor
         for tup in barriers:
-            for root, edge in tup._anchors_to_ids.items():
+            for root, edge in tup.tree_ids.items():
                 if ok:
-                    ex.to_acker(root, ACK_ACK, [root, edge ^ tup._ack_val])
+                    ex.to_acker(root, ACK_ACK, [root, edge ^ tup.ack_val])
                 else:
                     ex.to_acker(root, ACK_FAIL, [root])

@@ -24,13 +24,14 @@ import time
 import traceback
 from typing import Any
 
-from squall.acker import ACK_ACK, ACK_BATCH, ACK_INIT, ACKED_BATCH, RoundAcks, acker_for, system_sources
+from squall.acker import ACK_BATCH, ACK_INIT, ACKED_BATCH, RoundAcks, acker_for, system_sources
 from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.context import TopologyContext
 from squall.executor.checkpointing import UNHELD_ROOT_BIT
 from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
 from squall.executor.worker_context import WorkerContext
+from squall.messaging.tuple_batch import AckBatch
 from squall.metrics import ExecutorStats, component_metrics
 from squall.metrics2.registry import MetricRegistry
 from squall.scheduler import ExecutorAssignment
@@ -212,31 +213,31 @@ class Executor:
         self.send_acks(acks)
         source, me = self.system_sources[ACKED_BATCH], self.task_ids[0]
         for spout_task, roots in completed.items():  # the round's spouts: all in this worker
-            self.send((spout_task,), Tuple([roots], source, me))
+            self.send((spout_task,), source, me, [roots])
 
     def send_acks(self, acks: list[tuple[int, int, int | None]]) -> None:
-        """Send ``(root, value, spout task or None)`` inits and acks to the trees' ackers: to an
-        acker task of this worker, all of them in one ACK_BATCH tuple (one message to handle,
-        not one per tree); to another worker's, one ACK_INIT / ACK_ACK tuple per tree."""
-        acker_tasks, local = self.acker_tasks, self.transfer.local_tasks
+        """Send ``(root, value, spout task or None)`` inits and acks to the trees' ackers, one
+        batch per acker task (one message to handle, not one per tree): to an acker task of this
+        worker as one ACK_BATCH tuple, to another worker's as one AckBatch group."""
+        acker_tasks = self.acker_tasks
         batches: dict[int, dict[int, tuple[int, int | None]]] = {}
         for root, val, spout_task in acks:
             task = acker_tasks[root % len(acker_tasks)]  # acker_for, inlined
-            if task in local:
-                batch = batches.get(task)
-                if batch is None:
-                    batch = batches[task] = {}
-                batch[root] = (val, spout_task)
-            elif spout_task is None:
-                self.to_acker(root, ACK_ACK, [root, val])
-            else:
-                self.to_acker(root, ACK_INIT, [root, val, spout_task])
-        source, me = self.system_sources[ACK_BATCH], self.task_ids[0]
+            batch = batches.get(task)
+            if batch is None:
+                batch = batches[task] = {}
+            batch[root] = (val, spout_task)
+        source, me, local = self.system_sources[ACK_BATCH], self.task_ids[0], self.transfer.local_tasks
         for task, batch in batches.items():
-            self.send((task,), Tuple([batch], source, me))
+            if task in local:
+                self.send((task,), source, me, [batch])
+            else:
+                self.transfer.send_group(task, AckBatch(
+                    me, task, list(batch), [val for val, _ in batch.values()],
+                    [-1 if spout_task is None else spout_task for _, spout_task in batch.values()]))
 
     def to_acker(self, root: int, stream: str, values: list[Any]) -> None:
-        self.send((acker_for(root, self.acker_tasks),), Tuple(values, self.system_sources[stream], self.task_ids[0]))
+        self.send((acker_for(root, self.acker_tasks),), self.system_sources[stream], self.task_ids[0], values)
 
     def wait_for_room(self) -> None:
         """Called by a thread of the component's own after it emitted (not holding the

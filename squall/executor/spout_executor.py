@@ -249,7 +249,7 @@ class SpoutExecutor(Executor):
                 continue
             done += len(item)
             for task, tup in self.pairs(item):
-                stream = tup._source.stream
+                stream = tup.stream_source.stream
                 if stream == ACKED_BATCH:
                     for root in tup.values[0]:
                         self._tree_done(task, root, True)
@@ -284,7 +284,7 @@ class SpoutExecutor(Executor):
     def _checkpoint_input(self, task: int, tup: Any) -> None:
         """A barrier from the checkpoint spout, or (for the checkpoint spout) a restarted task's
         request for a rollback."""
-        if tup._source.stream == CHECKPOINT_RECOVER:
+        if tup.stream_source.stream == CHECKPOINT_RECOVER:
             self.spouts[task].request_recovery(f"task {tup.values[0]} restarted")
         elif self.checkpointing is not None:
             self.checkpointing.barrier(task, tup)

@@ -5,13 +5,14 @@ Emitted tuples are gathered per destination into batches (outboxes):
 * a destination executor in the same worker gets the batch on its incoming queue
   directly (no serialization); batches for an executor of one task hold bare tuples,
   others ``(task id, Tuple)`` pairs;
-* a task in another worker gets records ``(task, source task, stream, wire values,
-  anchors-to-ids)``, handed to the worker's transfer queue (values are checked at emit, so
-  that a value that cannot be serialized fails the emit).
+* another worker gets groups of :mod:`squall.messaging.tuple_batch`: no ``Tuple`` is made
+  for it, the values go into the group's columns as they were emitted (checked, or packed,
+  at emit, so that a value that cannot be serialized fails the emit), and the worker's
+  transfer encodes them in one call.
 
-A batch is handed on when it reaches ``topology.producer.batch.size`` and whenever the
-executor has drained its input (:meth:`ExecutorTransfer.flush_all`), so a trickle is never
-held back.
+The append-and-flush rule lives here only: a batch is handed on when it reaches
+``topology.producer.batch.size`` tuples and whenever the executor has drained its input
+(:meth:`ExecutorTransfer.flush_all`), so a trickle is never held back.
 
 Backpressure: a *blocking* send path (a bolt on a thread of its own) waits while a
 destination is full. A non-blocking one (spouts, and executors that share the worker's
@@ -28,23 +29,62 @@ from typing import Any
 
 from squall.errors import SerializationError
 from squall.executor.worker_context import WorkerContext
+from squall.messaging.tuple_batch import TupleGroup, wire_values
 from squall.serialization import Serializer
-from squall.tuple import Tuple
+from squall.tuple import StreamSource, Tuple
 
 # How long a blocked send path waits before it looks at its stop flag again.
 POLL_SECS = 0.1
 
 
-class _Outbox:
-    """Tuples gathered for one destination: a local executor's queue or a remote worker."""
+class Outbox:
+    """Tuples gathered for a local executor's queue: bare tuples for an executor of one
+    task (``single_task``), ``(task, Tuple)`` pairs otherwise."""
 
-    __slots__ = ("items", "queue", "worker_index", "single_task")
+    __slots__ = ("items", "queue", "single_task")
 
-    def __init__(self, queue: Any, worker_index: int, single_task: bool) -> None:
+    def __init__(self, queue: Any, single_task: bool) -> None:
         self.items: list[Any] = []
-        self.queue = queue  # None for a remote worker
-        self.worker_index = worker_index
+        self.queue = queue
         self.single_task = single_task
+
+
+class RemoteOutbox:
+    """Groups gathered for another worker (see :mod:`squall.messaging.tuple_batch`);
+    ``count`` tuples or batches in all."""
+
+    __slots__ = ("worker_index", "items", "group", "count")
+    queue = None
+
+    def __init__(self, worker_index: int) -> None:
+        self.worker_index = worker_index
+        self.items: list[Any] = []
+        self.group: TupleGroup | None = None  # the group the next tuple may join
+        self.count = 0
+
+    def append(self, task: int, stream: str, source_task: int, values: list[Any] | bytes,
+               tree_ids: dict[int, int] | None) -> None:
+        group = self.group
+        if (group is None or group.source_task != source_task or group.stream != stream
+                or (group.tree_ids is None) != (tree_ids is None)):
+            group = self.group = TupleGroup(source_task, stream, [], [], None if tree_ids is None else [])
+            self.items.append(group)
+        group.tasks.append(task)
+        group.values.append(values)
+        if tree_ids is not None:
+            group.tree_ids.append(tree_ids)
+        self.count += 1
+
+    def append_group(self, group: Any) -> None:
+        """A ready group (an ack or completion batch); the tuples after it start a new one."""
+        self.items.append(group)
+        self.group = None
+        self.count += 1
+
+    def take(self) -> tuple[list[Any], int]:
+        items, count = self.items, self.count
+        self.items, self.group, self.count = [], None, 0
+        return items, count
 
 
 class ExecutorTransfer:
@@ -65,64 +105,76 @@ class ExecutorTransfer:
         self.batch_size = min(conf["topology.producer.batch.size"], conf["topology.executor.send.buffer.size"])
         self._serializer = Serializer.for_config(conf)
         #: batches that could not be handed on yet (non-blocking send paths), oldest first
-        self.overflow: list[tuple[_Outbox, list[Any]]] = []
+        self.overflow: list[tuple[Outbox | RemoteOutbox, list[Any], int]] = []
         #: set while the overflow is empty: threads of a component's own wait on it
         self.room = threading.Event()
         self.room.set()
-        self._outboxes: dict[int, _Outbox] = {}
-        by_queue: dict[int, _Outbox] = {}
-        by_worker: dict[int, _Outbox] = {}
+        self._outboxes: dict[int, Outbox | RemoteOutbox] = {}
+        by_queue: dict[int, Outbox] = {}
+        by_worker: dict[int, RemoteOutbox] = {}
         for task, worker_index in worker.assignment.task_worker.items():
             if worker_index == worker.index:
                 q = worker.task_queues[task]
-                ob = by_queue.setdefault(id(q), _Outbox(q, worker_index, worker.is_single_task(q)))
+                ob = by_queue.setdefault(id(q), Outbox(q, worker.is_single_task(q)))
             else:
-                ob = by_worker.setdefault(worker_index, _Outbox(None, worker_index, False))
+                ob = by_worker.setdefault(worker_index, RemoteOutbox(worker_index))
             self._outboxes[task] = ob
         self._outbox_list = [*by_queue.values(), *by_worker.values()]
         #: the tasks of this worker (whose tuples are never serialized)
         self.local_tasks = frozenset(t for t, ob in self._outboxes.items() if ob.queue is not None)
         self._has_remote = bool(by_worker)
 
-    def send(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> None:
-        """Queue ``tup`` for each of ``tasks``.
+    def send(self, tasks: list[int] | tuple[int, ...], source: StreamSource, source_task: int, values: list[Any],
+             tree_ids: dict[int, int] | None = None) -> None:
+        """Queue a tuple of ``values`` (from ``source_task`` on ``source``'s stream) for each
+        of ``tasks``; the local ones share one :class:`Tuple`.
 
         All or nothing: a value that cannot be serialized for another worker raises
         :class:`SerializationError` before any task gets the tuple.
         """
         outboxes = self._outboxes
-        wire_values = None
+        wire = None
         if self._has_remote and (outboxes[tasks[0]].queue is None if len(tasks) == 1
                                  else any(outboxes[t].queue is None for t in tasks)):
-            wire_values = self._wire_values(tasks, tup)
+            wire = self.wire_values(tasks, source.stream, values)
+        tup = None
         for task in tasks:
             ob = outboxes[task]
+            if ob.queue is None:
+                ob.append(task, source.stream, source_task, wire, tree_ids)
+                if ob.count >= self.batch_size:
+                    self.flush(ob)
+                continue
+            if tup is None:
+                tup = Tuple(values, source, source_task, tree_ids)
             items = ob.items
-            if ob.single_task:
-                items.append(tup)
-            elif ob.queue is not None:
-                items.append((task, tup))
-            else:
-                items.append((task, tup.source_task, tup._source.stream, wire_values, tup._anchors_to_ids))
+            items.append(tup if ob.single_task else (task, tup))
             if len(items) >= self.batch_size:
                 self.flush(ob)
 
-    def one_task_outboxes(self) -> dict[int, _Outbox | None]:
-        """Task id -> its outbox when the task is the only one of an executor of this worker
-        (its batches hold bare tuples), else None: an emitter may append a tuple for such a
-        task to ``items`` itself (the lean path of :meth:`send`), and must then :meth:`flush`
-        the outbox once it holds :attr:`batch_size` tuples."""
-        return {task: ob if ob.single_task else None for task, ob in self._outboxes.items()}
+    def send_group(self, task: int, group: Any) -> None:
+        """Queue a ready group of :mod:`squall.messaging.tuple_batch` for ``task``, a task of
+        another worker."""
+        ob = self._outboxes[task]
+        ob.append_group(group)
+        if ob.count >= self.batch_size:
+            self.flush(ob)
 
-    def _wire_values(self, tasks: list[int] | tuple[int, ...], tup: Tuple) -> Any:
-        """``tup``'s values as they travel to other workers (see :mod:`squall.serialization`):
+    def outboxes(self) -> dict[int, Outbox | RemoteOutbox]:
+        """Task id -> its outbox, for an emit plan (see squall.collector) that appends to an
+        outbox itself: it must then :meth:`flush` the outbox once it holds :attr:`batch_size`
+        tuples, as :meth:`send` does."""
+        return dict(self._outboxes)
+
+    def wire_values(self, tasks: list[int] | tuple[int, ...], stream: str, values: list[Any]) -> list[Any] | bytes:
+        """``values`` as they travel to other workers (see :mod:`squall.messaging.tuple_batch`):
         checked now, so that a value that cannot be serialized fails the emit."""
         try:
-            return self._serializer.wire_values(tup.values)
+            return wire_values(values, self._serializer)
         except SerializationError as e:
             remote = [t for t in tasks if self._outboxes[t].queue is None]
             raise SerializationError(
-                f"component {self.component!r}, stream {tup._source.stream!r}: the tuple for task(s) {remote} "
+                f"component {self.component!r}, stream {stream!r}: the tuple for task(s) {remote} "
                 f"in another worker cannot be serialized: {e}"
             ) from e
 
@@ -132,36 +184,39 @@ class ExecutorTransfer:
             if ob.items:
                 self.flush(ob)
 
-    def flush(self, ob: _Outbox) -> None:
-        items = ob.items
-        ob.items = []
+    def flush(self, ob: Outbox | RemoteOutbox) -> None:
+        if ob.queue is None:
+            items, count = ob.take()
+        else:
+            items = ob.items
+            ob.items = []
+            count = len(items)
         if self._tracker is not None:
-            self._tracker.add(len(items))
+            self._tracker.add(count)
         if self.blocking:
-            self._hand_off(ob, items, True)
-        elif self.overflow or not self._hand_off(ob, items, False):
+            self._hand_off(ob, items, count, True)
+        elif self.overflow or not self._hand_off(ob, items, count, False):
             if not self.overflow:
                 self.room.clear()
-            self.overflow.append((ob, items))
+            self.overflow.append((ob, items, count))
 
     def retry_overflow(self) -> bool:
         """Hand on what waits in the overflow, in order; True once it is empty."""
         overflow = self.overflow
         while overflow:
-            ob, items = overflow[0]
-            if not self._hand_off(ob, items, False):
+            if not self._hand_off(*overflow[0], False):
                 return False
             overflow.pop(0)
         self.room.set()
         return True
 
-    def _hand_off(self, ob: _Outbox, items: list[Any], block: bool) -> bool:
+    def _hand_off(self, ob: Outbox | RemoteOutbox, items: list[Any], count: int, block: bool) -> bool:
         q = ob.queue
         if q is None:
-            return self._transfer(ob.worker_index, items, block, self._stopping)
+            return self._transfer(ob.worker_index, items, count, block, self._stopping)
         if not block:
-            return q.offer(items, len(items))
-        while not q.put(items, len(items), POLL_SECS):
+            return q.offer(items, count)
+        while not q.put(items, count, POLL_SECS):
             if self._stopping():
                 break  # the topology is going away: nothing waits for these
         return True

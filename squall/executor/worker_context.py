@@ -12,10 +12,11 @@ from squall.topology import StormTopology
 from squall.tuple import StreamSource
 from squall.utils.batch_queue import BatchQueue
 
-#: ``transfer(dest worker, records, block, stopping)``: queue records for another worker (see
-#: :mod:`squall.executor.transfer`). With ``block``, wait for room while ``stopping()`` is
+#: ``transfer(dest worker, groups, count, block, stopping)``: queue groups of
+#: :mod:`squall.messaging.tuple_batch` (``count`` tuples and batches in all) for another worker
+#: (see :mod:`squall.executor.transfer`). With ``block``, wait for room while ``stopping()`` is
 #: false and return True; without, return False (nothing queued) when there is no room.
-TransferFn = Callable[[int, list[Any], bool, Callable[[], bool]], bool]
+TransferFn = Callable[[int, list[Any], int, bool, Callable[[], bool]], bool]
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,7 @@ class PystormBolt(_Hosted, Bolt):
             return
         # what pystorm's Bolt._run does with a tuple it read (read_tuple: values named after
         # the source stream's fields), its turn inlined
-        component, source = self.component, tup._source
+        component, source = self.component, tup.stream_source
         try:
             named = self.named_values[source]
         except KeyError:
