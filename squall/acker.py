@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.tuple import Fields, StreamSource
+from squall.utils.rand import rand_bits
 from squall.utils.rotating_map import RotatingMap
 
 ACKER_COMPONENT = "__acker"
@@ -57,6 +58,37 @@ def system_sources(component: str) -> dict[str, StreamSource]:
 def acker_for(root: int, acker_tasks: list[int]) -> int:
     """The acker task of tree ``root`` (Storm: fields grouping on id; roots are random)."""
     return acker_tasks[root % len(acker_tasks)]
+
+
+class RootIds:
+    """New root ids for one spout task's trees, each tracked by an acker task of the spout's
+    own worker when it has one.
+
+    Storm routes a tree's messages to its acker by fields grouping on the root id, and root
+    ids are random. Here the id is random too, but for its remainder modulo the number of
+    ackers, which names one of the local acker tasks (picked by other bits of the id): the
+    spout's init and the acker's completion never cross workers, and whoever acks a tuple of
+    the tree finds the same acker with :func:`acker_for`. ``high_bit`` is OR-ed into every
+    id (see squall.executor.checkpointing).
+    """
+
+    __slots__ = ("_count", "_local", "high_bit")
+
+    def __init__(self, acker_tasks: list[int], local_tasks: frozenset[int] | set[int]) -> None:
+        self._count = len(acker_tasks)
+        #: positions in acker_tasks of this worker's ackers; all of them when there is none
+        self._local = [i for i, t in enumerate(acker_tasks) if t in local_tasks] or list(range(self._count))
+        self.high_bit = 0
+
+    def new(self) -> int:
+        root = rand_bits(63) | self.high_bit
+        count, local = self._count, self._local
+        if len(local) == count:
+            return root
+        root += local[(root // count) % len(local)] - root % count
+        if root >> 63 != self.high_bit >> 63:  # moved across 2**63 (or to 2**64): back by one round
+            root += count if root < self.high_bit else -count
+        return root
 
 
 class _Entry:

@@ -21,7 +21,7 @@ from threading import get_ident
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from squall.acker import ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, acker_for
+from squall.acker import ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, RootIds, acker_for
 from squall.errors import EmitError
 from squall.tuple import Tuple
 from squall.utils.rand import rand_bits
@@ -210,8 +210,8 @@ class SpoutOutputCollector(_Collector):
         super().__init__(executor, task_id, routes)
         self._pending = executor.pending_for(task_id)
         self.emitted_count = 0
-        #: OR-ed into the root ids of this task's trees (see squall.executor.checkpointing)
-        self.root_bit = 0
+        #: the root ids of this task's trees
+        self.root_ids = RootIds(self._acker_tasks, executor.transfer.local_tasks)
 
     def emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> list[int]:
         """Emit ``values`` on ``stream``; returns the ids of the tasks that will receive it
@@ -264,7 +264,7 @@ class SpoutOutputCollector(_Collector):
 
     def _emit_tree(self, values: list[Any], route: StreamRoute, tasks: list[int]) -> int:
         """Send ``values`` to ``tasks`` as the root of a new tree (its init to the acker); its id."""
-        root = rand_bits(63) | self.root_bit
+        root = self.root_ids.new()
         ack_val = 0
         for task in tasks:
             edge = rand_bits(64)

@@ -354,3 +354,27 @@ def test_an_ack_batch_settles_the_trees_its_messages_would(seed):
     assert sorted(batched.told(ACK_ACK)) == sorted(one_by_one.told(ACK_ACK)) == \
         sorted((tree.spout_task, tree.root) for tree in trees)
     assert len(single) == len(batching) == 0
+
+
+# -- root ids --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ackers, local", [
+    ([10, 11, 12], {11}), ([10, 11, 12, 13, 14], {10, 14}), ([7, 8], {7, 8}), ([7, 8], set()), ([4], {4}),
+], ids=["one-of-three", "two-of-five", "all-local", "none-local", "single"])
+@pytest.mark.parametrize("high_bit", [0, 1 << 63], ids=["plain", "high-bit"])
+def test_a_new_root_is_tracked_by_a_local_acker_and_keeps_its_high_bit(monkeypatch, ackers, local, high_bit):
+    from squall import acker as acker_module
+
+    roots = acker_module.RootIds(ackers, frozenset(local))
+    roots.high_bit = high_bit
+    # random draws, and those at the ends of the range (where moving to a local acker's
+    # remainder could cross 2**63 or reach 2**64)
+    draws = [random.Random(i).getrandbits(63) for i in range(2000)] + [0, 1, 2, (1 << 63) - 1, (1 << 63) - 2]
+    chosen = set()
+    for bits in draws:
+        monkeypatch.setattr(acker_module, "rand_bits", lambda n, bits=bits: bits)
+        root = roots.new()
+        assert 0 <= root < 1 << 64 and root & (1 << 63) == high_bit, (bits, root)
+        chosen.add(acker_for(root, ackers))
+    assert chosen == (set(local) or set(ackers))  # every local acker gets trees; any when none is local

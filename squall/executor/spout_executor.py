@@ -108,7 +108,7 @@ class SpoutExecutor(Executor):
             stateful = {task: spout for task, spout in self.spouts.items() if isinstance(spout, StatefulComponent)}
             budget = self.conf["topology.state.spout.inflight.ms"] / 1000
             for task in stateful:
-                self.collectors[task].root_bit = UNHELD_ROOT_BIT
+                self.collectors[task].root_ids.high_bit = UNHELD_ROOT_BIT
                 if self.collectors[task].marker_targets(CHECKPOINT_STREAM):
                     self._in_flight[task] = InFlight(budget, self.conf["topology.max.spout.pending"])
             states = TaskStates(self, stateful) if stateful else None
