@@ -95,7 +95,6 @@ class _Collector:
         self._send = executor.send
         self._acker_tasks = executor.acker_tasks
         self._system_sources = executor.system_sources
-        self._pending_acks = executor.pending_acks
         # stream id -> emit(values) of an untracked, regular emit: prepared once per stream
         self._emitters = {stream: self._emitter(route) for stream, route in routes.items()}
 
@@ -285,7 +284,12 @@ class OutputCollector(_Collector):
 
     def __init__(self, executor: CollectorHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
         super().__init__(executor, task_id, routes)
-        self._owner = 0  # the executor thread's id, set when it starts running user code
+        self._owner = 0  # the executor thread's id (see run_on)
+
+    def run_on(self, thread_ident: int) -> None:
+        """The thread running the executor from now on: its calls take no lock, any other
+        thread's are a component's own (see the module's docstring)."""
+        self._owner = thread_ident
 
     def emit(self, values: Any, anchors: Tuple | Iterable[Tuple] | None = None,
              stream: str = "default") -> list[int]:
@@ -308,7 +312,7 @@ class OutputCollector(_Collector):
         if get_ident() != self._owner:
             self._foreign(self._ack, tup, self._executor.foreign_acks)
         else:
-            self._ack(tup, self._pending_acks)
+            self._ack(tup, self._executor.pending_acks)
 
     def fail(self, tup: Tuple) -> None:
         """Fail the tuple: every spout tuple whose tree it belongs to is failed."""

@@ -137,6 +137,10 @@ KEYS: dict[str, ConfigKey] = _registry(
               "One thread runs a worker's executors, batch at a time; false: a thread per executor (Storm).",
               note="Executors of blocking components (topology.component.blocking) get a thread of their own "
                    "either way.", storm=False),
+    ConfigKey("topology.worker.handoff.secs", 0.2, POSITIVE,
+              "An executor call this long on the cooperative thread moves the other executors to a new thread.",
+              note="As Go's scheduler does for a goroutine blocked in a system call: the stuck executor keeps its "
+                   "thread alone, so one component that blocks never stalls the rest of its worker.", storm=False),
     ConfigKey("topology.component.blocking", False, BOOLEAN,
               "Set per component (set_blocking or a `blocking` attribute): its executors get their own thread.",
               storm=False),

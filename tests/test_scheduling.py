@@ -2,7 +2,8 @@
 for each executor of a blocking component (``set_blocking``, the ``blocking`` attribute,
 ShellBolt), or a thread per executor (``topology.worker.cooperative`` false).
 
-What is checked: a blocking component never stalls the others; local hand-offs keep per-task
+What is checked: a blocking component never stalls the others, declared or not (a stuck
+call on the cooperative thread hands the others to a new one); local hand-offs keep per-task
 order and apply backpressure, cooperatively or with threads; tick tuples arrive on time in a
 busy worker; a bolt's own threads emit and ack through its collector (and wait on a full
 destination); where each executor runs; results do not depend on the mode.
@@ -418,6 +419,45 @@ def test_a_blocked_blocking_bolt_does_not_stall_the_rest_of_the_worker(cluster, 
     assert slow != cooperative
     assert logged("out-of-order") == []
     assert errors_of(cluster, "t", "slow") == []
+
+
+@pytest.mark.parametrize("reliable", [False, True], ids=["unreliable", "reliable"])
+def test_a_bolt_stuck_on_the_cooperative_thread_keeps_it_and_the_rest_moves_to_a_new_one(cluster, gate, reliable):
+    """Not declared blocking, the gated bolt blocks the cooperative thread: the watchdog hands
+    the worker's other executors to a new cooperative thread, the stuck bolt keeps the old one
+    alone, and the stall is reported naming it. With acking, every tree of the fast chain
+    completes (its round's acks move with it)."""
+    slow_count, n = 200, 500
+    b = TopologyBuilder()
+    b.set_spout("slow-spout", NumberSpout(limit=slow_count))
+    b.set_spout("fast-spout", NumberSpout(limit=n, gated=True, reliable=reliable))
+    b.set_bolt("slow", GatedBolt()).shuffle_grouping("slow-spout")
+    b.set_bolt("fast1", PassBolt()).shuffle_grouping("fast-spout")
+    b.set_bolt("fast2", PassBolt()).shuffle_grouping("fast1")
+    b.set_bolt("sink", OrderBolt()).shuffle_grouping("fast2")
+    conf = small_queues(16, 4)
+    conf["topology.worker.handoff.secs"] = 0.05
+    cluster.submit_topology("t", conf, b.create_topology())
+
+    wait_until(lambda: logged("gated-entered") == [0], WAIT, message="slow stuck in its first execute")
+    started = only_thread("slow-spout", "fast-spout", "fast1", "fast2", "sink", "slow")  # all on one thread
+    GO.set()  # the fast chain starts only now: all of its work happens while slow is stuck
+    wait_until(lambda: executed("sink") == n, WAIT, message="the fast chain delivered everything")
+    if reliable:
+        wait_until(lambda: sorted(logged("acked")) == list(range(n)), WAIT, message="every fast tree acked")
+    assert logged("gated-entered") == [0] and logged("gated-done") == []  # slow was stuck all along
+    assert list(seen("sink").values()) == [list(range(n))]  # in order, each once
+    [stall] = [e["error"] for e in errors_of(cluster, "t", "slow")]
+    assert "a call into slow" in stall and "moved to a new thread" in stall and "set_blocking(True)" in stall
+
+    gate.set()
+    wait_until(lambda: len(logged("gated-done")) == slow_count, WAIT, message="slow got every tuple")
+    assert logged("gated-done") == list(range(slow_count))
+    assert only_thread("slow") == started  # the stuck bolt kept its thread
+    moved = {i for c in ("slow-spout", "fast-spout", "fast1", "fast2", "sink") for idents in threads_by_task(c).values()
+             for i in idents} - {started}
+    assert len(moved) == 1  # the rest moved to one new thread
+    assert logged("out-of-order") == [] and logged("failed") == []
 
 
 # -- 2. a ShellBolt has a thread of its own ---------------------------------------------------------

@@ -108,12 +108,13 @@ class Worker:
         self.executors: list[Executor] = [self._make_executor(ea, not blocking[ea]) for ea in assigned]
         cooperative_executors = [e for e in self.executors if e.cooperative]
         round_acks = RoundAcks() if assignment.acker_tasks and cooperative_executors else None
-        # the round's acks are sent by an executor sharing them (any of them: they are one map)
-        sharing = [e for e in cooperative_executors if round_acks is not None and e.share_round_acks(round_acks)]
+        for executor in cooperative_executors:
+            if round_acks is not None:
+                executor.share_round_acks(round_acks)
         self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
         self._threads: list[threading.Thread] = []
         if cooperative:
-            self._runners.append(CooperativeThread(cooperative_executors, bell, _DataPath(self, (sharing or cooperative_executors)[0]),
+            self._runners.append(CooperativeThread(cooperative_executors, bell, _DataPath(self, _ack_sender(cooperative_executors)),
                                                    f"worker-{index}-executors", self._executor_died))
         else:
             bell = Bell()  # the receive thread's
@@ -188,6 +189,8 @@ class Worker:
         self._timer.start()
 
     def _schedule_timers(self) -> None:
+        if any(isinstance(r, CooperativeThread) for r in self._runners):
+            self._timer.schedule_recurring(self.conf["topology.worker.handoff.secs"], self._hand_off_stuck_calls)
         timeout = self.conf["topology.message.timeout.secs"]
         for executor in self.executors:
             if executor.kind == "spout":
@@ -198,6 +201,34 @@ class Worker:
             elif executor.conf.get("topology.tick.tuple.freq.secs"):
                 freq = executor.conf["topology.tick.tuple.freq.secs"]
                 self._timer.schedule_recurring(freq, self._control_sender(executor, Control.TICK, freq))
+
+    def _hand_off_stuck_calls(self) -> None:
+        """The watchdog (timer thread): a cooperative thread inside one executor call since the
+        previous look keeps that executor alone; its other executors, and the data path, go to
+        a new cooperative thread (see squall.executor.scheduler)."""
+        for runner in [r for r in self._runners if isinstance(r, CooperativeThread)]:
+            stuck = runner.stuck_call()
+            others = runner.hand_off(stuck) if stuck is not None else None
+            if not others:
+                continue
+            if stuck.round_acks is not None:
+                # it keeps the round's map (and sends what it holds when its call returns): a new one
+                fresh = RoundAcks()
+                for executor in others:
+                    if executor.round_acks is not None:
+                        executor.share_round_acks(fresh)
+            stuck.queue.set_bell(Bell())
+            successor = CooperativeThread(others, self._bell, _DataPath(self, _ack_sender(others)),
+                                          f"worker-{self.index}-executors-{len(self._runners)}", self._executor_died,
+                                          started=True)
+            self._runners.append(successor)
+            successor.start()
+            text = (f"a call into {stuck.component}{stuck.task_ids} has run for over "
+                    f"{self.conf['topology.worker.handoff.secs']:g}s: the worker's other executors moved to a new "
+                    f"thread and {stuck.component!r} keeps its own (declare it blocking, set_blocking(True), if it "
+                    f"blocks by design)")
+            log.warning("worker %d: %s", self.index, text)
+            self.state.report_error(stuck.component, stuck.task_ids[0], text)
 
     @staticmethod
     def _control_sender(executor: Executor, kind: str, arg: Any = None):
@@ -243,6 +274,14 @@ class Worker:
         if self._started:
             self._started = False
             gc_tuning.release()
+
+
+def _ack_sender(executors: list[Executor]) -> Executor:
+    """Whose send path carries the round's combined acks (see _DataPath): one sharing them,
+    the acker's when it is among them, since its destinations (spouts, ackers) drain whatever
+    else is stuck; another executor's send path may wait long behind a full queue."""
+    sharing = [e for e in executors if e.round_acks is not None]
+    return next((e for e in sharing if e.kind == "acker"), (sharing or executors)[0])
 
 
 class _DataPath:

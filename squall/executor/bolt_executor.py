@@ -28,7 +28,7 @@ class BoltExecutor(Executor):
         self.basic_collectors: dict[int, BasicOutputCollector] = {}
         for task in self.task_ids:
             bolt, context, collector = self.make_task(task, OutputCollector)
-            collector._owner = threading.get_ident()
+            collector.run_on(threading.get_ident())
             self.bolts[task] = bolt
             self.collectors[task] = collector
             if isinstance(bolt, BasicBolt):
@@ -65,6 +65,11 @@ class BoltExecutor(Executor):
         checkpointing = getattr(self, "checkpointing", None)
         if checkpointing is not None and checkpointing.states is not None:
             checkpointing.states.close()
+
+    def move_to_this_thread(self) -> None:
+        super().move_to_this_thread()
+        for collector in getattr(self, "collectors", {}).values():  # an acker has none
+            collector.run_on(threading.get_ident())
 
     def run_once(self, timeout: float) -> bool:
         transfer = self.transfer

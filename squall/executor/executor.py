@@ -100,12 +100,15 @@ class Executor:
     def share_round_acks(self, round_acks: RoundAcks) -> bool:
         """Combine this executor's acks (and a spout's inits) with the other executors of its
         cooperative thread until the end of the round (see :class:`RoundAcks`); False for a
-        stateful bolt, whose acks are held (see :attr:`held_acks`)."""
+        stateful bolt, whose acks are held (see :attr:`held_acks`). Called again, with a new
+        map, when the executor moves to another cooperative thread (its thread is not running
+        it then)."""
         if self.held_acks is not None:
             return False
+        if self.foreign_acks is self.pending_acks:  # the component's threads keep a map of their own
+            self.foreign_acks = {}
         self.round_acks = round_acks
         self.pending_acks = round_acks.acks
-        self.foreign_acks = {}
         return True
 
     def blocks_on_full_queues(self) -> bool:
@@ -133,6 +136,11 @@ class Executor:
         finally:
             self.ready.set()
         return True
+
+    def move_to_this_thread(self) -> None:
+        """The calling thread runs this started executor from now on (a runner that took it
+        over from another; see squall.executor.scheduler)."""
+        self.queue.consumer = threading.get_ident()
 
     def request_stop(self) -> None:
         self.stopping = True

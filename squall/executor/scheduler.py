@@ -18,6 +18,14 @@ e.g. ShellBolt and ShellSpout, whose subprocess I/O blocks) runs on a thread of 
 (:class:`ExecutorThread`), so a slow ``execute`` never stalls the others; so does every
 executor when ``topology.worker.cooperative`` is false (Storm's thread per executor).
 
+A component that blocks without being declared so (a ``next_tuple`` waiting on a socket, an
+``execute`` stuck in a call) does not stall its worker either. Like Go's scheduler when a
+goroutine blocks in a system call, the worker's watchdog (every
+``topology.worker.handoff.secs``) finds the cooperative thread inside the same executor call
+since its previous look and hands the other executors, and the worker's data path, to a new
+cooperative thread (:meth:`CooperativeThread.hand_off`). When the stuck call returns, its
+thread keeps that executor alone, as if it were declared blocking.
+
 Guarantees either way: one task's methods are never called concurrently; an executor
 runs its user code holding its lock, which a component's own threads take to emit; a
 runner whose executor raises out of Squall's own code fails the worker (fail-fast).
@@ -26,6 +34,7 @@ runner whose executor raises out of Squall's own code fails the worker (fail-fas
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -63,8 +72,9 @@ class WorkerIO(Protocol):
 class _Runner:
     """A thread running one or more executors (see the module's docstring)."""
 
-    def __init__(self, executors: list[Executor], name: str, on_death: DeathFn) -> None:
+    def __init__(self, executors: list[Executor], name: str, on_death: DeathFn, started: bool = False) -> None:
         self.executors = executors
+        self._started = started  # the executors are running already (taken over from another runner)
         self._on_death = on_death
         self._stopping = False
         self._current: Executor | None = None  # the executor being run: a death names it
@@ -85,15 +95,19 @@ class _Runner:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        running = [e for e in self.executors if e.start_up()]
+        running = list(self.executors) if self._started else [e for e in self.executors if e.start_up()]
         try:
+            if self._started:
+                for executor in running:
+                    executor.move_to_this_thread()
             if len(running) == len(self.executors):  # else the worker is not started: it stops
                 self._loop(running)
         except BaseException as e:  # noqa: BLE001 - an executor must never die silently
             self._on_death(self._current or running[0], e)
         finally:
             for executor in running:
-                executor.shut_down()
+                if executor in self.executors:  # not handed to another runner
+                    executor.shut_down()
 
     def _loop(self, executors: list[Executor]) -> None:
         raise NotImplementedError
@@ -115,10 +129,40 @@ class CooperativeThread(_Runner):
     """Several executors on one thread, whose queues share ``bell``, and the worker's
     traffic ``io``."""
 
-    def __init__(self, executors: list[Executor], bell: Bell, io: WorkerIO, name: str, on_death: DeathFn) -> None:
-        super().__init__(executors, name, on_death)
+    def __init__(self, executors: list[Executor], bell: Bell, io: WorkerIO, name: str, on_death: DeathFn,
+                 started: bool = False) -> None:
+        super().__init__(executors, name, on_death, started)
         self._bell = bell
         self._io = io
+        self._calls = 0  # executor calls made: the watchdog's clock
+        self._last_look: tuple[Executor | None, int] = (None, 0)
+        # taken by the thread as a call returns, and by the watchdog as it hands off
+        self._switch = threading.Lock()
+        self._handed_off = False
+
+    def stuck_call(self) -> Executor | None:
+        """The executor whose call has run since the previous look (the watchdog's thread,
+        which looks every ``topology.worker.handoff.secs``), if this thread has others to
+        hand off; else None."""
+        look = (self._current, self._calls)
+        previous, self._last_look = self._last_look, look
+        if look[0] is None or look != previous or len(self.executors) < 2 or self._handed_off:
+            return None
+        return look[0]
+
+    def hand_off(self, stuck: Executor) -> list[Executor] | None:
+        """Keep only ``stuck`` (its call still running) and return the other executors, for a
+        new runner; None if the call returned meanwhile (nothing changes). The other executors'
+        queues get no consumer until their new runner starts."""
+        with self._switch:
+            if self._current is not stuck or self._handed_off:
+                return None
+            self._handed_off = True
+            others = [e for e in self.executors if e is not stuck]
+            self.executors = [stuck]
+        for executor in others:
+            executor.queue.consumer = None  # producers take the queue's lock until then
+        return others
 
     def request_stop(self) -> None:
         super().request_stop()
@@ -130,9 +174,16 @@ class CooperativeThread(_Runner):
             did = io.exchange()
             for executor in executors:
                 self._current = executor
+                self._calls += 1
                 if executor.run_once(0):
                     did = True
-            self._current = None
+                with self._switch:
+                    self._current = None
+                    if self._handed_off:
+                        break
+            if self._handed_off:
+                self._run_alone(executor)
+                return
             io.end_round()
             if did:
                 continue
@@ -146,3 +197,13 @@ class CooperativeThread(_Runner):
             if (io_poll := io.idle_poll_secs) is not None:
                 polls.append(io_poll)
             io.wait(bell, min(polls) if polls else _POLL_SECS)
+
+    def _run_alone(self, executor: Executor) -> None:
+        """After a hand-off: run the executor whose call was stuck, alone, as a blocking
+        component's thread would (its round's acks are its own to send)."""
+        self._current = executor
+        while not self._stopping and not executor.stopping:
+            if not executor.run_once(_POLL_SECS) and executor.transfer.overflow:
+                time.sleep(executor.idle_poll_secs or _POLL_SECS)  # no input until the output is handed on
+            if executor.round_acks is not None and executor.round_acks.acks:
+                executor.flush_round_acks()

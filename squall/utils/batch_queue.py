@@ -132,6 +132,12 @@ class BatchQueue:
         self._not_full = threading.Condition(self._lock)
         self._producers_waiting = 0
 
+    def set_bell(self, bell: Bell) -> None:
+        """Wake the consumer with ``bell`` from now on (its thread must not be waiting): a
+        producer that still rings the old one wakes its other consumer for nothing, and the
+        consumer checks the queue after arming, so no batch is missed."""
+        self._bell = bell
+
     def __len__(self) -> int:
         """Tuples queued."""
         return self._size + self._local_size
