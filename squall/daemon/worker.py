@@ -227,8 +227,9 @@ class Worker:
                     f"{self.conf['topology.worker.handoff.secs']:g}s: the worker's other executors moved to a new "
                     f"thread and {stuck.component!r} keeps its own (declare it blocking, set_blocking(True), if it "
                     f"blocks by design)")
+            # a warning, not an error of the component: a bolt slow on a large batch is handed off
+            # too, and is not at fault (a spout stuck for topology.spout.stall.secs is an error)
             log.warning("worker %d: %s", self.index, text)
-            self.state.report_error(stuck.component, stuck.task_ids[0], text)
 
     @staticmethod
     def _control_sender(executor: Executor, kind: str, arg: Any = None):

@@ -23,8 +23,8 @@ A component that blocks without being declared so (a ``next_tuple`` waiting on a
 goroutine blocks in a system call, the worker's watchdog (every
 ``topology.worker.handoff.secs``) finds the cooperative thread inside the same executor call
 since its previous look and hands the other executors, and the worker's data path, to a new
-cooperative thread (:meth:`CooperativeThread.hand_off`). When the stuck call returns, its
-thread keeps that executor alone, as if it were declared blocking.
+cooperative thread (:meth:`CooperativeThread.hand_off`), and logs a warning naming it. When
+the stuck call returns, its thread keeps that executor alone, as if it were declared blocking.
 
 Guarantees either way: one task's methods are never called concurrently; an executor
 runs its user code holding its lock, which a component's own threads take to emit; a
