@@ -138,7 +138,7 @@ KEYS: dict[str, ConfigKey] = _registry(
               note="Executors of blocking components (topology.component.blocking) get a thread of their own "
                    "either way.", storm=False),
     ConfigKey("topology.worker.handoff.secs", 0.2, POSITIVE,
-              "An executor call this long on the cooperative thread moves the other executors to a new thread.",
+              "An executor call this long without progress moves the cooperative thread's other executors.",
               note="As Go's scheduler does for a goroutine blocked in a system call: the stuck executor keeps its "
                    "thread alone, so one component that blocks never stalls the rest of its worker.", storm=False),
     ConfigKey("topology.component.blocking", False, BOOLEAN,

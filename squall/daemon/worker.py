@@ -223,12 +223,12 @@ class Worker:
                                           started=True)
             self._runners.append(successor)
             successor.start()
-            text = (f"a call into {stuck.component}{stuck.task_ids} has run for over "
+            text = (f"a call into {stuck.component}{stuck.task_ids} has made no progress for over "
                     f"{self.conf['topology.worker.handoff.secs']:g}s: the worker's other executors moved to a new "
                     f"thread and {stuck.component!r} keeps its own (declare it blocking, set_blocking(True), if it "
                     f"blocks by design)")
-            # a warning, not an error of the component: a bolt slow on a large batch is handed off
-            # too, and is not at fault (a spout stuck for topology.spout.stall.secs is an error)
+            # a warning, not an error of the component: it may only be slow on one tuple (a spout
+            # stuck for topology.spout.stall.secs is an error)
             log.warning("worker %d: %s", self.index, text)
 
     @staticmethod

@@ -212,8 +212,8 @@ def _wake(room_write: int) -> None:
 def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _ForwardingState,
            conf: dict[str, Any], parent: int, room_read: int) -> int:
     # A queue that stops being full is announced at once through the room pipe (senders
-    # elsewhere are waiting for it, and a queue drains in a few milliseconds); one that fills
-    # up is noticed on the next tick.
+    # elsewhere are waiting for it, and a queue drains in a few milliseconds); so is one that
+    # the receive path fills (until it is announced, senders elsewhere keep sending to it).
     wake = worker.on_failure
 
     def announcer(tasks: frozenset[int]):
@@ -227,6 +227,12 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
         tasks_by_queue.setdefault(queue, set()).add(task)
     for queue, tasks in tasks_by_queue.items():
         queue.on_room = announcer(frozenset(tasks))
+
+    def on_full(tasks: frozenset[int]) -> None:
+        if not tasks <= transport.published_backpressure:
+            wake()
+
+    worker.receive.on_full = on_full
     poller = zmq.Poller()
     poller.register(control.socket, zmq.POLLIN)
     poller.register(transport.sub_socket, zmq.POLLIN)

@@ -62,6 +62,11 @@ class WorkerReceive:
         self._local_ackers = {t for t in task_queues if component[t] == ACKER_COMPONENT}
         self._spout_tasks = spout_tasks  # the topology's
         self._serializer = Serializer.for_config(conf)  # the reading thread's only
+        # queue -> its tasks, and what is told the tasks of the queues a payload left full
+        self._queue_tasks: dict[BatchQueue, frozenset[int]] = {}
+        for task, q in task_queues.items():
+            self._queue_tasks[q] = self._queue_tasks.get(q, frozenset()) | {task}
+        self.on_full: Callable[[frozenset[int]], None] | None = None
 
     def receive_ready(self) -> bool:
         """Deliver every payload that has arrived, without waiting; True if there was one."""
@@ -95,6 +100,10 @@ class WorkerReceive:
                 malformed.append(f"a group from task {group.source_task}: {e!r}")
         for q, batch in batches.items():
             q.force_put(batch, len(batch))
+        if self.on_full is not None:
+            full = [self._queue_tasks[q] for q in batches if not q.has_room()]
+            if full:
+                self.on_full(frozenset().union(*full))
         if malformed:
             self._report_malformed(len(payload), malformed)
 

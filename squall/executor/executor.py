@@ -137,6 +137,12 @@ class Executor:
             self.ready.set()
         return True
 
+    def progress(self) -> int:
+        """A count that grows while the executor gets work done (tuples executed; a spout's
+        emits): the worker's watchdog reads it from another thread (see
+        squall.executor.scheduler)."""
+        return self.stats.executed
+
     def move_to_this_thread(self) -> None:
         """The calling thread runs this started executor from now on (a runner that took it
         over from another; see squall.executor.scheduler)."""

@@ -22,7 +22,8 @@ A component that blocks without being declared so (a ``next_tuple`` waiting on a
 ``execute`` stuck in a call) does not stall its worker either. Like Go's scheduler when a
 goroutine blocks in a system call, the worker's watchdog (every
 ``topology.worker.handoff.secs``) finds the cooperative thread inside the same executor call
-since its previous look and hands the other executors, and the worker's data path, to a new
+since its previous look, that executor having made no progress meanwhile (no batch executed,
+no tuple emitted: a bolt slow on a large batch is not stuck), and hands the other executors, and the worker's data path, to a new
 cooperative thread (:meth:`CooperativeThread.hand_off`), and logs a warning naming it. When
 the stuck call returns, its thread keeps that executor alone, as if it were declared blocking.
 
@@ -135,16 +136,17 @@ class CooperativeThread(_Runner):
         self._bell = bell
         self._io = io
         self._calls = 0  # executor calls made: the watchdog's clock
-        self._last_look: tuple[Executor | None, int] = (None, 0)
+        self._last_look: tuple[Executor | None, int, int] = (None, 0, 0)
         # taken by the thread as a call returns, and by the watchdog as it hands off
         self._switch = threading.Lock()
         self._handed_off = False
 
     def stuck_call(self) -> Executor | None:
         """The executor whose call has run since the previous look (the watchdog's thread,
-        which looks every ``topology.worker.handoff.secs``), if this thread has others to
-        hand off; else None."""
-        look = (self._current, self._calls)
+        which looks every ``topology.worker.handoff.secs``) without progress, if this thread
+        has others to hand off; else None."""
+        current = self._current
+        look = (current, self._calls, 0 if current is None else current.progress())
         previous, self._last_look = self._last_look, look
         if look[0] is None or look != previous or len(self.executors) < 2 or self._handed_off:
             return None

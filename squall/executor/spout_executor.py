@@ -59,6 +59,9 @@ class SpoutExecutor(Executor):
     def blocks_on_full_queues(self) -> bool:
         return False
 
+    def progress(self) -> int:
+        return sum(c.emitted_count for c in getattr(self, "collectors", {}).values())
+
     @property
     def idle_poll_secs(self) -> float | None:
         return _IDLE_SPOUT_SECS if self.active or self.transfer.overflow else None
