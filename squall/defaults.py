@@ -141,6 +141,10 @@ KEYS: dict[str, ConfigKey] = _registry(
               "An executor call this long without progress moves the cooperative thread's other executors.",
               note="As Go's scheduler does for a goroutine blocked in a system call: the stuck executor keeps its "
                    "thread alone, so one component that blocks never stalls the rest of its worker.", storm=False),
+    ConfigKey("topology.disable.loadaware.messaging", False, BOOLEAN,
+              "True: shuffle and local-or-shuffle groupings ignore the targets' load (plain round-robin).",
+              note="By default, as in Storm 2, targets with fuller incoming queues get fewer tuples, so a slow "
+                   "task does not hold its stream back (squall.grouping.LoadAwareShuffleGrouper)."),
     ConfigKey("topology.component.blocking", False, BOOLEAN,
               "Set per component (set_blocking or a `blocking` attribute): its executors get their own thread.",
               storm=False),

@@ -8,9 +8,11 @@ executor's thread.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
+import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -127,6 +129,66 @@ class ShuffleGrouper(_Grouper):
         i = self._i + 1
         if i >= self._n:
             i = 0
+        self._i = i
+        return self._choices[i]
+
+
+class LoadAwareShuffleGrouper(_Grouper):
+    """Shuffle in proportion to the targets' spare capacity (Storm 2's
+    ``LoadAwareShuffleGrouping``, the default for shuffle and local-or-shuffle groupings).
+
+    ``load(task)`` is 0.0 for an empty incoming queue and 1.0 for a full one (or a task that
+    cannot take more now). A target whose queue is at most :data:`LOW_WATER` full weighs 10;
+    above that the weight falls with the load, to 1 just short of full and 0 when full (while
+    another target has room). While all weights are equal this is Storm's shuffle:
+    round-robin over one permutation of the targets. Otherwise it is round-robin over a
+    shuffled ring in which each target appears as often as its weight: a slow task, whose
+    queue fills up, gets little or nothing until it has room again, and does not hold its
+    stream back. The weights are taken anew at the end of each pass over the ring (about
+    :data:`RING` choices), at most every :data:`REFRESH_SECS`.
+    """
+
+    RING = 100
+    REFRESH_SECS = 0.001
+    LOW_WATER = 0.5
+
+    def __init__(self, targets: list[int], rng: random.Random, load: Callable[[int], float]) -> None:
+        order = list(targets)
+        rng.shuffle(order)
+        self._order = [[t] for t in order]  # what choose returns (callers must not modify it)
+        self._rng = rng
+        self._load = load
+        self._weights: list[int] | None = None
+        self._refreshed = 0.0
+        self._choices: list[list[int]] = []
+        self._refresh()
+        self._i = rng.randrange(len(self._choices))
+
+    def _weight(self, task: int) -> int:
+        load = self._load(task)
+        if load >= 1.0:
+            return 0
+        return 10 - min(9, max(0, math.ceil(10 * (load - self.LOW_WATER) / (1 - self.LOW_WATER))))
+
+    def _refresh(self) -> None:
+        self._refreshed = time.monotonic()
+        weights = [self._weight(choice[0]) for choice in self._order]
+        if weights == self._weights:
+            return
+        self._weights = weights
+        if len(set(weights)) == 1:  # the permutation, over and over: every target's equal share
+            ring = self._order
+        else:
+            ring = [c for choice, w in zip(self._order, weights) for c in [choice] * w]
+            self._rng.shuffle(ring)
+        self._choices = ring * max(1, self.RING // len(ring))
+
+    def choose(self, values: list[Any]) -> list[int]:
+        i = self._i + 1
+        if i >= len(self._choices):
+            i = 0
+            if time.monotonic() - self._refreshed >= self.REFRESH_SECS:
+                self._refresh()
         self._i = i
         return self._choices[i]
 
@@ -251,14 +313,18 @@ def make_grouper(
     output_fields: Fields,
     local_tasks: set[int],
     rng: random.Random,
+    load: Callable[[int], float] | None = None,
 ) -> _Grouper | None:
-    """The grouper of one emitting task for one subscriber; None for direct grouping."""
+    """The grouper of one emitting task for one subscriber; None for direct grouping. With
+    ``load`` (a target task's load, see :class:`LoadAwareShuffleGrouper`), shuffle and
+    local-or-shuffle groupings are load-aware."""
     kind = spec.type
-    if kind == SHUFFLE:
+    if kind in (SHUFFLE, LOCAL_OR_SHUFFLE):
+        if kind == LOCAL_OR_SHUFFLE:
+            targets = [t for t in targets if t in local_tasks] or targets
+        if load is not None and len(targets) > 1:
+            return LoadAwareShuffleGrouper(targets, rng, load)
         return ShuffleGrouper(targets, rng)
-    if kind == LOCAL_OR_SHUFFLE:
-        local = [t for t in targets if t in local_tasks]
-        return ShuffleGrouper(local or targets, rng)
     if kind == FIELDS:
         return FieldsGrouper(targets, output_fields, spec.fields)
     if kind == PARTIAL_KEY:

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import zlib
 
 import pytest
@@ -151,6 +152,69 @@ def test_shuffle_round_robin_gives_each_task_an_equal_share():
         for i in range(n - k + 1):
             assert len(set(seq[i:i + k])) == k, f"{component}: window {i} is not a permutation: {seq[i:i + k]}"
         assert all(seq[i] == seq[i + k] for i in range(n - k))
+
+
+class SlowFirstTask(Bolt):
+    """Records its task for every input; its first task takes 2 ms per tuple."""
+
+    outputs = ["v"]
+
+    def prepare(self, conf, context, collector) -> None:
+        self.task = context.get_this_task_id()
+        self.slow = context.get_this_task_index() == 0
+        self.collector = collector
+        record_prepared(where(context))
+
+    def execute(self, tup) -> None:
+        if self.slow:
+            time.sleep(0.002)
+        record("worked", self.task)
+        self.collector.ack(tup)
+
+
+class PacedSpout(Spout):
+    """Emits [0] .. [n - 1], 20 per next_tuple call then a 1 ms pause: slower than a bolt that
+    does nothing, faster than SlowFirstTask's slow task."""
+
+    outputs = ["v"]
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def open(self, conf, context, collector) -> None:
+        self.collector = collector
+        self.i = 0
+
+    def next_tuple(self) -> None:
+        for _ in range(min(20, self.n - self.i)):
+            self.collector.emit([self.i], msg_id=self.i)
+            self.i += 1
+        time.sleep(0.001)
+
+    def ack(self, msg_id) -> None:
+        record("acked", msg_id)
+
+
+@pytest.mark.parametrize("load_aware", [True, False], ids=["load-aware", "disabled"])
+def test_load_aware_shuffle_sends_a_slow_task_fewer_tuples(cluster, load_aware):
+    """Storm 2's default: a task whose queue fills up gets a small share, the others the
+    rest; with topology.disable.loadaware.messaging, round-robin gives both the same share."""
+    n = 4000
+    b = TopologyBuilder()
+    b.set_spout("src", PacedSpout(n))
+    b.set_bolt("work", SlowFirstTask(), 2).set_blocking(True).shuffle_grouping("src")
+    conf = Config()
+    conf["topology.executor.receive.buffer.size"] = 256
+    conf["topology.disable.loadaware.messaging"] = not load_aware
+    cluster.submit_topology("paced", conf, b.create_topology())
+    wait_until(lambda: len(logged("acked")) == n, timeout=30, message="every tuple acked")
+    counts = collections.Counter(logged("worked"))
+    slow = min(p["task"] for p in prepared("work"))
+    assert sum(counts.values()) == n and sorted(logged("acked")) == list(range(n))  # each once, either way
+    if load_aware:
+        assert counts[slow] < n * 0.3, counts
+    else:
+        assert counts[slow] == n // 2, counts
 
 
 def test_shuffle_from_several_emitters_each_round_robins():

@@ -443,13 +443,18 @@ def test_a_bolt_stuck_on_the_cooperative_thread_keeps_it_and_the_rest_moves_to_a
 
     wait_until(lambda: logged("gated-entered") == [0], WAIT, message="slow stuck in its first execute")
     started = only_thread("slow-spout", "fast-spout", "fast1", "fast2", "sink", "slow")  # all on one thread
+
+    def stalls() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
+
+    wait_until(stalls, WAIT, message="the hand-off")
     GO.set()  # the fast chain starts only now: all of its work happens while slow is stuck
     wait_until(lambda: executed("sink") == n, WAIT, message="the fast chain delivered everything")
     if reliable:
         wait_until(lambda: sorted(logged("acked")) == list(range(n)), WAIT, message="every fast tree acked")
     assert logged("gated-entered") == [0] and logged("gated-done") == []  # slow was stuck all along
     assert list(seen("sink").values()) == [list(range(n))]  # in order, each once
-    [stall] = [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
+    [stall] = stalls()
     assert "a call into slow" in stall and "moved to a new thread" in stall and "set_blocking(True)" in stall
 
     gate.set()

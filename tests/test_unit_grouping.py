@@ -13,7 +13,8 @@ import pytest
 from squall.errors import EmitError
 from squall.grouping import (
     CUSTOM, DIRECT, LOCAL_OR_SHUFFLE, AllGrouper, CustomStreamGrouping, FieldsGrouper, GlobalGrouper,
-    GlobalStreamId, GroupingSpec, NoneGrouper, PartialKeyGrouper, ShuffleGrouper, make_grouper,
+    GlobalStreamId, GroupingSpec, LoadAwareShuffleGrouper, NoneGrouper, PartialKeyGrouper, ShuffleGrouper,
+    make_grouper,
 )
 from squall.tuple import Fields
 
@@ -40,6 +41,66 @@ def partial_key_grouper(targets=TARGETS) -> PartialKeyGrouper:
 
 
 # -- shuffle -----------------------------------------------------------------------------------------
+
+
+class Loads(dict):
+    """A load-aware grouper's ``load``: task -> load (0.0 when not set)."""
+
+    def __call__(self, task: int) -> float:
+        return self.get(task, 0.0)
+
+
+def one_pass(grouper: LoadAwareShuffleGrouper) -> collections.Counter:
+    """How often each target comes up in one pass over the grouper's current ring."""
+    return collections.Counter(choices(grouper, [[0]] * len(grouper._choices)))
+
+
+@pytest.mark.parametrize("loads", [{}, {3: 0.5, 40: 0.2, 7: 0.49}, dict.fromkeys(TARGETS, 1.0)],
+                         ids=["idle", "at-most-half-full", "all-full"])
+def test_load_aware_shuffle_with_equal_weights_is_storms_shuffle(loads):
+    k = len(TARGETS)
+    seq = choices(LoadAwareShuffleGrouper(TARGETS, random.Random(3), Loads(loads)), [[0]] * (5 * k))
+    assert all(sorted(seq[i:i + k]) == sorted(TARGETS) for i in range(len(seq) - k + 1))  # a permutation
+    assert all(seq[i] == seq[i + k] for i in range(len(seq) - k))
+
+
+@pytest.mark.parametrize("load, weight", [(0.0, 10), (0.5, 10), (0.51, 9), (0.75, 5), (0.99, 1), (1.0, 0)])
+def test_load_aware_shuffle_weighs_a_target_by_its_spare_capacity(load, weight):
+    counts = one_pass(LoadAwareShuffleGrouper([8, 2, 5], random.Random(0), Loads({8: load})))
+    assert counts[8] * 10 == counts[2] * weight and counts[2] == counts[5]
+
+
+def test_load_aware_shuffle_with_every_target_full_is_plain_shuffle():
+    counts = one_pass(LoadAwareShuffleGrouper([8, 2], random.Random(0), Loads({8: 1.0, 2: 1.0})))
+    assert counts[8] == counts[2] > 0
+
+
+def test_load_aware_shuffle_weighs_anew_after_a_pass(monkeypatch):
+    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 0.0)
+    loads = Loads()
+    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(1), loads)
+    assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}
+    loads[2] = 0.75  # half way between half full (weight 10) and full (weight 0)
+    one_pass(grouper)  # the pass that ends with the new weights
+    counts = one_pass(grouper)
+    assert counts[2] * 10 == counts[8] * 5
+    loads.clear()
+    one_pass(grouper)
+    assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}  # back to equal shares
+
+
+def test_make_grouper_is_load_aware_for_shuffle_and_local_or_shuffle_given_a_load():
+    spec = GroupingSpec("shuffle")
+    assert type(make_grouper(spec, context=StubContext(1), stream=STREAM, targets=[4, 5], output_fields=Fields("k"),
+                             local_tasks=set(), rng=random.Random(0), load=Loads())) is LoadAwareShuffleGrouper
+    assert type(make_grouper(GroupingSpec("local_or_shuffle"), context=StubContext(1), stream=STREAM, targets=[4, 5],
+                             output_fields=Fields("k"), local_tasks={4, 5}, rng=random.Random(0),
+                             load=Loads())) is LoadAwareShuffleGrouper
+    # without a load (topology.disable.loadaware.messaging), or with a single target: plain shuffle
+    assert type(make_grouper(spec, context=StubContext(1), stream=STREAM, targets=[4, 5], output_fields=Fields("k"),
+                             local_tasks=set(), rng=random.Random(0))) is ShuffleGrouper
+    assert type(make_grouper(spec, context=StubContext(1), stream=STREAM, targets=[4], output_fields=Fields("k"),
+                             local_tasks=set(), rng=random.Random(0), load=Loads())) is ShuffleGrouper
 
 
 @pytest.mark.parametrize("targets", [[5], [8, 2], TARGETS, list(range(100, 131))], ids=["1", "2", "7", "31"])

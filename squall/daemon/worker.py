@@ -98,7 +98,7 @@ class Worker:
         self.transfer = WorkerTransfer(index, conf, transport, bell if cooperative else None)
         self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
                                      frozenset(single_task_queues), self.sources, state, self.transfer.transfer,
-                                     restarted)
+                                     restarted, self._task_load)
         self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues, self.context.is_single_task,
                                      transport, state, frozenset(
                                          t for c in topology.spouts for t in assignment.component_tasks[c.id]))
@@ -240,6 +240,16 @@ class Worker:
         for executor in self.executors:
             executor.ready.wait(timeout)
         return [(e, e.setup_error) for e in self.executors if e.setup_error is not None]
+
+    def _task_load(self, task: int) -> float:
+        """How full ``task``'s incoming queue is (any thread): measured here for this worker's
+        tasks; a task of another worker counts as full while that worker announces it full or
+        must be sent nothing, else as empty."""
+        q = self.task_queues.get(task)
+        if q is not None:
+            return q.load()
+        full = self.transport.full_tasks(self.assignment.task_worker[task])
+        return 1.0 if full is None or task in full else 0.0
 
     def backpressured_tasks(self) -> frozenset[int]:
         """This worker's tasks whose incoming queues are full."""

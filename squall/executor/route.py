@@ -113,6 +113,7 @@ def build_routes(worker: WorkerContext, component: str, conf: dict[str, Any],
             groupers.append(make_grouper(
                 grouping, context=context, stream=GlobalStreamId(component, stream), targets=targets,
                 output_fields=stream_spec.fields, local_tasks=local, rng=rng,
+                load=None if conf["topology.disable.loadaware.messaging"] else worker.task_load,
             ))
         routes[stream] = StreamRoute(worker.sources[(component, stream)], stream_spec.direct, groupers,
                                      direct_targets, _observers(worker, component, conf, task_id, stream))

@@ -43,6 +43,9 @@ class WorkerContext:
     state: TopologyState
     transfer: TransferFn
     restarted: bool = False
+    #: a task's load, 0.0 (its incoming queue empty) to 1.0 (full, or a task of another worker
+    #: that takes nothing now); None where nothing measures it (load-aware shuffle is then off)
+    task_load: Callable[[int], float] | None = None
 
     def is_single_task(self, queue: BatchQueue) -> bool:
         return id(queue) in self.single_task_queues

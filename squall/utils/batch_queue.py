@@ -142,6 +142,11 @@ class BatchQueue:
         """Tuples queued."""
         return self._size + self._local_size
 
+    def load(self) -> float:
+        """How full the queue is, 0.0 to 1.0, what the consumer is executing included (any
+        thread; a racy read is fine for the load-aware shuffle that asks)."""
+        return min(1.0, (self._size + self._local_size + self._taken) / self.capacity)
+
     def has_room(self) -> bool:
         return self._size + self._local_size + self._taken < self.capacity
 
