@@ -138,9 +138,10 @@ class LoadAwareShuffleGrouper(_Grouper):
     ``LoadAwareShuffleGrouping``, the default for shuffle and local-or-shuffle groupings).
 
     ``load(task)`` is 0.0 for an empty incoming queue and 1.0 for a full one (or a task that
-    cannot take more now). A target whose queue is at most :data:`LOW_WATER` full weighs 10;
-    above that the weight falls with the load, to 1 just short of full and 0 when full (while
-    another target has room). While all weights are equal this is Storm's shuffle:
+    cannot take more now). A target whose queue is at most :data:`LOW_WATER` full weighs 100;
+    above that the weight falls with the load, to 1 just short of full (about 1% of an idle
+    target's share, as in Storm) and 0 when full. When every target is full the ring stays as
+    it was (the one that filled last is likely the first to drain). While all weights are equal this is Storm's shuffle:
     round-robin over one permutation of the targets. Otherwise it is round-robin over a
     shuffled ring in which each target appears as often as its weight: a slow task, whose
     queue fills up, gets little or nothing until it has room again, and does not hold its
@@ -168,13 +169,13 @@ class LoadAwareShuffleGrouper(_Grouper):
         load = self._load(task)
         if load >= 1.0:
             return 0
-        return 10 - min(9, max(0, math.ceil(10 * (load - self.LOW_WATER) / (1 - self.LOW_WATER))))
+        return 100 - min(99, max(0, math.ceil(100 * (load - self.LOW_WATER) / (1 - self.LOW_WATER))))
 
     def _refresh(self) -> None:
         self._refreshed = time.monotonic()
         weights = [self._weight(choice[0]) for choice in self._order]
-        if weights == self._weights:
-            return
+        if weights == self._weights or (not any(weights) and self._weights is not None):
+            return  # unchanged, or every target full: the ring that was right until now stays
         self._weights = weights
         if len(set(weights)) == 1:  # the permutation, over and over: every target's equal share
             ring = self._order

@@ -64,15 +64,23 @@ def test_load_aware_shuffle_with_equal_weights_is_storms_shuffle(loads):
     assert all(seq[i] == seq[i + k] for i in range(len(seq) - k))
 
 
-@pytest.mark.parametrize("load, weight", [(0.0, 10), (0.5, 10), (0.51, 9), (0.75, 5), (0.99, 1), (1.0, 0)])
+@pytest.mark.parametrize("load, weight", [(0.0, 100), (0.5, 100), (0.625, 75), (0.75, 50), (0.999, 1), (1.0, 0)])
 def test_load_aware_shuffle_weighs_a_target_by_its_spare_capacity(load, weight):
     counts = one_pass(LoadAwareShuffleGrouper([8, 2, 5], random.Random(0), Loads({8: load})))
-    assert counts[8] * 10 == counts[2] * weight and counts[2] == counts[5]
+    assert counts[8] * 100 == counts[2] * weight and counts[2] == counts[5]
 
 
-def test_load_aware_shuffle_with_every_target_full_is_plain_shuffle():
-    counts = one_pass(LoadAwareShuffleGrouper([8, 2], random.Random(0), Loads({8: 1.0, 2: 1.0})))
-    assert counts[8] == counts[2] > 0
+def test_load_aware_shuffle_keeps_its_ring_while_every_target_is_full(monkeypatch):
+    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 0.0)
+    loads = Loads({8: 1.0, 2: 1.0})
+    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(0), loads)
+    assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}  # nothing known yet: equal shares
+    loads[2] = 0.0
+    one_pass(grouper)
+    assert set(one_pass(grouper)) == {2}  # only 2 has room
+    loads[2] = 1.0  # now both are full: 2 filled last, and stays the choice
+    one_pass(grouper)
+    assert set(one_pass(grouper)) == {2}
 
 
 def test_load_aware_shuffle_weighs_anew_after_a_pass(monkeypatch):
@@ -80,10 +88,10 @@ def test_load_aware_shuffle_weighs_anew_after_a_pass(monkeypatch):
     loads = Loads()
     grouper = LoadAwareShuffleGrouper([8, 2], random.Random(1), loads)
     assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}
-    loads[2] = 0.75  # half way between half full (weight 10) and full (weight 0)
+    loads[2] = 0.75  # half way between half full (weight 100) and full (weight 0)
     one_pass(grouper)  # the pass that ends with the new weights
     counts = one_pass(grouper)
-    assert counts[2] * 10 == counts[8] * 5
+    assert counts[2] * 100 == counts[8] * 50
     loads.clear()
     one_pass(grouper)
     assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}  # back to equal shares

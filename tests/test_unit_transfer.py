@@ -292,71 +292,72 @@ def _send(sender: ExecutorTransfer, targets: list[int], n: int) -> list[Tuple]:
     return sent
 
 
-def test_batches_for_a_full_queue_overflow_with_later_ones_behind_until_its_consumer_is_done_with_what_it_took():
+def waiting(sender: ExecutorTransfer) -> list[list]:
+    """The batches waiting for their destinations (a remote one as records)."""
+    return [items if ob.queue is not None else records(items) for ob, items, _ in sender.waiting.values()]
+
+
+def test_a_full_queues_batch_waits_without_holding_back_other_destinations_until_a_second_one_comes():
     w, sender, b1 = _filled()
-    b2 = _send(sender, [SINGLE], 3)
-    assert not sender.room.is_set()
-    b3 = _send(sender, [REMOTE[0]], 3)  # the transfer would take it: it waits its turn
+    b2 = _send(sender, [SINGLE], 3)  # SINGLE is full: b2 waits, and the sender goes on
+    assert seen(waiting(sender)) == seen([b2]) and sender.overflow == [] and sender.room.is_set()
+    b3 = _send(sender, [REMOTE[0]], 3)  # other destinations are not held back
     b4 = _send(sender, [MULTI[0]], 1)
     sender.flush_all()  # the partial batch too
-    expected = [b2, [record(REMOTE[0], t) for t in b3], [(MULTI[0], t) for t in b4]]
-    assert seen(overflowed(sender)) == seen(expected)
-    assert w.transfer.attempts == [] and w.queues[MULTI[0]].is_empty()
-    assert w.tracker.in_flight == 10  # counted once, when they left the outboxes
+    assert w.transfer.take() == [(1, [record(REMOTE[0], t) for t in b3], False)]
+    assert seen(w.batches(MULTI[0])) == seen([[(MULTI[0], t) for t in b4]])
+    b5 = _send(sender, [SINGLE], 3)  # a second batch for SINGLE: now the sender is held back
+    b6 = _send(sender, [MULTI[0]], 1)
+    sender.flush_all()
+    assert seen(overflowed(sender)) == seen([b5, [(MULTI[0], t) for t in b6]]) and not sender.room.is_set()
+    assert w.tracker.in_flight == 14  # counted once, when they left the outboxes
 
     assert sender.retry_overflow() is False  # SINGLE's queue is still full
-    assert seen(overflowed(sender)) == seen(expected) and not sender.room.is_set()
-    assert w.transfer.attempts == []
-
     assert seen(w.queues[SINGLE].take_all()) == seen([b1])  # drained, but b1 is being executed: still no room
-    assert not w.queues[SINGLE].has_room() and len(w.queues[SINGLE]) == 0
     assert sender.retry_overflow() is False
-    assert seen(overflowed(sender)) == seen(expected) and not sender.room.is_set()
-    assert w.transfer.attempts == []
+    assert seen(waiting(sender)) == seen([b2]) and not sender.room.is_set()
 
-    assert seen(w.queues[SINGLE].take_all()) == seen([])  # done with b1: room
-    assert sender.retry_overflow() is True
-    assert sender.overflow == [] and sender.room.is_set()
-    assert seen(w.batches(SINGLE)) == seen([b2]) and seen(w.batches(MULTI[0])) == seen([expected[2]])
-    assert w.transfer.take() == [(1, expected[1], False)]
-    assert w.tracker.in_flight == 10
+    assert seen(w.queues[SINGLE].take_all()) == seen([])  # done with b1: room for b2, which fills it again
+    assert sender.retry_overflow() is True  # b5 waits in b2's place; b6 goes on
+    assert sender.overflow == [] and sender.room.is_set() and seen(waiting(sender)) == seen([b5])
+    assert seen(w.batches(SINGLE)) == seen([b2]) and seen(w.batches(MULTI[0])) == seen([[(MULTI[0], t) for t in b6]])
+    assert seen(w.queues[SINGLE].take_all()) == seen([])  # done with b2
+    assert sender.retry_overflow() is True and not sender.pending
+    assert seen(w.batches(SINGLE)) == seen([b5])
 
 
-def test_retry_overflow_hands_on_in_order_and_stops_at_the_first_batch_that_finds_no_room():
+def test_retry_overflow_hands_on_in_order_per_destination():
     w, sender, b1 = _filled()
     q = w.queues[SINGLE]
-    b2, b3 = _send(sender, [SINGLE], 3), _send(sender, [SINGLE], 3)
-    b4 = _send(sender, [REMOTE[0]], 3)
-    waiting = [b2, b3, [record(REMOTE[0], t) for t in b4]]
+    b2, b3 = _send(sender, [SINGLE], 3), _send(sender, [SINGLE], 3)  # b2 waits, b3 overflows behind it
+    b4 = _send(sender, [REMOTE[0]], 3)  # behind b3 in the overflow
+    assert seen(waiting(sender)) == seen([b2])
+    assert seen(overflowed(sender)) == seen([b3, [record(REMOTE[0], t) for t in b4]])
     assert seen(q.take_all()) == seen([b1])
-    assert sender.retry_overflow() is False  # b1 is being executed: b2 finds no room
-    assert seen(overflowed(sender)) == seen(waiting)
+    assert sender.retry_overflow() is False  # b1 is being executed: b2 finds no room, b3 stays behind it
     assert seen(q.take_all()) == seen([])  # done with b1
-    assert sender.retry_overflow() is False  # b2 filled the queue again: b3 waits, and b4 behind it
-    assert seen(overflowed(sender)) == seen(waiting[1:])
+    assert sender.retry_overflow() is True  # b2 goes; b3 finds no room and waits in its place; b4 goes
+    assert seen(waiting(sender)) == seen([b3]) and sender.overflow == [] and sender.room.is_set()
+    assert seen(w.batches(REMOTE[0])) == seen([[record(REMOTE[0], t) for t in b4]])
     assert seen(q.take_all()) == seen([b2])
-    assert sender.retry_overflow() is False  # b2 is being executed
-    assert seen(overflowed(sender)) == seen(waiting[1:])
-    assert w.transfer.attempts == [] and not sender.room.is_set()
     assert seen(q.take_all()) == seen([])  # done with b2
-    assert sender.retry_overflow() is True and sender.room.is_set()
-    assert seen(w.batches(SINGLE)) == seen([b3]) and seen(w.batches(REMOTE[0])) == seen([[record(REMOTE[0], t) for t in b4]])
+    assert sender.retry_overflow() is True and not sender.pending
+    assert seen(w.batches(SINGLE)) == seen([b3])
 
 
-def test_a_batch_the_transfer_refuses_overflows_until_it_is_taken():
+def test_a_batch_the_transfer_refuses_waits_until_it_is_taken_and_holds_nothing_else_back():
     w = world(batch=2)
     sender = w.sender()
     w.transfer.accept = False
     b1 = [record(REMOTE[1], t) for t in _send(sender, [REMOTE[1]], 2)]
-    b2 = _send(sender, [SINGLE], 2)  # the local queue has room: it still waits behind b1
-    assert seen(overflowed(sender)) == seen([b1, b2]) and not sender.room.is_set()
-    assert w.queues[SINGLE].is_empty()
-    assert sender.retry_overflow() is False
+    b2 = _send(sender, [SINGLE], 2)  # the local queue has room: it goes on
+    assert seen(waiting(sender)) == seen([b1]) and sender.overflow == [] and sender.room.is_set()
+    assert seen(w.batches(SINGLE)) == seen([b2])
+    assert sender.retry_overflow() is True and sender.pending  # b1 still waits
     assert [(a.dest, a.records, a.block) for a in w.transfer.attempts] == [(1, b1, False)] * 2
-    assert w.queues[SINGLE].is_empty()
     w.transfer.accept = True
-    assert sender.retry_overflow() is True and sender.room.is_set() and sender.overflow == []
-    assert seen(w.batches(REMOTE[1])) == seen([b1]) and seen(w.batches(SINGLE)) == seen([b2])
+    assert sender.retry_overflow() is True and not sender.pending
+    assert seen(w.batches(REMOTE[1])) == seen([b1])
 
 
 # -- blocking send paths -------------------------------------------------------------------------

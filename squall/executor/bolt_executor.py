@@ -73,7 +73,7 @@ class BoltExecutor(Executor):
 
     def run_once(self, timeout: float) -> bool:
         transfer = self.transfer
-        if transfer.overflow:
+        if transfer.pending:
             with self.lock:
                 if not transfer.retry_overflow():
                     return False  # no new input until the output is handed on (backpressure)

@@ -205,7 +205,7 @@ class CooperativeThread(_Runner):
         component's thread would (its round's acks are its own to send)."""
         self._current = executor
         while not self._stopping and not executor.stopping:
-            if not executor.run_once(_POLL_SECS) and executor.transfer.overflow:
+            if not executor.run_once(_POLL_SECS) and executor.transfer.pending:
                 time.sleep(executor.idle_poll_secs or _POLL_SECS)  # no input until the output is handed on
             if executor.round_acks is not None and executor.round_acks.acks:
                 executor.flush_round_acks()

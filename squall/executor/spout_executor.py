@@ -1,7 +1,8 @@
 """Runs the tasks of a spout (Storm's ``SpoutExecutor``); never blocks on a full destination.
 
-What cannot be handed on waits in the send path's overflow and ``next_tuple`` is not called
-until it drains, while acks and fails keep being processed (so ackers, which only send to
+What a full destination cannot take waits in the send path (see
+:mod:`squall.executor.transfer`); once that holds the executor back, ``next_tuple`` is not
+called until it drains, while acks and fails keep being processed (so ackers, which only send to
 spouts, never wait forever). ``next_tuple`` is called up to ``topology.spout.max.batch.size``
 times per task and round, and not while ``topology.max.spout.pending`` trees of that task
 are pending, nor, for a stateful spout task, while more records than its limit are in flight
@@ -64,7 +65,7 @@ class SpoutExecutor(Executor):
 
     @property
     def idle_poll_secs(self) -> float | None:
-        return _IDLE_SPOUT_SECS if self.active or self.transfer.overflow else None
+        return _IDLE_SPOUT_SECS if self.active or self.transfer.pending else None
 
     def check_stall(self, limit: float) -> None:
         """Timer thread: record an error, once per stall, for a spout task whose next_tuple
@@ -155,7 +156,7 @@ class SpoutExecutor(Executor):
             if items:
                 self._handle(items)
                 queue.done()
-            if self.transfer.overflow:
+            if self.transfer.pending:
                 self.transfer.retry_overflow()
             emitted = False
             if self.active and not self.transfer.overflow and not self.stopping:
@@ -209,7 +210,7 @@ class SpoutExecutor(Executor):
             self._send_markers()
         self._run_settle_now()
         if self._tracker is not None:
-            self.exhausted = exhausted and not emitted and not self.transfer.overflow
+            self.exhausted = exhausted and not emitted and not self.transfer.pending
         return emitted
 
     def _send_markers(self) -> None:

@@ -16,9 +16,14 @@ The append-and-flush rule lives here only: a batch is handed on when it reaches
 
 Backpressure: a *blocking* send path (a bolt on a thread of its own) waits while a
 destination is full. A non-blocking one (spouts, and executors that share the worker's
-cooperative thread, which must never wait on a queue that thread itself drains) keeps what
-cannot be handed on in an overflow list, in order; its executor takes no new input until
-:meth:`ExecutorTransfer.retry_overflow` has handed it all on.
+cooperative thread, which must never wait on a queue that thread itself drains) keeps the
+batch a full destination cannot take yet as that destination's *waiting* batch and goes on:
+other destinations are not held back by it (and load-aware shuffle sends the full one
+nothing more). Later batches for that destination join the waiting one up to
+``topology.producer.batch.size`` tuples; past that they go to the overflow list, and then the
+executor takes no new input until :meth:`ExecutorTransfer.retry_overflow` has handed the
+overflow on, in order. Per destination, tuples are handed on in order; at most one batch
+waits per destination without holding the executor back.
 """
 
 from __future__ import annotations
@@ -104,7 +109,10 @@ class ExecutorTransfer:
         #: a destination's batch is handed on at this many tuples
         self.batch_size = min(conf["topology.producer.batch.size"], conf["topology.executor.send.buffer.size"])
         self._serializer = Serializer.for_config(conf)
-        #: batches that could not be handed on yet (non-blocking send paths), oldest first
+        #: per destination (by id), the batch it could not take yet (non-blocking send paths)
+        self.waiting: dict[int, tuple[Outbox | RemoteOutbox, list[Any], int]] = {}
+        #: batches behind a waiting one (non-blocking send paths), oldest first: while there
+        #: are any, the executor takes no new input
         self.overflow: list[tuple[Outbox | RemoteOutbox, list[Any], int]] = []
         #: set while the overflow is empty: threads of a component's own wait on it
         self.room = threading.Event()
@@ -195,17 +203,37 @@ class ExecutorTransfer:
             self._tracker.add(count)
         if self.blocking:
             self._hand_off(ob, items, count, True)
-        elif self.overflow or not self._hand_off(ob, items, count, False):
+            return
+        waiting = self.waiting.get(id(ob))
+        if self.overflow or (waiting is not None and waiting[2] + count > self.batch_size):
             if not self.overflow:
                 self.room.clear()
             self.overflow.append((ob, items, count))
+        elif waiting is not None:  # joins the batch waiting for the same destination, behind it
+            self.waiting[id(ob)] = (ob, waiting[1] + items, waiting[2] + count)
+        elif not self._hand_off(ob, items, count, False):
+            self.waiting[id(ob)] = (ob, items, count)
+
+    @property
+    def pending(self) -> bool:
+        """Something waits to be handed on: call :meth:`retry_overflow` soon."""
+        return bool(self.waiting or self.overflow)
 
     def retry_overflow(self) -> bool:
-        """Hand on what waits in the overflow, in order; True once it is empty."""
+        """Hand on the waiting batches, then the overflow in order (a batch whose destination
+        still cannot take it becomes that destination's waiting batch); True once the overflow
+        is empty."""
+        waiting = self.waiting
+        for key, entry in list(waiting.items()):
+            if self._hand_off(*entry, False):
+                del waiting[key]
         overflow = self.overflow
         while overflow:
-            if not self._hand_off(*overflow[0], False):
+            ob, items, count = overflow[0]
+            if id(ob) in waiting:
                 return False
+            if not self._hand_off(ob, items, count, False):
+                waiting[id(ob)] = overflow[0]
             overflow.pop(0)
         self.room.set()
         return True
