@@ -294,7 +294,8 @@ def _send(sender: ExecutorTransfer, targets: list[int], n: int) -> list[Tuple]:
 
 def waiting(sender: ExecutorTransfer) -> list[list]:
     """The batches waiting for their destinations (a remote one as records)."""
-    return [items if ob.queue is not None else records(items) for ob, items, _ in sender.waiting.values()]
+    return [items if ob.queue is not None else records(items) for ob, batches, _ in sender.waiting.values()
+            for items, _ in batches]
 
 
 def test_a_full_queues_batch_waits_without_holding_back_other_destinations_until_a_second_one_comes():
@@ -324,6 +325,25 @@ def test_a_full_queues_batch_waits_without_holding_back_other_destinations_until
     assert seen(w.queues[SINGLE].take_all()) == seen([])  # done with b2
     assert sender.retry_overflow() is True and not sender.pending
     assert seen(w.batches(SINGLE)) == seen([b5])
+
+
+def test_later_batches_wait_behind_as_batches_of_their_own_up_to_a_batchs_worth():
+    w = world(batch=4, capacity=2)
+    sender = w.sender()
+    b1 = _send(sender, [SINGLE], 2)
+    sender.flush_all()  # SINGLE's queue is full now
+    b2 = _send(sender, [SINGLE], 1)
+    sender.flush_all()
+    b3 = _send(sender, [SINGLE], 1)  # a batch of its own (as a checkpoint barrier's is), behind b2
+    sender.flush_all()
+    assert seen(waiting(sender)) == seen([b2, b3]) and sender.overflow == [] and sender.room.is_set()
+    b4 = _send(sender, [SINGLE], 3)  # 2 + 3 tuples waiting would be more than a batch: held back now
+    sender.flush_all()
+    assert seen(overflowed(sender)) == seen([b4]) and not sender.room.is_set()
+    q = w.queues[SINGLE]
+    assert seen(q.take_all()) == seen([b1]) and seen(q.take_all()) == seen([])  # done with b1
+    assert sender.retry_overflow() is True  # b2 and b3 go, each a batch; b4 now waits for room
+    assert seen(q.take_all()) == seen([b2, b3]) and seen(waiting(sender)) == seen([b4])
 
 
 def test_retry_overflow_hands_on_in_order_per_destination():

@@ -19,11 +19,11 @@ destination is full. A non-blocking one (spouts, and executors that share the wo
 cooperative thread, which must never wait on a queue that thread itself drains) keeps the
 batch a full destination cannot take yet as that destination's *waiting* batch and goes on:
 other destinations are not held back by it (and load-aware shuffle sends the full one
-nothing more). Later batches for that destination join the waiting one up to
-``topology.producer.batch.size`` tuples; past that they go to the overflow list, and then the
-executor takes no new input until :meth:`ExecutorTransfer.retry_overflow` has handed the
-overflow on, in order. Per destination, tuples are handed on in order; at most one batch
-waits per destination without holding the executor back.
+nothing more). Later batches for that destination wait behind it, each as it is (a
+checkpoint barrier's batch stays a batch of its own), up to ``topology.producer.batch.size``
+tuples in all; past that they go to the overflow list, and then the executor takes no new
+input until :meth:`ExecutorTransfer.retry_overflow` has handed the overflow on, in order.
+Per destination, batches are handed on in order.
 """
 
 from __future__ import annotations
@@ -109,8 +109,9 @@ class ExecutorTransfer:
         #: a destination's batch is handed on at this many tuples
         self.batch_size = min(conf["topology.producer.batch.size"], conf["topology.executor.send.buffer.size"])
         self._serializer = Serializer.for_config(conf)
-        #: per destination (by id), the batch it could not take yet (non-blocking send paths)
-        self.waiting: dict[int, tuple[Outbox | RemoteOutbox, list[Any], int]] = {}
+        #: per destination (by id), the batches it could not take yet (non-blocking send paths):
+        #: [outbox, [(items, count), ...] oldest first, tuples in all]
+        self.waiting: dict[int, list[Any]] = {}
         #: batches behind a waiting one (non-blocking send paths), oldest first: while there
         #: are any, the executor takes no new input
         self.overflow: list[tuple[Outbox | RemoteOutbox, list[Any], int]] = []
@@ -209,10 +210,11 @@ class ExecutorTransfer:
             if not self.overflow:
                 self.room.clear()
             self.overflow.append((ob, items, count))
-        elif waiting is not None:  # joins the batch waiting for the same destination, behind it
-            self.waiting[id(ob)] = (ob, waiting[1] + items, waiting[2] + count)
+        elif waiting is not None:  # behind the batches waiting for the same destination
+            waiting[1].append((items, count))
+            waiting[2] += count
         elif not self._hand_off(ob, items, count, False):
-            self.waiting[id(ob)] = (ob, items, count)
+            self.waiting[id(ob)] = [ob, [(items, count)], count]
 
     @property
     def pending(self) -> bool:
@@ -225,7 +227,10 @@ class ExecutorTransfer:
         is empty."""
         waiting = self.waiting
         for key, entry in list(waiting.items()):
-            if self._hand_off(*entry, False):
+            ob, batches = entry[0], entry[1]
+            while batches and self._hand_off(ob, *batches[0], False):
+                entry[2] -= batches.pop(0)[1]
+            if not batches:
                 del waiting[key]
         overflow = self.overflow
         while overflow:
@@ -233,7 +238,7 @@ class ExecutorTransfer:
             if id(ob) in waiting:
                 return False
             if not self._hand_off(ob, items, count, False):
-                waiting[id(ob)] = overflow[0]
+                waiting[id(ob)] = [ob, [(items, count)], count]
             overflow.pop(0)
         self.room.set()
         return True
