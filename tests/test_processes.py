@@ -1051,7 +1051,11 @@ def test_ctrl_c_on_squall_run_stops_it_cleanly(tmp_path):
         pids = pids_in("".join(lines))
         wait_until(lambda: len(os.listdir(tmp_path / "out")) == 2, timeout=5, message="the bolts prepared")
         os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
+        try:
+            code = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("squall run did not stop within 20 s of Ctrl-C; it printed:\n" + "".join(lines))
+        assert code == 0
     finally:
         if proc.poll() is None:
             proc.kill()
