@@ -162,8 +162,9 @@ class LoadAwareShuffleGrouper(_Grouper):
         self._weights: list[int] | None = None
         self._refreshed = 0.0
         self._choices: list[list[int]] = []
+        self._n = 0
         self._refresh()
-        self._i = rng.randrange(len(self._choices))
+        self._i = rng.randrange(self._n)
 
     def _weight(self, task: int) -> int:
         load = self._load(task)
@@ -183,10 +184,11 @@ class LoadAwareShuffleGrouper(_Grouper):
             ring = [c for choice, w in zip(self._order, weights) for c in [choice] * w]
             self._rng.shuffle(ring)
         self._choices = ring * max(1, self.RING // len(ring))
+        self._n = len(self._choices)
 
     def choose(self, values: list[Any]) -> list[int]:
         i = self._i + 1
-        if i >= len(self._choices):
+        if i >= self._n:
             i = 0
             if time.monotonic() - self._refreshed >= self.REFRESH_SECS:
                 self._refresh()
