@@ -5,6 +5,10 @@ Write spouts and bolts, join them with stream groupings into a topology — with
 (acking, timeouts, replay) on this machine or on a Spark cluster.
 """
 
+from squall.compiled import install_source_finder
+
+install_source_finder()  # before any other squall module is imported: it decides compiled or pure
+
 from squall.bolt import BasicBolt, Bolt
 from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 from squall.component import OutputFieldsDeclarer

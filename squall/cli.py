@@ -18,7 +18,7 @@ import traceback
 from typing import Any, NoReturn
 
 import squall
-from squall import control
+from squall import compiled, control
 from squall.command import UsageError
 from squall.command.overrides import parse_overrides, parse_spark_conf
 from squall.command.plan import format_plan
@@ -266,7 +266,7 @@ CHECKPOINT_DIR_HELP = ("where a topology with stateful components keeps its stat
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="squall", description="Storm topologies in Python.")
-    parser.add_argument("--version", action="version", version=f"squall {squall.__version__}")
+    parser.add_argument("--version", action="version", version=f"squall {squall.__version__}; {compiled.describe()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     # also after the subcommand (squall run FILE -v); SUPPRESS keeps a subcommand without it
     # from resetting the one given before

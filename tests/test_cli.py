@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from helpers import BasicSink, logged, record
-from squall import Config, LocalCluster, Spout, TopologyBuilder
+from squall import Config, LocalCluster, Spout, TopologyBuilder, compiled
 from squall.cli import main
 from squall.command.plan import CONFIG_HEADER
 from squall.command.serve import serve_topology
@@ -350,9 +350,9 @@ def test_plan_shows_the_links_and_the_fate_of_other_values_after_the_executors(t
     assert main(["plan", write(tmp_path, PLAN_FILE + config), *overrides]) == 0
     lines = capsys.readouterr().out.splitlines()
     config_at = lines.index(CONFIG_HEADER)
-    assert lines[config_at - 2:config_at] == expected
+    assert lines[config_at - 3:config_at] == [*expected, compiled.describe()]
     assert lines[0].startswith("worker 0 ")
-    assert all(line.startswith(("worker ", "  executor ")) for line in lines[:config_at - 2])
+    assert all(line.startswith(("worker ", "  executor ")) for line in lines[:config_at - 3])
 
 
 def test_plan_refuses_the_pickle_fallback_over_open_links(tmp_path, capsys):

@@ -8,14 +8,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from squall import compiled
 from squall.config import Config, config_table
 from squall.scheduler import Assignment
 
 
 def format_plan(assignment: Assignment, conf: dict[str, Any]) -> str:
     """One line per worker followed by one per executor, then a line on the links
-    (``topology.messaging.secure``) and one on values of types neither msgpack's own nor
-    registered (``topology.fall.back.on.java.serialization``), then the configuration
+    (``topology.messaging.secure``), one on values of types neither msgpack's own nor
+    registered (``topology.fall.back.on.java.serialization``), one on whether the data path
+    runs compiled (:func:`squall.compiled.describe`), then the configuration
     (:func:`format_config`). ``conf`` is the merged config ``assignment`` was made with."""
     lines = []
     for worker in assignment.workers:
@@ -30,6 +32,7 @@ def format_plan(assignment: Assignment, conf: dict[str, Any]) -> str:
     fate = "pickled (cloudpickle) over authenticated links" if fall_back else "refused at emit"
     lines.append(f"values of other types: {fate} ({Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION}="
                  f"{'true' if fall_back else 'false'}); msgpack types and registered serializers travel")
+    lines.append(compiled.describe())
     lines.append(format_config(conf))
     return "\n".join(lines)
 
