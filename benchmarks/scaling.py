@@ -13,8 +13,14 @@ hand-off is local; in two, half the sentences and half the words cross to the ot
 (shuffle and fields grouping over 2 tasks each). The difference, divided by the crossings
 per word, is what a crossing tuple costs above a local one.
 
-Reproduce (quiet machine, nothing else running):
-    python benchmarks/scaling.py [--sentences 400000] [--runs 2] [--acking off|on|both]
+The same 2 workers also run on Spark (``--spark``, default ``local-cluster[2,1,1024]``: two
+executor JVMs of one core each; their CPU includes the JVMs'), against the 2 worker processes.
+
+From the 1- and 2-worker figures it prints the scaling model the README's *Sizing a cluster*
+explains: throughput for 1 to 16 workers, for this shape and for the local-or-shuffle split.
+
+Reproduce (quiet machine, nothing else running; Spark needs pip install ".[spark]"):
+    python benchmarks/scaling.py [--sentences 400000] [--runs 2] [--acking off|on|both] [--spark none]
 """
 
 from __future__ import annotations
@@ -24,10 +30,16 @@ import os
 import sys
 import time
 
+import cloudpickle
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wordcount  # noqa: E402 - benchmarks/ is not a package
 from wordcount import make_sentences, plain_loop, timed_run  # noqa: E402
+
+# the components travel by value: Spark's executors cannot import benchmarks/wordcount.py (it
+# loads examples/wordcount.py by a path relative to itself)
+cloudpickle.register_pickle_by_value(wordcount)
 
 PARALLELISM = 2
 
@@ -44,18 +56,46 @@ def worker_cpu_secs() -> float:
     return total
 
 
-def measure(sentences: list[str], words: int, workers: int, acking: bool) -> tuple[float, float]:
-    """(words/s in steady state, worker CPU microseconds per word over the same interval)."""
+def measure(sentences: list[str], words: int, workers: int, acking: bool, cluster=None) -> tuple[float, float]:
+    """(words/s in steady state, CPU microseconds per word of this process's descendants over the
+    same interval: the worker processes, or with ``cluster`` (a SparkCluster) the Spark JVMs and
+    their Python workers)."""
     samples: list[tuple[int, float, float]] = []  # (words counted, time, worker CPU)
 
     def watch(components: dict) -> None:
         samples.append((components["count"]["executed"], time.perf_counter(), worker_cpu_secs()))
 
     _, rate = timed_run(sentences, words, acking, workers, processes=True, shuffle_split=True,
-                        parallelism=PARALLELISM, watch=watch)
+                        parallelism=PARALLELISM, watch=watch, cluster=cluster)
     first = next(s for s in samples if s[0] >= words / 10)
     last = samples[-1]
     return rate, (last[2] - first[2]) / max(last[0] - first[0], 1) * 1e6
+
+
+def crossings_per_word(workers: int, words_per_sentence: float, shuffle_split: bool) -> float:
+    """Hand-offs per word that cross workers when every component has a task per worker and
+    tuples spread evenly: (W-1)/W of the words (fields grouping) and, with a shuffle-grouped
+    split, (W-1)/W of the sentences (local-or-shuffle keeps them in their worker)."""
+    away = (workers - 1) / workers
+    return away * (1 + (1 / words_per_sentence if shuffle_split else 0))
+
+
+def print_model(best: dict[int, tuple[float, float]], words_per_sentence: float, label: str) -> None:
+    """The scaling model (README, *Sizing a cluster*) from the 1- and 2-worker figures:
+    T(W) = W * k / (a + x * c(W)): a = CPU per word with every hand-off local (1 worker), x = a
+    crossing's CPU above a local hand-off, c(W) = crossings per word, k = the cores one worker
+    keeps busy (measured at 1 worker: rate * a)."""
+    (rate1, a), (_, cpu2) = best[1], best[2]
+    x = (cpu2 - a) / crossings_per_word(2, words_per_sentence, True)
+    k = rate1 * a / 1e6
+    print(f"  model, acking {label}: a = {a:.2f} us/word, x = {x:.2f} us/crossing, k = {k:.2f} cores/worker; "
+          f"predicted words/s, a worker per k cores:")
+    for shuffle_split, shape in ((True, "shuffle split"), (False, "local-or-shuffle split")):
+        cells = []
+        for workers in (1, 2, 4, 8, 16):
+            predicted = workers * k / (a + x * crossings_per_word(workers, words_per_sentence, shuffle_split)) * 1e6
+            cells.append(f"{workers}: {predicted / 1e6:.2f}M")
+        print(f"    {shape:<24} " + "   ".join(cells))
 
 
 def main() -> None:
@@ -63,29 +103,44 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=400_000)
     parser.add_argument("--runs", type=int, default=2, help="runs of each variant; the best counts (default 2)")
     parser.add_argument("--acking", choices=["off", "on", "both"], default="both")
+    parser.add_argument("--spark", default="local-cluster[2,1,1024]", metavar="MASTER",
+                        help="also 2 workers on this Spark master (default local-cluster[2,1,1024]; 'none': not)")
     args = parser.parse_args()
     sentences = make_sentences(args.sentences)
     words = plain_loop(sentences)[0]
     words_per_sentence = words / len(sentences)
-    # shuffle over 2 tasks: half the sentences cross; fields over 2 tasks: half the words do
-    crossings_per_word = 0.5 + 0.5 / words_per_sentence
+    crossings = crossings_per_word(2, words_per_sentence, shuffle_split=True)
+    spark = None
+    if args.spark != "none":
+        from squall.spark import SparkCluster
+
+        spark = SparkCluster(args.spark)
     print(f"scaling: spout x{PARALLELISM} -> split x{PARALLELISM} (shuffle) -> count x{PARALLELISM} (fields), "
           f"{len(sentences):,} sentences ({words:,} words), best of {args.runs}; words/s after the first 10%")
-    for acking in ([False, True] if args.acking == "both" else [args.acking == "on"]):
-        best: dict[int, tuple[float, float]] = {}
-        for _ in range(args.runs):
-            for workers in (1, 2):
-                rate, cpu = measure(sentences, words, workers, acking)
-                if rate > best.get(workers, (0.0, 0.0))[0]:
-                    best[workers] = (rate, cpu)
-        label = "on " if acking else "off"
-        for workers, (rate, cpu) in best.items():
-            print(f"  acking {label} {workers} worker process(es) {rate:>10,.0f} words/s  "
-                  f"{cpu:5.2f} us CPU per word")
-        target = 1.4 if acking else 1.5
-        print(f"  acking {label} 2 processes / 1: {best[2][0] / best[1][0]:.2f}x (target >= {target}x); "
-              f"a crossing tuple costs {(best[2][1] - best[1][1]) / crossings_per_word:.2f} us CPU above a "
-              f"local one (target <= 1)")
+    try:
+        for acking in ([False, True] if args.acking == "both" else [args.acking == "on"]):
+            variants = [(1, None), (2, None)] + ([("spark", spark)] if spark is not None else [])
+            best: dict[int | str, tuple[float, float]] = {}
+            for _ in range(args.runs):
+                for key, cluster in variants:
+                    rate, cpu = measure(sentences, words, 2 if key == "spark" else key, acking, cluster)
+                    if rate > best.get(key, (0.0, 0.0))[0]:
+                        best[key] = (rate, cpu)
+            label = "on " if acking else "off"
+            for key, (rate, cpu) in best.items():
+                where = f"2 workers on {spark.master}" if key == "spark" else f"{key} worker process(es)"
+                print(f"  acking {label} {where:<40} {rate:>10,.0f} words/s  {cpu:5.2f} us CPU per word")
+            target = 1.4 if acking else 1.5
+            print(f"  acking {label} 2 processes / 1: {best[2][0] / best[1][0]:.2f}x (target >= {target}x); "
+                  f"a crossing tuple costs {(best[2][1] - best[1][1]) / crossings:.2f} us CPU above a "
+                  f"local one (target <= 1)")
+            if "spark" in best:
+                print(f"  acking {label} Spark 2 workers / 2 worker processes: "
+                      f"{best['spark'][0] / best[2][0]:.2f}x (target >= 0.95x)")
+            print_model(best, words_per_sentence, label.strip())
+    finally:
+        if spark is not None:
+            spark.shutdown()
     print("reproduce: python benchmarks/scaling.py " + " ".join(sys.argv[1:]))
 
 
