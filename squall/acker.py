@@ -13,6 +13,8 @@ returns to 0 exactly when the whole tree is processed; the acker then tells the 
 task on its ``__ack_ack`` stream. A failed tree is reported on ``__ack_fail``. Memory per
 tree is constant whatever its size. Trees are forgotten after 2 timeout periods (the
 spout fails them on its own clock).
+
+What executors send here, and how they combine it first, is :mod:`squall.ack_ledger`.
 """
 
 from __future__ import annotations
@@ -156,42 +158,3 @@ class Acker:
     def rotate(self) -> None:
         """Forget trees older than two timeout periods."""
         self._pending.rotate()
-
-
-class RoundAcks:
-    """The inits and acks of the executors sharing a worker's cooperative thread, combined
-    until the end of its round (XOR is associative, so the acker sees the same values).
-
-    A tree whose init and every ack met here within the round adds up to 0: it is complete,
-    its spout is told at once and its acker never hears of it (in a single worker, most trees).
-    Otherwise the combined value goes to the tree's acker, as an init (with the spout task)
-    when the init was here. Fails and timeout resets go to the acker directly: a failed
-    tuple's edge is never acked, so its tree cannot add up to 0 here.
-
-    Used only by the cooperative thread (a component's own threads keep acks of their own).
-    """
-
-    __slots__ = ("acks", "inits")
-
-    def __init__(self) -> None:
-        self.acks: dict[int, int] = {}  # root id -> XOR of inits and acks not sent yet
-        self.inits: dict[int, int] = {}  # root id -> spout task, for the inits among them
-
-    def init(self, root: int, val: int, spout_task: int) -> None:
-        """A spout task's init of tree ``root`` (what ACK_INIT would carry)."""
-        self.acks[root] = self.acks.get(root, 0) ^ val
-        self.inits[root] = spout_task
-
-    def flush(self, to_acker: Callable[[int, str, list[Any]], None], complete: Callable[[int, int], None]) -> None:
-        """Hand everything on: ``to_acker(root, stream, values)``, ``complete(spout task, root)``."""
-        inits = self.inits
-        for root, val in self.acks.items():
-            task = inits.pop(root, None)
-            if task is None:
-                if val:  # acks that cancel out would not change the acker's value
-                    to_acker(root, ACK_ACK, [root, val])
-            elif val:
-                to_acker(root, ACK_INIT, [root, val, task])
-            else:
-                complete(task, root)
-        self.acks.clear()

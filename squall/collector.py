@@ -21,7 +21,8 @@ from threading import get_ident
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from squall.acker import ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, RootIds, acker_for
+from squall.ack_ledger import combine_ack
+from squall.acker import ACK_FAIL, ACK_RESET_TIMEOUT, RootIds
 from squall.errors import EmitError
 from squall.tuple import Tuple
 from squall.utils.rand import rand_bits
@@ -29,21 +30,10 @@ from squall.utils.rand import rand_bits
 if TYPE_CHECKING:
     import threading
 
-    from squall.acker import RoundAcks
+    from squall.ack_ledger import AckLedger
     from squall.executor.route import StreamRoute
     from squall.executor.transfer import ExecutorTransfer
     from squall.tuple import StreamSource
-
-
-def combine_ack(pending_acks: dict[int, int], tup: Tuple) -> None:
-    """Add the ack of ``tup`` to ``pending_acks`` (root id -> XOR of ack values not sent yet).
-
-    XOR is associative, so an executor combines its acks for one tree until it flushes;
-    the acker sees the same values, with fewer messages.
-    """
-    ack_val = tup.ack_val
-    for root, edge in tup.tree_ids.items():
-        pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
 
 
 class CollectorHost(Protocol):
@@ -52,10 +42,7 @@ class CollectorHost(Protocol):
     component: str
     lock: threading.Lock
     acker_tasks: list[int]
-    system_sources: dict[str, StreamSource]
-    pending_acks: dict[int, int]  # root id -> XOR of acks not sent yet, for the executor's thread
-    foreign_acks: dict[int, int]  # the same, for threads of the component's own
-    round_acks: RoundAcks | None  # where a spout's inits go, if not straight to the acker
+    acks: AckLedger  # where inits, acks, fails and resets go
 
     transfer: ExecutorTransfer
 
@@ -94,7 +81,7 @@ class _Collector:
         self._lock = executor.lock
         self._send = executor.send
         self._acker_tasks = executor.acker_tasks
-        self._system_sources = executor.system_sources
+        self._acks = executor.acks
         # stream id -> emit(values) of an untracked, regular emit: prepared once per stream
         self._emitters = {stream: self._emitter(route) for stream, route in routes.items()}
 
@@ -195,9 +182,6 @@ class _Collector:
             raise self._invalid(stream, values if values.__class__ is list else list(values))
         return emit(values, stream, anchor)
 
-    def _send_to_acker(self, root: int, stream: str, values: list[Any]) -> None:
-        self._send((acker_for(root, self._acker_tasks),), self._system_sources[stream], self._task_id, values)
-
 
 class SpoutOutputCollector(_Collector):
     """A spout's collector. ``msg_id`` makes the tuple tracked (acked or failed later).
@@ -271,11 +255,7 @@ class SpoutOutputCollector(_Collector):
             # should a later target fail, the tuples already sent belong to a tree that is
             # failed below: at-least-once holds (the acker forgets such trees after timeouts)
             self._send((task,), route.source, self._task_id, values, {root: edge})
-        round_acks = self._executor.round_acks
-        if round_acks is None:
-            self._send_to_acker(root, ACK_INIT, [root, ack_val, self._task_id])
-        else:  # combined with the round's acks
-            round_acks.init(root, ack_val, self._task_id)
+        self._acks.init(root, ack_val, self._task_id)
         return root
 
 
@@ -310,9 +290,9 @@ class OutputCollector(_Collector):
     def ack(self, tup: Tuple) -> None:
         """The tuple is processed: its part of every tree it belongs to is done."""
         if get_ident() != self._owner:
-            self._foreign(self._ack, tup, self._executor.foreign_acks)
+            self._foreign(self._ack, tup, self._acks.foreign)
         else:
-            self._ack(tup, self._executor.pending_acks)
+            self._ack(tup, self._acks.pending)
 
     def fail(self, tup: Tuple) -> None:
         """Fail the tuple: every spout tuple whose tree it belongs to is failed."""
@@ -382,7 +362,7 @@ class OutputCollector(_Collector):
         """Send ``[root]`` on ``stream`` to the acker of every tree ``tup`` belongs to."""
         if tup.tree_ids and self._acker_tasks:
             for root in tup.tree_ids:
-                self._send_to_acker(root, stream, [root])
+                self._acks.to_acker(root, stream, [root])
 
 
 class BasicOutputCollector:

@@ -41,6 +41,7 @@ DATA_PATH_MODULES: tuple[str, ...] = (
     "squall.utils.rotating_map",
     "squall.grouping",
     "squall.acker",
+    "squall.ack_ledger",
     "squall.acker_executor",
     "squall.collector",
     "squall.executor.route",

@@ -230,7 +230,7 @@ class Simulation:
         if kind == "run":
             executor = self.runs[action[1]].worker.executors[action[2]]
             executor.run_once(0)
-            if executor.round_acks is not None:
+            if executor.acks.round is not None:
                 executor.flush_round_acks()
         elif kind == "send":
             self.runs[action[1]].worker.transfer.send_queued()

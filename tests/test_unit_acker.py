@@ -13,7 +13,8 @@ import random
 
 import pytest
 
-from squall.acker import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, RoundAcks, acker_for
+from squall.ack_ledger import RoundAcks
+from squall.acker import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, acker_for
 
 SPOUT_TASK = 5
 
@@ -283,9 +284,10 @@ def play_round(messages: list[tuple[str, list]]) -> tuple[RoundAcks, list, list]
             acks.init(*values)
         else:  # an ack, as collectors combine them
             acks.acks[values[0]] = acks.acks.get(values[0], 0) ^ values[1]
-    to_acker, completed = [], []
-    acks.flush(lambda root, stream, values: to_acker.append((stream, list(values))),
-               lambda task, root: completed.append((task, root)))
+    to_ackers, by_spout = acks.take()
+    to_acker = [(ACK_ACK, [root, val]) if task is None else (ACK_INIT, [root, val, task])
+                for root, val, task in to_ackers]
+    completed = [(task, root) for task, roots in by_spout.items() for root in roots]
     return acks, to_acker, completed
 
 

@@ -175,7 +175,7 @@ class World:
             [{0}] * 4 + [{1}] * 2, "the layout these tests need"
         assert len(self.tasks("c_many")) == 3 and len(self.executor("c_many").task_ids) == 3
         for worker in self.workers:
-            assert all(e.cooperative and e.round_acks is not None for e in worker.executors)
+            assert all(e.cooperative and e.acks.round is not None for e in worker.executors)
             for executor in worker.executors:
                 assert executor.start_up(), executor.setup_error
         #: the task of the executor that carries worker 0's combined acks (its acker, if any)
@@ -221,7 +221,7 @@ class World:
         """The end of ``worker``'s round, as its data path ends one: the round's combined inits
         and acks handed on."""
         sender = _ack_sender(worker.executors)
-        if not sender.round_acks.acks:
+        if not sender.acks.round_waiting:
             return False
         sender.flush_round_acks()
         return True

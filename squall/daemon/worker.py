@@ -26,7 +26,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from squall.acker import ACKER_COMPONENT, RoundAcks, system_sources
+from squall.ack_ledger import RoundAcks
+from squall.acker import ACKER_COMPONENT, system_sources
 from squall.acker_executor import AckerExecutor
 from squall.cluster_state import TopologyState
 from squall.daemon.worker_receive import WorkerReceive
@@ -110,7 +111,7 @@ class Worker:
         round_acks = RoundAcks() if assignment.acker_tasks and cooperative_executors else None
         for executor in cooperative_executors:
             if round_acks is not None:
-                executor.share_round_acks(round_acks)
+                executor.acks.share_round(round_acks)
         self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
         self._threads: list[threading.Thread] = []
         if cooperative:
@@ -211,12 +212,12 @@ class Worker:
             others = runner.hand_off(stuck) if stuck is not None else None
             if not others:
                 continue
-            if stuck.round_acks is not None:
+            if stuck.acks.round is not None:
                 # it keeps the round's map (and sends what it holds when its call returns): a new one
                 fresh = RoundAcks()
                 for executor in others:
-                    if executor.round_acks is not None:
-                        executor.share_round_acks(fresh)
+                    if executor.acks.round is not None:
+                        executor.acks.share_round(fresh)
             stuck.queue.set_bell(Bell())
             successor = CooperativeThread(others, self._bell, _DataPath(self, _ack_sender(others)),
                                           f"worker-{self.index}-executors-{len(self._runners)}", self._executor_died,
@@ -291,7 +292,7 @@ def _ack_sender(executors: list[Executor]) -> Executor:
     """Whose send path carries the round's combined acks (see _DataPath): one sharing them,
     the acker's when it is among them, since its destinations (spouts, ackers) drain whatever
     else is stuck; another executor's send path may wait long behind a full queue."""
-    sharing = [e for e in executors if e.round_acks is not None]
+    sharing = [e for e in executors if e.acks.round is not None]
     return next((e for e in sharing if e.kind == "acker"), (sharing or executors)[0])
 
 
@@ -301,7 +302,7 @@ class _DataPath:
 
     def __init__(self, worker: Worker, ack_sender: Executor) -> None:
         self._ack_sender = ack_sender  # whose send path the round's combined acks take
-        self._round_acks = ack_sender.round_acks
+        self._round_acks = ack_sender.acks.round
         self._transfer = worker.transfer
         self._receive = worker.receive
         self._transport = worker.transport

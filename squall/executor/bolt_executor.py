@@ -8,7 +8,8 @@ from typing import Any
 
 from squall.bolt import BasicBolt, Bolt
 from squall.checkpoint_spout import CHECKPOINT_STREAM
-from squall.collector import BasicOutputCollector, OutputCollector, combine_ack
+from squall.ack_ledger import combine_ack
+from squall.collector import BasicOutputCollector, OutputCollector
 from squall.errors import FailedException
 from squall.executor.checkpointing import Checkpointing, TaskStates
 from squall.executor.executor import Control, Executor
@@ -137,7 +138,7 @@ class BoltExecutor(Executor):
             self._process_basic_one_task(batch)
             return
         bolts, basic = self.bolts, self.basic_collectors
-        pending_acks = self.pending_acks if self.acker_tasks else None
+        pending_acks = self.acks.pending if self.acker_tasks else None
         acked = 0
         for task, tup in batch:
             bc = basic[task]
@@ -158,7 +159,7 @@ class BoltExecutor(Executor):
         task = self.task_ids[0]
         bc = self.basic_collectors[task]
         execute = self.bolts[task].execute
-        pending_acks = self.pending_acks if self.acker_tasks else None
+        pending_acks = self.acks.pending if self.acker_tasks else None
         failed = 0
         for tup in batch:
             bc.input = tup

@@ -50,10 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("squall.checkpoint")
 
-#: set in the root id of the trees of stateful spouts: a stateful bolt does not hold their acks
-#: (those spouts replay through rollbacks, not through fails)
-UNHELD_ROOT_BIT = 1 << 63
-
 
 class TaskStates:
     """The states of an executor's stateful tasks, and what a barrier does to them."""
@@ -278,7 +274,7 @@ class Checkpointing:
             return False
         if self.states is not None and not self.states.act(tasks, txid, action):
             return False
-        held = ex.held_acks
+        held = ex.acks.held
         if held is None:
             return True
         if action == PREPARE:
@@ -292,13 +288,13 @@ class Checkpointing:
             # a recovery to that txid superseded its COMMIT)
             for root, val in self._prepared_acks.items():
                 if val:
-                    ex.to_acker(root, ACK_ACK, [root, val])
+                    ex.acks.to_acker(root, ACK_ACK, [root, val])
             self._prepared_acks.clear()
             self._prepared_txid = None
         if action in RECOVERY_ACTIONS:  # the updates since are rolled back: the trees fail, spouts replay
             ex.flush_all()
             for root in {*held, *self._prepared_acks}:
-                ex.to_acker(root, ACK_FAIL, [root])
+                ex.acks.to_acker(root, ACK_FAIL, [root])
             held.clear()
             self._prepared_acks.clear()
             self._prepared_txid = None
@@ -310,6 +306,6 @@ class Checkpointing:
         for tup in barriers:
             for root, edge in tup.tree_ids.items():
                 if ok:
-                    ex.to_acker(root, ACK_ACK, [root, edge ^ tup.ack_val])
+                    ex.acks.to_acker(root, ACK_ACK, [root, edge ^ tup.ack_val])
                 else:
-                    ex.to_acker(root, ACK_FAIL, [root])
+                    ex.acks.to_acker(root, ACK_FAIL, [root])

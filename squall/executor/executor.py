@@ -24,14 +24,13 @@ import time
 import traceback
 from typing import Any
 
-from squall.acker import ACK_BATCH, ACK_INIT, ACKED_BATCH, RoundAcks, acker_for, system_sources
+from squall.ack_ledger import AckLedger
+from squall.acker import system_sources
 from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.context import TopologyContext
-from squall.executor.checkpointing import UNHELD_ROOT_BIT
 from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
 from squall.executor.worker_context import WorkerContext
-from squall.messaging.tuple_batch import AckBatch
 from squall.metrics import ExecutorStats, component_metrics
 from squall.metrics2.registry import MetricRegistry
 from squall.scheduler import ExecutorAssignment
@@ -71,16 +70,6 @@ class Executor:
             self.conf.update(self.spec.conf)
         self.cooperative = cooperative
         self.lock = threading.Lock()
-        # root id -> XOR of acks for that tree not sent yet: this executor's own, or (see
-        # share_round_acks) the cooperative thread's, sent at the end of its round
-        self.pending_acks: dict[int, int] = {}
-        self.round_acks: RoundAcks | None = None
-        # acks made by threads of the component's own: sent when they flush
-        self.foreign_acks = self.pending_acks
-        #: a stateful bolt's acks of trees of plain spouts, held until its state is committed
-        #: (see squall.executor.checkpointing); None: acks are sent as they are flushed
-        self.held_acks: dict[int, int] | None = (
-            {} if self.kind == "bolt" and self.spec is not None and self.spec.stateful else None)
         self.acker_tasks = worker.assignment.acker_tasks
         self.system_sources = system_sources(self.component)
         self._tracker = worker.state.tracker
@@ -91,25 +80,14 @@ class Executor:
         self.transfer = ExecutorTransfer(worker, self.component, self.conf, self.blocks_on_full_queues(),
                                          lambda: self.stopping)
         self.send = self.transfer.send
+        #: every init, ack, fail and reset this executor sends to the ackers
+        self.acks = AckLedger(self.acker_tasks, self.transfer, self.system_sources, self.task_ids[0],
+                              held=self.kind == "bolt" and self.spec is not None and self.spec.stateful)
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._instances: list[Any] = []  # the tasks' components, whose ``metrics`` the figures carry
         self._user_metrics = {task: MetricRegistry(self.component, task) for task in self.task_ids}
         self._sample_tup: Tuple | None = None
         self._sample_t0 = 0.0
-
-    def share_round_acks(self, round_acks: RoundAcks) -> bool:
-        """Combine this executor's acks (and a spout's inits) with the other executors of its
-        cooperative thread until the end of the round (see :class:`RoundAcks`); False for a
-        stateful bolt, whose acks are held (see :attr:`held_acks`). Called again, with a new
-        map, when the executor moves to another cooperative thread (its thread is not running
-        it then)."""
-        if self.held_acks is not None:
-            return False
-        if self.foreign_acks is self.pending_acks:  # the component's threads keep a map of their own
-            self.foreign_acks = {}
-        self.round_acks = round_acks
-        self.pending_acks = round_acks.acks
-        return True
 
     def blocks_on_full_queues(self) -> bool:
         """Whether the send path waits for room (else: an overflow, see ExecutorTransfer)."""
@@ -195,63 +173,15 @@ class Executor:
     def flush_all(self) -> None:
         """Send the combined acks (but those combined for the round), then hand on every
         gathered batch (from the executor's thread, or holding ``self.lock``)."""
-        acks = self.foreign_acks
-        if acks:
-            held = self.held_acks
-            out = []
-            for root, val in acks.items():
-                if not val:
-                    continue  # acks that cancel out would not change the acker's value
-                if held is None or root & UNHELD_ROOT_BIT:
-                    out.append((root, val, None))
-                else:
-                    held[root] = held.get(root, 0) ^ val
-            acks.clear()
-            self.send_acks(out)
+        self.acks.flush()
         self.transfer.flush_all()
 
     def flush_round_acks(self) -> None:
         """The end of the cooperative thread's round: send its combined acks, and tell the
-        spouts of the trees that completed (see :class:`RoundAcks`), one tuple per spout task."""
+        spouts of the trees that completed (see :class:`~squall.ack_ledger.RoundAcks`)."""
         with self.lock:
-            self.send_round_acks()
+            self.acks.flush_round()
             self.transfer.flush_all()
-
-    def send_round_acks(self) -> None:
-        """Send what :attr:`round_acks` combined (holding ``self.lock``)."""
-        acks: list[tuple[int, int, int | None]] = []
-        completed: dict[int, list[int]] = {}
-        self.round_acks.flush(
-            lambda root, stream, values: acks.append((root, values[1], values[2] if stream == ACK_INIT else None)),
-            lambda spout_task, root: completed.setdefault(spout_task, []).append(root))
-        self.send_acks(acks)
-        source, me = self.system_sources[ACKED_BATCH], self.task_ids[0]
-        for spout_task, roots in completed.items():  # the round's spouts: all in this worker
-            self.send((spout_task,), source, me, [roots])
-
-    def send_acks(self, acks: list[tuple[int, int, int | None]]) -> None:
-        """Send ``(root, value, spout task or None)`` inits and acks to the trees' ackers, one
-        batch per acker task (one message to handle, not one per tree): to an acker task of this
-        worker as one ACK_BATCH tuple, to another worker's as one AckBatch group."""
-        acker_tasks = self.acker_tasks
-        batches: dict[int, dict[int, tuple[int, int | None]]] = {}
-        for root, val, spout_task in acks:
-            task = acker_tasks[root % len(acker_tasks)]  # acker_for, inlined
-            batch = batches.get(task)
-            if batch is None:
-                batch = batches[task] = {}
-            batch[root] = (val, spout_task)
-        source, me, local = self.system_sources[ACK_BATCH], self.task_ids[0], self.transfer.local_tasks
-        for task, batch in batches.items():
-            if task in local:
-                self.send((task,), source, me, [batch])
-            else:
-                self.transfer.send_group(task, AckBatch(
-                    me, task, list(batch), [val for val, _ in batch.values()],
-                    [-1 if spout_task is None else spout_task for _, spout_task in batch.values()]))
-
-    def to_acker(self, root: int, stream: str, values: list[Any]) -> None:
-        self.send((acker_for(root, self.acker_tasks),), self.system_sources[stream], self.task_ids[0], values)
 
     def wait_for_room(self) -> None:
         """Called by a thread of the component's own after it emitted (not holding the

@@ -207,5 +207,5 @@ class CooperativeThread(_Runner):
         while not self._stopping and not executor.stopping:
             if not executor.run_once(_POLL_SECS) and executor.transfer.pending:
                 time.sleep(executor.idle_poll_secs or _POLL_SECS)  # no input until the output is handed on
-            if executor.round_acks is not None and executor.round_acks.acks:
+            if executor.acks.round_waiting:
                 executor.flush_round_acks()

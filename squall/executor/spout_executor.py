@@ -15,10 +15,11 @@ import logging
 import time
 from typing import Any
 
-from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_RECOVER, RoundAcks
+from squall.ack_ledger import UNHELD_ROOT_BIT, RoundAcks
+from squall.acker import ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_RECOVER
 from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, MARK
 from squall.collector import SpoutOutputCollector
-from squall.executor.checkpointing import UNHELD_ROOT_BIT, Checkpointing, TaskStates
+from squall.executor.checkpointing import Checkpointing, TaskStates
 from squall.executor.executor import Control, Executor
 from squall.executor.inflight import InFlight
 from squall.executor.worker_context import WorkerContext
@@ -51,7 +52,7 @@ class SpoutExecutor(Executor):
         # thread does for its spouts (one message per acker and flush, not one per tuple)
         self._own_round_acks = not cooperative and bool(self.acker_tasks)
         if self._own_round_acks:
-            self.round_acks = RoundAcks()
+            self.acks.share_round(RoundAcks())
         # (monotonic time, task) since which a spout task's next_tuple calls run, or None:
         # written once per task and batch, read by the worker's timer (check_stall)
         self.calling: tuple[float, int] | None = None
@@ -82,8 +83,8 @@ class SpoutExecutor(Executor):
             self.worker.state.report_error(self.component, calling[1], text)
 
     def flush_all(self) -> None:
-        if self._own_round_acks and self.round_acks.acks:
-            self.send_round_acks()
+        if self._own_round_acks and self.acks.round_waiting:
+            self.acks.flush_round()
         super().flush_all()
 
     def pending_for(self, task_id: int) -> RotatingMap:
