@@ -121,8 +121,10 @@ KEYS: dict[str, ConfigKey] = _registry(
                    "topology.producer.batch.size."),
     ConfigKey("topology.transfer.buffer.size", 1024, integer(1),
               "Tuples a worker's transfer queue (bound for other workers) holds."),
-    ConfigKey("topology.receiver.buffer.size", 8, integer(1),
-              "Batches a worker's receive path buffers per link (ZeroMQ, multi-process workers)."),
+    ConfigKey("topology.receiver.buffer.size", 8, integer(2),
+              "Batches a worker's receive path buffers per link (ZeroMQ, multi-process workers).",
+              note="At least 2: through a receive buffer of 1, ZeroMQ 4.3 delivers nothing on a link "
+                   "secured with CURVE (the default), so no tuple would cross workers."),
     ConfigKey("topology.producer.batch.size", 100, integer(1),
               "Tuples an executor gathers per destination before handing a batch on.",
               note="Storm 2 uses 1 and a flush timer; in CPython per-batch costs dominate, so batches are "
