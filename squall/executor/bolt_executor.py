@@ -6,9 +6,9 @@ import threading
 import time
 from typing import Any
 
+from squall.ack_ledger import combine_ack
 from squall.bolt import BasicBolt, Bolt
 from squall.checkpoint_spout import CHECKPOINT_STREAM
-from squall.ack_ledger import combine_ack
 from squall.collector import BasicOutputCollector, OutputCollector
 from squall.errors import FailedException
 from squall.executor.checkpointing import Checkpointing, TaskStates
