@@ -20,7 +20,7 @@ From the 1- and 2-worker figures it prints the scaling model the README's *Sizin
 explains: throughput for 1 to 16 workers, for this shape and for the local-or-shuffle split.
 
 Reproduce (quiet machine, nothing else running; Spark needs pip install ".[spark]"):
-    python benchmarks/scaling.py [--sentences 400000] [--runs 2] [--acking off|on|both] [--spark none]
+    python benchmarks/scaling.py [--sentences 400000] [--runs 2] [--acking off|on|both] [--spark none] [-c KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wordcount  # noqa: E402 - benchmarks/ is not a package
+from squall.command.overrides import parse_overrides  # noqa: E402
 from wordcount import make_sentences, plain_loop, timed_run  # noqa: E402
 
 # the components travel by value: Spark's executors cannot import benchmarks/wordcount.py (it
@@ -56,7 +57,8 @@ def worker_cpu_secs() -> float:
     return total
 
 
-def measure(sentences: list[str], words: int, workers: int, acking: bool, cluster=None) -> tuple[float, float]:
+def measure(sentences: list[str], words: int, workers: int, acking: bool, cluster=None,
+            overrides: dict | None = None) -> tuple[float, float]:
     """(words/s in steady state, CPU microseconds per word of this process's descendants over the
     same interval: the worker processes, or with ``cluster`` (a SparkCluster) the Spark JVMs and
     their Python workers)."""
@@ -66,7 +68,7 @@ def measure(sentences: list[str], words: int, workers: int, acking: bool, cluste
         samples.append((components["count"]["executed"], time.perf_counter(), worker_cpu_secs()))
 
     _, rate = timed_run(sentences, words, acking, workers, processes=True, shuffle_split=True,
-                        parallelism=PARALLELISM, watch=watch, cluster=cluster)
+                        parallelism=PARALLELISM, watch=watch, cluster=cluster, overrides=overrides)
     first = next(s for s in samples if s[0] >= words / 10)
     last = samples[-1]
     return rate, (last[2] - first[2]) / max(last[0] - first[0], 1) * 1e6
@@ -105,7 +107,10 @@ def main() -> None:
     parser.add_argument("--acking", choices=["off", "on", "both"], default="both")
     parser.add_argument("--spark", default="local-cluster[2,1,1024]", metavar="MASTER",
                         help="also 2 workers on this Spark master (default local-cluster[2,1,1024]; 'none': not)")
+    parser.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a topology config key (as squall run -c), e.g. topology.messaging.secure=false")
     args = parser.parse_args()
+    overrides = parse_overrides(args.conf)
     sentences = make_sentences(args.sentences)
     words = plain_loop(sentences)[0]
     words_per_sentence = words / len(sentences)
@@ -123,7 +128,7 @@ def main() -> None:
             best: dict[int | str, tuple[float, float]] = {}
             for _ in range(args.runs):
                 for key, cluster in variants:
-                    rate, cpu = measure(sentences, words, 2 if key == "spark" else key, acking, cluster)
+                    rate, cpu = measure(sentences, words, 2 if key == "spark" else key, acking, cluster, overrides)
                     if rate > best.get(key, (0.0, 0.0))[0]:
                         best[key] = (rate, cpu)
             label = "on " if acking else "off"
