@@ -238,6 +238,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and which data path runs (squall.compiled), on one line
+    (argparse's own version action wraps it), worked out only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and which data path runs, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        print(f"squall {squall.__version__}; {compiled.describe()}")
+        parser.exit()
+
+
 def _seconds(text: str) -> float:
     """A number of seconds >= 0 (not NaN nor infinite), for argparse."""
     try:
@@ -266,7 +278,7 @@ CHECKPOINT_DIR_HELP = ("where a topology with stateful components keeps its stat
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="squall", description="Storm topologies in Python.")
-    parser.add_argument("--version", action="version", version=f"squall {squall.__version__}; {compiled.describe()}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     # also after the subcommand (squall run FILE -v); SUPPRESS keeps a subcommand without it
     # from resetting the one given before
