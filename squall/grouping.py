@@ -146,7 +146,11 @@ class LoadAwareShuffleGrouper(_Grouper):
     shuffled ring in which each target appears as often as its weight: a slow task, whose
     queue fills up, gets little or nothing until it has room again, and does not hold its
     stream back. The weights are taken anew at the end of each pass over the ring (about
-    :data:`RING` choices), at most every :data:`REFRESH_SECS`.
+    :data:`RING` choices), at most every :data:`REFRESH_SECS`. Between those, a target that
+    weighs less than 100 has its load read again whenever it comes up: if it is full by then,
+    the next choice with room goes instead, so that weights up to :data:`REFRESH_SECS` old do
+    not send a tuple to a full queue, where it would hold its producer back until the slow task
+    drains (unless every target weighs less than 100: then none is re-checked).
     """
 
     RING = 100
@@ -163,6 +167,7 @@ class LoadAwareShuffleGrouper(_Grouper):
         self._refreshed = 0.0
         self._choices: list[list[int]] = []
         self._n = 0
+        self._watched: frozenset[int] = frozenset()  # the targets weighing less than 100
         self._refresh()
         self._i = rng.randrange(self._n)
 
@@ -178,6 +183,10 @@ class LoadAwareShuffleGrouper(_Grouper):
         if weights == self._weights or (not any(weights) and self._weights is not None):
             return  # unchanged, or every target full: the ring that was right until now stays
         self._weights = weights
+        # re-checked as they come up; none when every target is loaded (there is no better choice
+        # then, and a saturated stream should not pay a load reading per tuple)
+        watched = frozenset(c[0] for c, w in zip(self._order, weights) if w < 100)
+        self._watched = watched if len(watched) < len(self._order) else frozenset()
         if len(set(weights)) == 1:  # the permutation, over and over: every target's equal share
             ring = self._order
         else:
@@ -193,7 +202,22 @@ class LoadAwareShuffleGrouper(_Grouper):
             if time.monotonic() - self._refreshed >= self.REFRESH_SECS:
                 self._refresh()
         self._i = i
-        return self._choices[i]
+        choice = self._choices[i]
+        if self._watched and choice[0] in self._watched and self._load(choice[0]) >= 1.0:
+            return self._instead_of_full(i)
+        return choice
+
+    def _instead_of_full(self, i: int) -> list[int]:
+        """The next choice after position ``i`` that is not a watched target found full; one that
+        weighs 100 is taken unread (some target always does, see :meth:`_refresh`)."""
+        choices, n, watched, load = self._choices, self._n, self._watched, self._load
+        for step in range(1, n):
+            j = (i + step) % n
+            task = choices[j][0]
+            if task not in watched or load(task) < 1.0:
+                self._i = j
+                return choices[j]
+        return choices[i]
 
 
 class FieldsGrouper(_Grouper):

@@ -83,6 +83,34 @@ def test_load_aware_shuffle_keeps_its_ring_while_every_target_is_full(monkeypatc
     assert set(one_pass(grouper)) == {2}
 
 
+def test_load_aware_shuffle_never_chooses_a_target_that_filled_since_the_weights_were_taken(monkeypatch):
+    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 3600.0)  # the ring's weights stay as taken
+    loads = Loads({8: 0.999})
+    grouper = LoadAwareShuffleGrouper([8, 2, 5], random.Random(2), loads)
+    assert one_pass(grouper)[8] == len(grouper._choices) // 201  # weight 1 against 100 and 100
+    loads[8] = 1.0  # full now: its share goes to the others, although the ring still has it
+    counts = one_pass(grouper) + one_pass(grouper)
+    assert counts[8] == 0 and counts[2] + counts[5] == 2 * len(grouper._choices)
+    loads[8] = 0.999  # room again
+    assert one_pass(grouper)[8] == len(grouper._choices) // 201
+
+
+def test_load_aware_shuffle_reads_no_load_per_choice_when_every_target_is_loaded(monkeypatch):
+    # every target over half full (a saturated stream): no target is better than the ring says
+    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 3600.0)
+    loads = Loads({8: 0.9, 2: 0.999})
+    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(2), loads)
+    loads.reads = 0
+
+    def counting(task: int) -> float:
+        loads.reads += 1
+        return loads(task)
+
+    grouper._load = counting
+    counts = one_pass(grouper)
+    assert counts[8] == 20 * counts[2] and loads.reads == 0
+
+
 def test_load_aware_shuffle_weighs_anew_after_a_pass(monkeypatch):
     monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 0.0)
     loads = Loads()
