@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,9 +31,21 @@ START_TIMEOUT = 60.0
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range. The broker restarts on the same ports, and
+    while it is down a client reconnecting to an ephemeral port can be given that very port as its
+    own (TCP self-connect), so that the broker could not listen there again (eaddrinuse)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, ephemeral_low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 10000 and {ephemeral_low}")
 
 
 def pika_module():
