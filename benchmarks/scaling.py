@@ -19,14 +19,22 @@ executor JVMs of one core each; their CPU includes the JVMs'), against the 2 wor
 From the 1- and 2-worker figures it prints the scaling model the README's *Sizing a cluster*
 explains: throughput for 1 to 16 workers, for this shape and for the local-or-shuffle split.
 
+The example's input has 22 distinct words, which fields grouping spreads unevenly over 2
+count tasks (the benchmark prints the hotter task's share: about 69%): in two workers, the one
+holding the hotter task bounds the pair. ``--vocabulary N`` draws sentences of 4 to 9 words
+from N words instead, spread evenly, to measure the engine without the input's skew.
+
 Reproduce (quiet machine, nothing else running; Spark needs pip install ".[spark]"):
-    python benchmarks/scaling.py [--sentences 400000] [--runs 2] [--acking off|on|both] [--spark none] [-c KEY=VALUE]
+    python benchmarks/scaling.py [--sentences 400000] [--runs 2] [--acking off|on|both] [--spark none]
+                                 [--vocabulary N] [-c KEY=VALUE]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import random
 import sys
 import time
 
@@ -36,6 +44,8 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wordcount  # noqa: E402 - benchmarks/ is not a package
 from squall.command.overrides import parse_overrides  # noqa: E402
+from squall.grouping import FieldsGrouper  # noqa: E402
+from squall.tuple import Fields  # noqa: E402
 from wordcount import make_sentences, plain_loop, timed_run  # noqa: E402
 
 # the components travel by value: Spark's executors cannot import benchmarks/wordcount.py (it
@@ -74,6 +84,20 @@ def measure(sentences: list[str], words: int, workers: int, acking: bool, cluste
     return rate, (last[2] - first[2]) / max(last[0] - first[0], 1) * 1e6
 
 
+def vocabulary_sentences(n: int, vocabulary: int) -> list[str]:
+    """``n`` sentences of 4 to 9 words drawn uniformly from ``vocabulary`` distinct words."""
+    rng = random.Random(42)
+    words = [f"w{i:06d}" for i in range(vocabulary)]
+    return [" ".join(rng.choices(words, k=rng.randint(4, 9))) for _ in range(n)]
+
+
+def hottest_count_share(sentences: list[str]) -> float:
+    """The share of the words that the busier of the PARALLELISM count tasks gets (fields grouping)."""
+    grouper = FieldsGrouper(list(range(PARALLELISM)), Fields("word"), Fields("word"))
+    per_task = collections.Counter(grouper.choose([word])[0] for sentence in sentences for word in sentence.split())
+    return max(per_task.values()) / sum(per_task.values())
+
+
 def crossings_per_word(workers: int, words_per_sentence: float, shuffle_split: bool) -> float:
     """Hand-offs per word that cross workers when every component has a task per worker and
     tuples spread evenly: (W-1)/W of the words (fields grouping) and, with a shuffle-grouped
@@ -107,11 +131,14 @@ def main() -> None:
     parser.add_argument("--acking", choices=["off", "on", "both"], default="both")
     parser.add_argument("--spark", default="local-cluster[2,1,1024]", metavar="MASTER",
                         help="also 2 workers on this Spark master (default local-cluster[2,1,1024]; 'none': not)")
+    parser.add_argument("--vocabulary", type=int, default=None, metavar="N",
+                        help="sentences drawn from N distinct words (keys spread evenly) instead of the example's")
     parser.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                         help="override a topology config key (as squall run -c), e.g. topology.messaging.secure=false")
     args = parser.parse_args()
     overrides = parse_overrides(args.conf)
-    sentences = make_sentences(args.sentences)
+    sentences = (make_sentences(args.sentences) if args.vocabulary is None
+                 else vocabulary_sentences(args.sentences, args.vocabulary))
     words = plain_loop(sentences)[0]
     words_per_sentence = words / len(sentences)
     crossings = crossings_per_word(2, words_per_sentence, shuffle_split=True)
@@ -122,6 +149,8 @@ def main() -> None:
         spark = SparkCluster(args.spark)
     print(f"scaling: spout x{PARALLELISM} -> split x{PARALLELISM} (shuffle) -> count x{PARALLELISM} (fields), "
           f"{len(sentences):,} sentences ({words:,} words), best of {args.runs}; words/s after the first 10%")
+    source = "the example's sentences" if args.vocabulary is None else f"sentences from {args.vocabulary:,} words"
+    print(f"  input: {source}; the busier count task gets {hottest_count_share(sentences):.0%} of the words")
     try:
         for acking in ([False, True] if args.acking == "both" else [args.acking == "on"]):
             variants = [(1, None), (2, None)] + ([("spark", spark)] if spark is not None else [])
