@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -19,6 +21,15 @@ from squall import BasicBolt, Bolt, Spout, TopologyBuilder
 from squall.testing import FeederSpout, wait_until
 
 WAIT = 5.0
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def squall_cli(*args: str, cwd=REPO, env: dict[str, str] | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m squall ARGS`` run to its end in ``cwd`` (default: the repository), with
+    ``env`` (default: this process's environment); its output as text."""
+    return subprocess.run([sys.executable, "-m", "squall", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 # -- recording stores ------------------------------------------------------------------------
 

@@ -4,17 +4,15 @@ LocalCluster's lifecycle and introspection, and the ``squall`` command."""
 from __future__ import annotations
 
 import collections
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 import squall
-from helpers import COUNTERS, Relay, Sink, TupleRecorder, errors_of, feeder_builder, logged, record, tasks_of
+from helpers import (COUNTERS, Relay, Sink, TupleRecorder, errors_of, feeder_builder, logged, record,
+                     squall_cli, tasks_of)
 from squall import (
     AlreadyAliveError, BasicBolt, Bolt, Config, Fields, LocalCluster, NotAliveError, Spout, TopologyBuilder,
     Tuple, Values,
@@ -721,13 +719,6 @@ builder.set_bolt("yellow-bolt", Yellow(), 6).shuffle_grouping("green-bolt")
 topology = builder.create_topology()
 config = Config().set_num_workers(2)
 '''
-
-
-def squall_cli(*args, cwd, timeout=30):
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    return subprocess.run([sys.executable, "-m", "squall", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def test_cli_version(tmp_path):

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from helpers import BasicSink, logged, record
+from helpers import BasicSink, logged, record, squall_cli
 from squall import Config, LocalCluster, Spout, TopologyBuilder, compiled
 from squall.cli import main
 from squall.command.plan import CONFIG_HEADER
@@ -127,8 +126,7 @@ def test_a_failed_open_still_exits_1_its_traceback_only_with_verbose(tmp_path, c
 
 def test_the_command_line_user_sees_one_line_and_status_2(tmp_path):
     path = write(tmp_path, "x = 1\ndef f(:\n    pass\n")
-    proc = subprocess.run([sys.executable, "-m", "squall", "run", path, "--in-process"], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path)
+    proc = squall_cli("run", path, "--in-process", cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"squall: error: {path}:2: SyntaxError: "
                                                                   "invalid syntax\n")
 
@@ -266,8 +264,7 @@ def test_squall_run_prints_the_figures_the_spout_had_at_its_close(tmp_path):
         topology = builder.create_topology()
         config = Config().set_max_spout_pending(50)
     """)
-    proc = subprocess.run([sys.executable, "-m", "squall", "run", path, "--in-process", "--duration", "1"],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    proc = squall_cli("run", path, "--in-process", "--duration", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     [row] = [line.split() for line in proc.stderr.splitlines() if line.startswith("counting ")]
     # component type tasks emitted transferred acked ...

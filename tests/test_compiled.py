@@ -19,15 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers import squall_cli
 from squall import compiled
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = importlib.machinery.EXTENSION_SUFFIXES[0]
-
-
-def _squall(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "squall", *args], cwd=REPO, env={**os.environ, **(env or {})},
-                          capture_output=True, text=True, timeout=60)
 
 
 def _built() -> bool:
@@ -54,8 +50,8 @@ def test_every_data_path_module_runs_compiled(need_extensions):
 
 
 def test_version_and_plan_say_compiled(need_extensions):
-    assert "; data path: compiled (Cython" in _squall("--version").stdout
-    plan = _squall("plan", "examples/wordcount.py")
+    assert "; data path: compiled (Cython" in squall_cli("--version").stdout
+    plan = squall_cli("plan", "examples/wordcount.py")
     assert plan.returncode == 0, plan.stderr
     assert any(line.startswith("data path: compiled (Cython") for line in plan.stdout.splitlines())
 
@@ -72,8 +68,8 @@ def test_no_extensions_loads_every_module_from_source():
     files, line = proc.stdout.splitlines()
     assert all(path.endswith(".py") for path in eval(files)), files
     assert line == "data path: pure Python (SQUALL_NO_EXTENSIONS is set)"
-    assert "; data path: pure Python (SQUALL_NO_EXTENSIONS is set)" in _squall("--version", env=env).stdout
-    plan = _squall("plan", "examples/wordcount.py", env=env)
+    assert "; data path: pure Python (SQUALL_NO_EXTENSIONS is set)" in squall_cli("--version", env=env).stdout
+    plan = squall_cli("plan", "examples/wordcount.py", env=env)
     assert "data path: pure Python (SQUALL_NO_EXTENSIONS is set)" in plan.stdout.splitlines()
 
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 import pytest
-from helpers import stays
+from helpers import squall_cli, stays
 
 from squall import control
 from squall.testing import wait_until
@@ -150,14 +150,9 @@ def start(tmp_path, home, topology_file):
         run.proc.wait()
 
 
-def squall(*args: str, cwd, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "squall", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, check=False)
-
-
 def list_rows(cwd) -> dict[str, dict[str, str]]:
     """``squall list`` as {name: {column: value}}."""
-    proc = squall("list", cwd=cwd)
+    proc = squall_cli("list", cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     header = lines[0].split()
@@ -171,7 +166,7 @@ def list_rows(cwd) -> dict[str, dict[str, str]]:
 
 
 def list_output(cwd) -> str:
-    proc = squall("list", cwd=cwd)
+    proc = squall_cli("list", cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -240,14 +235,14 @@ def test_deactivate_stops_the_spouts_and_activate_resumes_them(start, tmp_path):
     run.wait_running()
     wait_until(lambda: spout_emitted() > 0, timeout=5, message="the spout emitting")
 
-    proc = squall("deactivate", NAME, cwd=tmp_path)
+    proc = squall_cli("deactivate", NAME, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert info()["status"] == "INACTIVE"
     assert list_rows(tmp_path)[NAME]["status"] == "INACTIVE"
     emitted = settled(spout_emitted, "the spout's emitted count")
     stays(lambda: spout_emitted() == emitted, secs=1.0, what="no emits while inactive")
 
-    proc = squall("activate", NAME, cwd=tmp_path)
+    proc = squall_cli("activate", NAME, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert info()["status"] == "ACTIVE"
     assert list_rows(tmp_path)[NAME]["status"] == "ACTIVE"
@@ -261,7 +256,7 @@ def test_kill_with_no_wait_returns_once_squall_run_has_printed_its_summary_and_e
     workers = [int(p) for p in re.findall(r"\(pid (\d+)\)", run.stderr())]
     assert workers and run.pid not in workers
 
-    proc = squall("kill", NAME, "-w", "0", cwd=tmp_path)
+    proc = squall_cli("kill", NAME, "-w", "0", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"killed topology {NAME!r}" in proc.stderr
     # the reply came after the summary and after the entry was removed
@@ -286,7 +281,7 @@ def test_kill_waits_the_message_timeout_with_the_spouts_deactivated(start, tmp_p
         # Storm's status while a kill waits
         wait_until(lambda: info()["status"] == "KILLED", timeout=5, message="status KILLED")
         assert list_rows(tmp_path)[NAME]["status"] == "KILLED"
-        refused = squall("activate", NAME, cwd=tmp_path)
+        refused = squall_cli("activate", NAME, cwd=tmp_path)
         assert refused.returncode == 2 and "being killed" in refused.stderr, refused.stderr
         emitted = settled(spout_emitted, "the spout's emitted count")
         stays(lambda: spout_emitted() == emitted, secs=0.3, what="no emits while being killed")
@@ -304,7 +299,7 @@ def test_kill_waits_the_message_timeout_with_the_spouts_deactivated(start, tmp_p
 def test_a_second_run_of_a_running_name_fails_before_submitting(start, home, tmp_path):
     first = start("--in-process")
     first.wait_running()
-    second = squall("run", str(tmp_path / f"{NAME}.py"), "--in-process", cwd=tmp_path)
+    second = squall_cli("run", str(tmp_path / f"{NAME}.py"), "--in-process", cwd=tmp_path)
     assert second.returncode == 2
     assert f"topology {NAME!r} is already running on this machine (pid {first.pid})" in second.stderr, \
         second.stderr
@@ -318,7 +313,7 @@ def test_unknown_names_are_errors(home, tmp_path):
     assert list_output(tmp_path) == "no topologies running"
     message = "no topology named 'nope' is running on this machine (squall list shows those that are)"
     for args in (["kill", "nope"], ["kill", "nope", "-w", "0"], ["activate", "nope"], ["deactivate", "nope"]):
-        proc = squall(*args, cwd=tmp_path)
+        proc = squall_cli(*args, cwd=tmp_path)
         assert proc.returncode == 2, (args, proc.stderr)
         assert message in proc.stderr, (args, proc.stderr)
         assert "killing" not in proc.stderr
@@ -335,7 +330,7 @@ def test_an_entry_whose_process_is_gone_is_ignored_and_removed(start, home, tmp_
     assert not entry_path(home).exists()
 
     write_stale()
-    proc = squall("kill", NAME, "-w", "0", cwd=tmp_path)
+    proc = squall_cli("kill", NAME, "-w", "0", cwd=tmp_path)
     assert proc.returncode == 2 and f"no topology named {NAME!r}" in proc.stderr, proc.stderr
     assert not entry_path(home).exists()
 
@@ -398,9 +393,9 @@ def test_rebalance_restarts_the_worker_processes_with_the_new_assignment(start, 
 
     for bad, culprit in ((["-e", "numbers=2"], "executors of 'numbers' must be an integer from 1 to its 1 task"),
                          (["-e", "nope=1"], "no component 'nope'")):
-        proc = squall("rebalance", NAME, "-w", "0", *bad, cwd=tmp_path)
+        proc = squall_cli("rebalance", NAME, "-w", "0", *bad, cwd=tmp_path)
         assert proc.returncode != 0 and culprit in proc.stderr, proc.stderr
-    proc = squall("rebalance", NAME, "-w", "0.5", "-n", "2", cwd=tmp_path)
+    proc = squall_cli("rebalance", NAME, "-w", "0.5", "-n", "2", cwd=tmp_path)
     assert proc.returncode == 0 and "rebalancing topology 'counting'" in proc.stderr, proc.stderr
 
     def rebalanced() -> bool:
@@ -418,7 +413,7 @@ def test_rebalance_restarts_the_worker_processes_with_the_new_assignment(start, 
 def test_monitor_prints_the_spouts_throughput_every_interval(start, tmp_path):
     run = start()
     run.wait_running()
-    bad = squall("monitor", NAME, "-m", "nope", cwd=tmp_path)
+    bad = squall_cli("monitor", NAME, "-m", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and "no component 'nope'" in bad.stderr
     out = tmp_path / "monitor.out"
     with open(out, "w") as sink:

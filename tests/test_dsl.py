@@ -4,13 +4,11 @@ naming the class and attribute, and ``squall run`` / ``plan`` accept a file decl
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from helpers import WAIT, RecordSink, feed_and_wait, logged, record
+from helpers import WAIT, RecordSink, feed_and_wait, logged, record, squall_cli
 from squall import (
     BasicBolt, Bolt, Config, CustomStreamGrouping, Fields, Grouping, InvalidTopologyError, Spout, StormTopology,
     Topology, TopologyBuilder,
@@ -399,8 +397,7 @@ def write(tmp_path, text: str, name: str = "parities.py") -> str:
 @pytest.mark.processes
 def test_squall_run_runs_a_file_declaring_a_topology_class(tmp_path):
     path = write(tmp_path, TOPOLOGY_FILE)
-    proc = subprocess.run([sys.executable, "-m", "squall", "run", path, "--in-process", "--duration", "2"],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    proc = squall_cli("run", path, "--in-process", "--duration", "2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "topology 'parities' running, workers in this process" in proc.stderr
     for component, kind, tasks, emitted in (("numbers", "spout", 1, 300), ("parity", "bolt", 2, 300),

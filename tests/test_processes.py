@@ -33,7 +33,7 @@ from collections import Counter
 
 import pytest
 
-from helpers import CountingSpout
+from helpers import CountingSpout, squall_cli
 
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder, TopologySetupError
 from squall.testing import complete_topology, read_tuples, wait_until
@@ -1024,11 +1024,9 @@ def pids_in(text: str) -> list[int]:
 
 
 def test_squall_run_with_duration_runs_worker_processes_and_leaves_none(tmp_path):
-    assert "--in-process" in subprocess.run([sys.executable, "-m", "squall", "run", "--help"], capture_output=True,
-                                            text=True, timeout=20).stdout
+    assert "--in-process" in squall_cli("run", "--help").stdout
     path = write_run_file(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "squall", "run", path, "--duration", "3"],
-                          capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    proc = squall_cli("run", path, "--duration", "3", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     pids = pids_in(proc.stderr)
     assert len(set(pids)) == 2

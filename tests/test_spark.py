@@ -24,7 +24,7 @@ pytest.importorskip("pyspark")
 from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
 from squall.spark import SparkCluster, SparkSetupError  # noqa: E402
 from squall.spark.cluster import start_session  # noqa: E402
-from helpers import stays  # noqa: E402
+from helpers import squall_cli, stays  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 from test_control import settled  # noqa: E402
 from test_processes import (  # noqa: E402
@@ -296,11 +296,6 @@ def test_rebalance_relaunches_the_barrier_stage_with_the_new_worker_count(sclust
 def test_dynamic_allocation_is_refused_before_spark_starts():
     with pytest.raises(SparkSetupError, match="spark.dynamicAllocation.enabled=false"):
         SparkCluster("local[2]", spark_conf={"spark.dynamicAllocation.enabled": "true"})
-
-
-def squall_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "squall", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
 
 
 def test_submit_without_pyspark_says_how_to_install_it(tmp_path):

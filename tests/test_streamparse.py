@@ -24,6 +24,8 @@ from squall.streamparse.project import find_project, project_config  # noqa: E40
 from squall.streamparse.topology import from_streamparse  # noqa: E402
 from squall.testing import complete_topology, read_tuples, wait_until  # noqa: E402
 
+from helpers import squall_cli  # noqa: E402
+
 # -- the quickstart project, unchanged -----------------------------------------------------------------
 
 
@@ -84,9 +86,8 @@ def summary_row(stderr: str, component: str) -> list[str]:
 def test_squall_runs_the_quickstart_project_from_its_directory(quickstart, command):
     if command[0] == "submit":
         pytest.importorskip("pyspark")
-    out = subprocess.run([sys.executable, "-m", "squall", command[0], "topologies/wordcount.py", *command[1:],
-                          "--duration", "3", "-c", "worker.heartbeat.frequency.secs=0.2"],
-                         cwd=quickstart, capture_output=True, text=True, timeout=90)
+    out = squall_cli(command[0], "topologies/wordcount.py", *command[1:], "--duration", "3", "-c",
+                     "worker.heartbeat.frequency.secs=0.2", cwd=quickstart, timeout=90)
     assert out.returncode == 0, out.stderr[-3000:]
     spout, bolt = summary_row(out.stderr, "word_spout"), summary_row(out.stderr, "count_bolt")
     assert int(spout[3].replace(",", "")) > 1000 and int(bolt[5].replace(",", "")) > 1000  # emitted, acked
