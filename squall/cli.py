@@ -73,6 +73,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
     spark_conf = parse_spark_conf(args.spark_conf)
+    if args.archives:
+        for archive in args.archives.split(","):
+            if not os.path.exists(archive.split("#", 1)[0]):
+                raise UsageError(f"--archives: no such file: {archive.split('#', 1)[0]}")
+        spark_conf["spark.archives"] = ",".join(filter(None, (spark_conf.get("spark.archives"), args.archives)))
     try:
         from squall.spark import JavaNotFoundError, SparkCluster, SparkSetupError
     except ImportError as e:
@@ -82,6 +87,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except (JavaNotFoundError, SparkSetupError) as e:
         raise UsageError(str(e)) from e
     with cluster:
+        if not args.verbose:  # Squall reports what fails itself, in one line; Spark's warnings repeat it at length
+            cluster.spark.sparkContext.setLogLevel("ERROR")
         for path in args.py_files.split(",") if args.py_files else []:
             if not os.path.exists(path):
                 raise UsageError(f"--py-files: no such file: {path}")
@@ -308,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--duration", type=_seconds, metavar="SECS", help=DURATION_HELP)
     submit.add_argument("--py-files", metavar="FILES",
                         help="comma-separated .py/.zip/.egg files the executors' Python needs (as spark-submit's)")
+    submit.add_argument("--archives", metavar="ARCHIVES",
+                        help="comma-separated archives (FILE#DIR) unpacked in each executor's working directory, "
+                             "as spark-submit's (spark.archives): e.g. a packed virtualenv env.tar.gz#env with "
+                             "--conf spark.pyspark.python=./env/bin/python")
     submit.add_argument("--conf", dest="spark_conf", action="append", default=[], metavar="spark.KEY=VALUE",
                         help="a Spark setting")
     submit.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",

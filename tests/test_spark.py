@@ -23,7 +23,7 @@ pytest.importorskip("pyspark")
 
 from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
 from squall.spark import SparkCluster, SparkSetupError  # noqa: E402
-from squall.spark.cluster import start_session  # noqa: E402
+from squall.spark.cluster import prepare_driver, spark_defaults, start_session  # noqa: E402
 from helpers import squall_cli, stays  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 from test_control import settled  # noqa: E402
@@ -152,7 +152,7 @@ def test_kill_9_of_a_worker_resubmits_the_job_and_loses_no_message(scluster, tmp
     assert sunk() == wanted
     assert len(read_file_lines(tmp_path / "spout-opens.log")) == 2  # the spout re-read its source
     errors = scluster.get_topology_info("alo")["components"]["b_work"]["errors"]
-    assert any("resubmitting it with the same assignment" in e["error"] for e in errors), errors
+    assert any("resubmitting it in 1s (restart 1 of at most" in e["error"] for e in errors), errors
     assert scluster.get_topology_info("alo")["status"] == "ACTIVE"
 
 
@@ -298,6 +298,64 @@ def test_dynamic_allocation_is_refused_before_spark_starts():
         SparkCluster("local[2]", spark_conf={"spark.dynamicAllocation.enabled": "true"})
 
 
+@pytest.fixture
+def user_shell(monkeypatch, tmp_path):
+    """An environment with no Spark or PySpark variables, and an empty Spark conf directory."""
+    for key in {"PYSPARK_PYTHON", "SPARK_LOCAL_IP", *(k for k in os.environ if k.startswith(("SPARK_", "PYSPARK_")))}:
+        monkeypatch.setenv(key, "")  # so that what prepare_driver sets is undone after the test
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_spark_defaults_reads_every_properties_form_and_skips_comments(user_shell):
+    (user_shell / "spark-defaults.conf").write_text(
+        "# a comment\n! another\n\nspark.pyspark.python   /opt/env/bin/python\nspark.a=1\n  spark.b: two words\n"
+        "spark.c\t3\n")
+    assert spark_defaults() == {"spark.pyspark.python": "/opt/env/bin/python", "spark.a": "1",
+                                "spark.b": "two words", "spark.c": "3"}
+
+
+def test_executors_python_comes_from_the_setting_over_the_variable_then_this_interpreter(user_shell, monkeypatch):
+    prepare_driver({})
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable  # hosts that share this interpreter's path
+    monkeypatch.setenv("PYSPARK_PYTHON", "/from/the/variable")
+    prepare_driver({})
+    assert os.environ["PYSPARK_PYTHON"] == "/from/the/variable"
+    (user_shell / "spark-defaults.conf").write_text("spark.pyspark.python ./env/bin/python\n")
+    prepare_driver({})
+    assert os.environ["PYSPARK_PYTHON"] == "./env/bin/python"  # the setting wins, as with spark-submit
+    prepare_driver({"spark.pyspark.python": "/from/conf"})
+    assert os.environ["PYSPARK_PYTHON"] == "/from/conf"  # --conf over spark-defaults.conf
+
+
+def test_the_drivers_ui_listens_on_the_drivers_address_or_is_off(user_shell, monkeypatch):
+    conf = {"spark.driver.host": "10.1.2.3"}
+    prepare_driver(conf)
+    assert os.environ["SPARK_LOCAL_IP"] == "10.1.2.3" and "spark.ui.enabled" not in conf
+    monkeypatch.delenv("SPARK_LOCAL_IP")
+    conf = {"spark.driver.host": "10.1.2.3", "spark.driver.bindAddress": "10.9.9.9"}
+    prepare_driver(conf)
+    assert os.environ["SPARK_LOCAL_IP"] == "10.9.9.9"
+    monkeypatch.delenv("SPARK_LOCAL_IP")
+    conf = {}
+    prepare_driver(conf)  # no address to bind it to: it would listen on every interface
+    assert "SPARK_LOCAL_IP" not in os.environ and conf["spark.ui.enabled"] == "false"
+    conf = {"spark.ui.enabled": "true"}
+    prepare_driver(conf)  # asked for: left as asked
+    assert conf == {"spark.ui.enabled": "true"}
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.0.0.7")
+    conf = {"spark.driver.host": "10.1.2.3"}
+    prepare_driver(conf)  # the user's own choice stays
+    assert os.environ["SPARK_LOCAL_IP"] == "10.0.0.7"
+
+
+def test_dynamic_allocation_in_spark_defaults_is_refused_before_spark_starts(user_shell):
+    (user_shell / "spark-defaults.conf").write_text("spark.dynamicAllocation.enabled true\n")
+    with pytest.raises(SparkSetupError, match="spark.dynamicAllocation.enabled=false"):
+        prepare_driver({})
+
+
 def test_submit_without_pyspark_says_how_to_install_it(tmp_path):
     blocker = tmp_path / "sitecustomize.py"
     blocker.write_text("import sys\nsys.modules['pyspark'] = None\n")
@@ -305,6 +363,11 @@ def test_submit_without_pyspark_says_how_to_install_it(tmp_path):
     out = squall_cli("submit", "examples/wordcount.py", env=env)
     assert out.returncode == 2
     assert 'pip install "squall[spark]"' in out.stderr
+
+
+def test_submit_refuses_a_missing_archive_before_spark_starts():
+    out = squall_cli("submit", "examples/wordcount.py", "--archives", "no-such-env.tar.gz#env")
+    assert (out.returncode, out.stderr) == (2, "squall: error: --archives: no such file: no-such-env.tar.gz\n")
 
 
 def test_submit_without_java_says_what_was_found(tmp_path):

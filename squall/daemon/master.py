@@ -291,33 +291,35 @@ class TopologyMaster(ABC):
                 if len(frames) != 2:
                     raise schema.MalformedMessage(f"{len(frames)} frames, expected 2")
                 identity, data = frames
-                slot, generation = self._worker_of(identity)
+                index, generation = self._worker_of(identity)
                 message = schema.decode(data, schema.WorkerMessage)
             except schema.MalformedMessage as e:
                 log.warning("topology %r: the master dropped a malformed message from %r: %s",
                             self.name, frames[0][:64], e)
                 continue
+            if generation != self.generation:
+                if not isinstance(message, schema.Stopped):
+                    # left over from a relaunched generation (which may have had more workers)
+                    self._send(identity, schema.Kill())
+                continue
             try:
-                self._handle(identity, slot, generation, message)
+                self._handle(identity, self.slots[index], message)
             except Exception:  # noqa: BLE001 - one message must not stop the master thread
                 log.exception("topology %r: the master could not handle %r from worker %d", self.name,
-                              type(message).__name__, slot.index)
+                              type(message).__name__, index)
 
-    def _worker_of(self, identity: bytes) -> tuple[WorkerSlot, int]:
-        """The slot and generation an identity ``index/generation`` names."""
+    def _worker_of(self, identity: bytes) -> tuple[int, int]:
+        """The worker index and generation an identity ``index/generation`` names: a worker of
+        the current generation, or of an earlier one."""
         try:
             index, generation = (int(part) for part in identity.decode("ascii").split("/"))
         except ValueError:
             raise schema.MalformedMessage("not a worker's identity") from None
-        if not 0 <= index < len(self.slots):
+        if index < 0 or (generation == self.generation and index >= len(self.slots)):
             raise schema.MalformedMessage(f"no worker {index} in this topology")
-        return self.slots[index], generation
+        return index, generation
 
-    def _handle(self, identity: bytes, slot: WorkerSlot, generation: int, message: schema.WorkerMessage) -> None:
-        if generation != self.generation:
-            if not isinstance(message, schema.Stopped):
-                self._send(identity, schema.Kill())  # left over from a relaunched generation
-            return
+    def _handle(self, identity: bytes, slot: WorkerSlot, message: schema.WorkerMessage) -> None:
         match message:
             case schema.Hello() if self.stopping:
                 self._send(identity, schema.Kill())  # launched just before stop(): missed the broadcast

@@ -8,6 +8,7 @@ driver's memory, for now (a topology does not outlive its driver).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -37,7 +38,8 @@ _SESSION_DEFAULTS = {
     # a topology's stage runs until it is killed: a progress bar would never move
     "spark.ui.showConsoleProgress": "false",
 }
-# ... and, when the cluster is this machine, everything listens on the loopback interface.
+# ... and, when the cluster is this machine, everything listens on the loopback interface
+# (the driver's web UI too: see start_session).
 _LOCAL_DEFAULTS = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
@@ -50,21 +52,26 @@ class SparkSetupError(RuntimeError):
 
 def start_session(master: str, spark_conf: dict[str, str]) -> Any:
     """A new SparkSession for Squall: Java found (:func:`ensure_java`), Squall's settings
-    under ``spark_conf``. For masters on this machine it also sets, for the whole process
-    unless already set, ``SPARK_LOCAL_IP=127.0.0.1`` (Spark's daemons and web UIs listen on
-    loopback only) and ``PYSPARK_PYTHON`` (executors run this interpreter). Raises
-    :class:`SparkSetupError` if a SparkContext already runs in this process."""
+    under ``spark_conf``. Before the driver's JVM starts it sets, for the whole process:
+
+    * ``PYSPARK_PYTHON``, which PySpark reads (not ``spark.pyspark.python``) when the context
+      starts outside ``spark-submit``: to ``spark.pyspark.python`` when that is set (in
+      ``spark_conf`` or ``spark-defaults.conf``; it wins over the variable, as in
+      ``spark-submit``), else, unless already set, to this interpreter (which has Squall's
+      dependencies; right on hosts that share its path);
+    * ``SPARK_LOCAL_IP``, unless already set, where Spark's web UIs would otherwise listen on
+      every interface: 127.0.0.1 for masters on this machine, else the driver's
+      ``spark.driver.bindAddress`` or ``spark.driver.host``. With neither of those, the
+      driver's UI is off unless ``spark.ui.enabled`` asks for it.
+
+    Raises :class:`SparkSetupError` for dynamic allocation, or if a SparkContext already runs
+    in this process."""
     ensure_java()
     conf = dict(_SESSION_DEFAULTS)
     if _LOCAL_MASTER.match(master):
         conf.update(_LOCAL_DEFAULTS)
-        # Spark's own daemons read this before any setting; executors run this interpreter
-        # (which has Squall's dependencies) unless told otherwise
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf.update(spark_conf)
-    if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
-        raise SparkSetupError(_DYNAMIC_ALLOCATION)
+    prepare_driver(conf)
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -76,6 +83,55 @@ def start_session(master: str, spark_conf: dict[str, str]) -> Any:
     for key, value in conf.items():
         builder = builder.config(key, str(value))
     return builder.getOrCreate()
+
+
+def prepare_driver(conf: dict[str, str]) -> None:
+    """Set ``PYSPARK_PYTHON`` and ``SPARK_LOCAL_IP`` in this process's environment, and turn the
+    driver's UI off in ``conf`` when it would listen on every interface, as
+    :func:`start_session` describes; ``conf`` is what the session gets (above
+    ``spark-defaults.conf``). Raises :class:`SparkSetupError` for dynamic allocation."""
+    effective = {**spark_defaults(), **conf}
+    if str(effective.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        raise SparkSetupError(_DYNAMIC_ALLOCATION)
+    if effective.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = effective["spark.pyspark.python"]
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "SPARK_LOCAL_IP" not in os.environ:
+        driver_address = effective.get("spark.driver.bindAddress") or effective.get("spark.driver.host")
+        if driver_address:
+            os.environ["SPARK_LOCAL_IP"] = driver_address
+        elif "spark.ui.enabled" not in effective:
+            conf["spark.ui.enabled"] = "false"
+
+
+def spark_defaults() -> dict[str, str]:
+    """The settings of the ``spark-defaults.conf`` that the driver's JVM will read
+    (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, SPARK_HOME defaulting to the pyspark
+    package), in Java properties' ``key value`` / ``key=value`` form; {} without one."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if conf_dir is None:
+        home = os.environ.get("SPARK_HOME")
+        if home is None:
+            spec = importlib.util.find_spec("pyspark")
+            if spec is None or spec.origin is None:
+                return {}
+            home = os.path.dirname(spec.origin)
+        conf_dir = os.path.join(home, "conf")
+    try:
+        with open(os.path.join(conf_dir, "spark-defaults.conf")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    settings = {}
+    for line in lines:
+        match = _PROPERTY.match(line)
+        if match and not line.lstrip().startswith(("#", "!")):
+            settings[match["key"]] = match["value"].strip()
+    return settings
+
+
+_PROPERTY = re.compile(r"\s*(?P<key>[^\s=:]+)\s*[=:\s]\s*(?P<value>.*)$")
 
 
 _DYNAMIC_ALLOCATION = (

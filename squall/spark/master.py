@@ -10,18 +10,23 @@ heartbeats, figures and errors, and relays activate/deactivate/kill, as for loca
 
 When any worker dies (its Python process or its executor), Spark aborts the whole barrier
 job; a worker silent for ``supervisor.worker.timeout.secs`` makes the master cancel it. The
-master then resubmits the job with the same assignment after a backoff
-(``topology.spark.restart.backoff.secs``, doubling up to 30 s), at most
-``topology.spark.max.restarts`` times in a row (a job healthy for
-``topology.spark.restart.reset.secs`` resets the count); past that the topology is FAILED
+master then resubmits the job after a backoff (``topology.spark.restart.backoff.secs``,
+doubling up to 30 s), at most ``topology.spark.max.restarts`` times in a row (a job healthy
+for ``topology.spark.restart.reset.secs`` resets the count); past that the topology is FAILED
 with the last cause. Workers of a previous job that are still shutting down are told to stop.
+
+Losing task slots (an executor or a whole host gone) is not a failure to make progress, as in
+Storm, whose scheduler reassigns a dead worker's executors over the slots that remain: the job
+is resubmitted with as many workers as there are free task slots (the executors spread over
+them, every task keeping its id), without counting against the restart limit; with no slot at
+all it waits for one. Once there are slots for every requested worker again
+(``topology.workers``), the master grows the topology back: it ends the job and resubmits it
+with the requested workers, the way a rebalance would.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import signal
 import socket
 import threading
 import time
@@ -30,37 +35,62 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from squall.cluster_state import TopologyState
-from squall.daemon import worker_process
 from squall.daemon.master import TopologyMaster, WorkerSlot, WorkerStartError
-from squall.messaging.security import LinkKeys
-from squall.scheduler import Assignment
+from squall.messaging.security import LinkKeys, keys_json
+from squall.scheduler import Assignment, assign
 from squall.topology import StormTopology
 
 _MAX_BACKOFF_SECS = 30.0
 # How long to wait for executors to register before declaring the cluster too small.
 SLOTS_WAIT_SECS = 15.0
+# How often a topology on fewer workers than requested, or waiting for a slot, looks at the
+# cluster's task slots.
+SLOTS_CHECK_SECS = 1.0
 # Masters whose only executor is the driver itself: their task slots are all there at once.
 _EMBEDDED_MASTER = re.compile(r"local(\[.*\])?$")
+
+
+# What starts the one line a barrier task's own failure to start is reported with (found by
+# _job_failure in Spark's error, which holds the task's whole Python traceback).
+TASK_FAILURE_PREFIX = "[squall] "
+MISSING_MODULE_FIX = ("ship a packed virtualenv (--archives env.tar.gz#env --conf spark.pyspark.python=./env/bin/python) "
+                      "or install Squall's dependencies there: see the README, Spark clusters")
 
 
 def barrier_worker(master: str, generation: int, keys: LinkKeys | None) -> Callable[[Iterable[Any]], Iterator[int]]:
     """The function each barrier task runs, shipped to the executors by Spark with the
     topology's link ``keys`` in its closure (Spark's own channel: turn on
-    ``spark.authenticate`` and ``spark.network.crypto.enabled`` on a shared cluster)."""
+    ``spark.authenticate`` and ``spark.network.crypto.enabled`` on a shared cluster).
+
+    It refers to the standard library only until it runs: an executor whose Python lacks one
+    of Squall's dependencies fails the task with one line naming the module, the host, the
+    interpreter and the fix (not in the middle of unpickling the function)."""
+    keys_text, prefix, fix = keys_json(keys), TASK_FAILURE_PREFIX, MISSING_MODULE_FIX
 
     def run_worker(_: Iterable[Any]) -> Iterator[int]:
+        import json
+        import signal
+        import socket
+        import sys
+
         from pyspark import BarrierTaskContext
 
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C where the driver runs is the driver's
         context = BarrierTaskContext.get()
         index = context.partitionId()
         host = socket.gethostbyname(context.getTaskInfos()[index].address.rsplit(":", 1)[0])
+        try:
+            from squall.daemon import worker_process
+            from squall.messaging.security import LinkKeys
+        except ImportError as e:
+            raise RuntimeError(f"{prefix}the executors' Python ({sys.executable}) on {host} has no module "
+                               f"{e.name!r}: {fix}") from None
 
         def exchange(address: tuple[str, int, int]) -> dict[int, tuple[str, int, int]]:
             gathered = context.allGather(json.dumps(address))  # ordered by partition id
             return {i: tuple(json.loads(a)) for i, a in enumerate(gathered)}
 
-        code = worker_process.run(master, index, keys, generation, host, exchange)
+        code = worker_process.run(master, index, LinkKeys.from_json(keys_text), generation, host, exchange)
         if code:
             # failing the task aborts the barrier stage: the other workers are stopped too
             raise RuntimeError(f"squall worker {index} stopped with code {code}; the driver has the cause")
@@ -77,8 +107,13 @@ def task_slots(spark_context: Any) -> int:
 
 
 def _job_failure(error: Exception) -> str:
-    """The useful lines of a failed job's exception (Py4J's message is a JVM stack trace)."""
-    lines = [line.strip() for line in str(error).splitlines()]
+    """The useful lines of a failed job's exception (Py4J's message is a JVM stack trace): the
+    line a barrier task failed with itself (see :func:`barrier_worker`) when there is one."""
+    text = str(error)
+    own = re.search(re.escape(TASK_FAILURE_PREFIX) + r"(.*)", text)
+    if own is not None:
+        return own.group(1).strip()
+    lines = [line.strip() for line in text.splitlines()]
     useful = [line for line in lines if line and not line.startswith("at ") and "collectAndServe" not in line]
     return " ".join(useful[:3]).removeprefix(": ")[:600] or type(error).__name__
 
@@ -104,6 +139,10 @@ class SparkTopologyMaster(TopologyMaster):
         self._relaunch_at: float | None = None
         self._restarts_in_row = 0
         self._healthy_since: float | None = None
+        self._requested = len(self.slots)  # topology.workers: what the topology grows back to
+        self._num_ackers = assignment.num_ackers  # kept whatever the workers: tasks keep their ids
+        self._next_slots_check = 0.0
+        self._waiting_for_slot = False
 
     def start(self) -> None:
         needed, held = len(self.slots), sum(self._held_slots.values())
@@ -159,11 +198,7 @@ class SparkTopologyMaster(TopologyMaster):
             return
         if self._relaunch_at is not None:
             if now >= self._relaunch_at and self._gone():
-                self._relaunch_at = None
-                self.generation += 1
-                for slot in self.slots:
-                    slot.restarts += 1
-                self._launch(self.slots)
+                self._relaunch(now)
             return
         cause = None
         if self._job_ended is not None and self._job_ended[0] == self.generation:
@@ -173,9 +208,61 @@ class SparkTopologyMaster(TopologyMaster):
                 cause = f"worker {slot.index} (pid {slot.pid}) silent for {slot.silent_for(now):.0f}s"
         if cause is None:
             self._note_health(now)
+            self._maybe_grow_back(now)
             return
         setup_error = next((s.setup_error for s in self.slots if s.setup_error), None)
         self._failed(now, f"{setup_error}\n({cause})" if setup_error else cause)
+
+    def _free_slots(self) -> int:
+        """The cluster's task slots not held by this driver's other topologies (this one's own
+        count as free: its job gives them back when it ends)."""
+        return task_slots(self._sc) - sum(self._held_slots.values())
+
+    def _relaunch(self, now: float) -> None:
+        """Resubmit the job, on as many workers as there are free slots, up to the requested."""
+        workers = min(self._requested, self._free_slots())
+        if workers < 1:  # no slot anywhere: wait for one (not a failure to make progress)
+            if not self._waiting_for_slot:
+                self._waiting_for_slot = True
+                self.report(None, f"no free Spark task slot on {self._sc.master}: waiting for one")
+            self._relaunch_at = now + SLOTS_CHECK_SECS
+            return
+        self._relaunch_at = None
+        self._waiting_for_slot = False
+        if workers < len(self.slots):
+            # a host's (or an executor's) absence, not a failure to make progress
+            self._restarts_in_row = max(0, self._restarts_in_row - 1)
+        if workers != len(self.slots):
+            self.report(None, f"resubmitting its Spark job on {workers} worker(s) (requested: {self._requested}): "
+                              f"the cluster has {workers} free task slot(s) for it")
+            self._reassign(workers)
+        self.generation += 1
+        for slot in self.slots:
+            slot.restarts += 1
+        self._launch(self.slots)
+
+    def _reassign(self, workers: int) -> None:
+        """Spread the executors over ``workers`` workers (new slots, restarts carried over)."""
+        restarts = max(slot.restarts for slot in self.slots)
+        self._conf = {**self._conf, "topology.workers": workers, "topology.acker.executors": self._num_ackers}
+        self._assignment = assign(self._topology, self._conf)
+        self.slots = [WorkerSlot(w.index, w.port) for w in self._assignment.workers]
+        for slot in self.slots:
+            slot.restarts = restarts
+
+    def _maybe_grow_back(self, now: float) -> None:
+        """On fewer workers than requested: once the cluster has slots for all of them again, end
+        the job and resubmit it with every requested worker (at once, no restart counted)."""
+        if len(self.slots) >= self._requested or now < self._next_slots_check:
+            return
+        self._next_slots_check = now + SLOTS_CHECK_SECS
+        if not all(slot.ready for slot in self.slots) or self._free_slots() < self._requested:
+            return
+        self.report(None, f"the cluster has task slots for all {self._requested} workers again: growing back from "
+                          f"{len(self.slots)}")
+        self._sc.cancelJobGroup(self.job_group)
+        self._healthy_since = None
+        self._relaunch_at = now
 
     def _note_health(self, now: float) -> None:
         if not all(s.ready for s in self.slots):
@@ -198,6 +285,6 @@ class SparkTopologyMaster(TopologyMaster):
             backoff = min(self._conf["topology.spark.restart.backoff.secs"] * 2 ** self._restarts_in_row,
                           _MAX_BACKOFF_SECS)
             self._restarts_in_row += 1
-            self.report(None, f"the Spark job failed ({cause}); resubmitting it with the same assignment in "
+            self.report(None, f"the Spark job failed ({cause}); resubmitting it in "
                               f"{backoff:g}s (restart {self._restarts_in_row} of at most {limit} in a row)")
             self._relaunch_at = now + backoff

@@ -1,0 +1,267 @@
+"""Squall on a Spark standalone cluster spread over hosts: the multi-host test bed (``netbed``).
+
+Three hosts, each a network namespace of its own on one private bridge: the Spark master and
+the driver (``squall submit``, as a user runs it) on host 0, a one-core worker on each of hosts
+1 and 2. The driver's environment is a user's shell: no Spark or PySpark variables, and a PATH
+whose ``python3`` is not the virtualenv's. The hosts share this machine's file system, so they
+share the interpreter's path, as hosts provisioned alike do.
+
+Needs root; CI runs these (see ``netbed.require_bed``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from netbed import Bed, SparkBed, bed_unavailable, listeners, require_bed  # noqa: E402
+from spark_standalone import spark_unavailable_reason  # noqa: E402
+from squall.testing import wait_until  # noqa: E402
+from test_processes import put_messages, read_lines  # noqa: E402
+from test_spark import WORDLIB  # noqa: E402
+
+pytestmark = [pytest.mark.hosts, pytest.mark.spark, pytest.mark.timeout(180)]
+
+WORKER_HOSTS = {Bed.address(1), Bed.address(2)}
+
+TOPOLOGY = """
+import json, os, socket, sys
+from squall import BasicBolt, Config, TopologyBuilder
+from wordlib import Lines  # a module next to this file: shipped to the executors
+
+LINES = {lines!r}
+OUT = {out!r}
+
+def this_host():
+    # the address this host reaches the bed's other hosts from
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(({master!r}, 9))
+        return s.getsockname()[0]
+
+class Split(BasicBolt):
+    outputs = ["word", "host"]
+
+    def prepare(self, conf, context):
+        self.host = this_host()
+
+    def execute(self, tup, collector):
+        for word in tup.values[0].split():
+            collector.emit([word, self.host])
+
+class Count(BasicBolt):
+    def prepare(self, conf, context):
+        self.host, self.task = this_host(), context.get_this_task_id()
+        self.counts, self.senders = {{}}, set()
+
+    def execute(self, tup, collector):
+        word, sender = tup.values
+        self.counts[word] = self.counts.get(word, 0) + 1
+        self.senders.add(sender)
+
+    def cleanup(self):
+        with open(os.path.join(OUT, f"count-{{self.task}}.json"), "w") as f:
+            json.dump({{"host": self.host, "python": sys.executable, "counts": self.counts,
+                       "senders": sorted(self.senders)}}, f)
+
+builder = TopologyBuilder()
+builder.set_spout("lines", Lines(LINES))
+builder.set_bolt("split", Split(), 2).shuffle_grouping("lines")
+builder.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+topology = builder.create_topology()
+config = Config().set_num_workers(2)
+"""
+
+
+@pytest.fixture(scope="module")
+def spark_bed(tmp_path_factory):
+    require_bed()
+    why = spark_unavailable_reason()
+    if why is not None:
+        pytest.skip(why)
+    bed = Bed(3)
+    try:
+        cluster = SparkBed(bed, str(tmp_path_factory.mktemp("spark-bed")))
+        cluster.wait_for_workers(WORKER_HOSTS)
+        yield cluster
+    finally:
+        bed.close()
+
+
+def lines_of(n: int) -> list[str]:
+    words = [f"w{i}" for i in range(50)]
+    return [" ".join(words[(i * 7 + j * 3) % 50] for j in range(5)) for i in range(n)]
+
+
+def submit(cluster: SparkBed, topology_file, *args: str, env: dict[str, str] | None = None, duration: float = 8,
+           timeout: float = 120, while_running=None) -> subprocess.CompletedProcess:
+    """``squall submit`` on host 0 as a user runs it, to its end; ``while_running()`` is called
+    once it started."""
+    argv = [sys.executable, "-m", "squall", "submit", str(topology_file), "--master", cluster.master_url,
+            "--conf", f"spark.driver.host={Bed.address(0)}", "--duration", str(duration),
+            "-c", "worker.heartbeat.frequency.secs=0.5", *args]
+    process = cluster.bed.start(0, argv, env=env or cluster.driver_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        if while_running is not None:
+            while_running()
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def squall_worker_on(bed: Bed, host: int) -> bool:
+    """A Python process (a Squall worker: Spark's own daemons are Java) listens on ``host``."""
+    return any(program.startswith("python") for _, program in listeners(bed, host))
+
+
+def write_topology(tmp_path, lines: list[str]):
+    out = tmp_path / "out"
+    out.mkdir()
+    path = tmp_path / "hosts_wordcount.py"
+    (tmp_path / "wordlib.py").write_text(WORDLIB)
+    path.write_text(TOPOLOGY.format(lines=lines, out=str(out), master=Bed.address(0)))
+    return path, out
+
+
+def test_a_topology_spans_two_hosts_its_executors_running_the_drivers_python(spark_bed, tmp_path):
+    lines = lines_of(3000)
+    path, out = write_topology(tmp_path, lines)
+    bed, listening = spark_bed.bed, {}
+
+    def look() -> None:  # while the topology runs: who listens where, on every host
+        wait_until(lambda: squall_worker_on(bed, 1) and squall_worker_on(bed, 2), timeout=60, interval=0.3,
+                   message="a Squall worker listens on each worker host")
+        listening.update({host: listeners(bed, host) for host in range(3)})
+
+    done = submit(spark_bed, path, while_running=look)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = [json.loads(p.read_text()) for p in out.iterdir()]
+    assert len(files) == 2, files
+    # every line's words counted once, each word by one task (fields grouping across hosts)
+    assert sum((Counter(f["counts"]) for f in files), Counter()) == Counter(w for line in lines for w in line.split())
+    assert not set(files[0]["counts"]) & set(files[1]["counts"])
+    # one worker on each worker host, and words crossed between them in both directions
+    assert {f["host"] for f in files} == WORKER_HOSTS
+    assert all(set(f["senders"]) == WORKER_HOSTS for f in files), files
+    # the executors ran the driver's interpreter, though no variable or setting named it
+    assert {f["python"] for f in files} == {sys.executable}
+    # nothing listened on every interface: Spark's daemons, its executors, the driver (its web
+    # UI included) and Squall's workers each on their host's address, or on loopback
+    for host, sockets in listening.items():
+        for address, program in sockets:
+            ip = address.rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:")
+            assert ip in (Bed.address(host), "127.0.0.1"), (host, address, program, listening)
+
+
+def test_an_executor_without_squalls_dependencies_fails_in_one_line_naming_module_host_and_fix(spark_bed, tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    path, _ = write_topology(tmp_path, lines_of(10))
+    done = submit(spark_bed, path, "--conf", f"spark.pyspark.python={bare}/bin/python")
+    assert done.returncode == 1
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("squall: error:")]
+    assert f"the executors' Python ({bare}/bin/python) on 10.77.0." in line
+    assert "has no module 'msgspec'" in line and "--archives env.tar.gz#env" in line, line
+    assert "Traceback" not in done.stderr and "PythonException" not in done.stderr, done.stderr[-3000:]
+
+
+def pack_squall_env(tmp_path) -> str:
+    """A virtualenv with what Squall's workers import, packed with the standard library (as
+    venv-pack would): env.tar.gz, whose bin/python runs where it is unpacked."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    site = next((env / "lib").glob("python3*")) / "site-packages"
+    here = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(os.path.join(p, "zmq")))
+    wanted = ("zmq", "pyzmq", "msgspec", "msgpack", "cloudpickle")
+    archive = tmp_path / "env.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(env, arcname=".", filter=lambda info: info)
+        for name in os.listdir(here):
+            if name.split("-")[0].split(".")[0].lower() in wanted:
+                tar.add(os.path.join(here, name), arcname=os.path.join(".", os.path.relpath(site, env), name))
+    return str(archive)
+
+
+def test_a_packed_virtualenv_shipped_with_archives_runs_the_workers(spark_bed, tmp_path):
+    archive = pack_squall_env(tmp_path)
+    lines = lines_of(500)
+    path, out = write_topology(tmp_path, lines)
+    # spark.pyspark.python from spark-defaults.conf, as a cluster's admin would set it
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("# the packed env, unpacked in each executor's directory\n"
+                                                  "spark.pyspark.python   ./env/bin/python\n")
+    done = submit(spark_bed, path, "--archives", f"{archive}#env",
+                  env=spark_bed.driver_env(SPARK_CONF_DIR=str(conf_dir)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = [json.loads(p.read_text()) for p in out.iterdir()]
+    assert sum((Counter(f["counts"]) for f in files), Counter()) == Counter(w for line in lines for w in line.split())
+    # each worker ran the archive's Python, unpacked in its executor's directory
+    assert len(files) == 2 and all(f["python"].endswith("/env/bin/python") for f in files), files
+    assert not any(f["python"] == sys.executable for f in files)
+
+
+RELIABLE_TOPOLOGY = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_processes import at_least_once_topology
+
+topology, config = at_least_once_topology(Path({root!r}), {first!r})
+config = {{**config, "topology.workers": 2, "worker.heartbeat.frequency.secs": 0.5}}
+"""
+
+
+def test_losing_a_worker_host_reassigns_over_the_host_left_then_grows_back_and_loses_nothing(spark_bed, tmp_path):
+    first = [f"m{i:04d}" for i in range(1500)]
+    path = tmp_path / "reliable.py"
+    path.write_text(RELIABLE_TOPOLOGY.format(tests=os.path.dirname(__file__), root=str(tmp_path), first=first))
+    bed = spark_bed.bed
+    driver = bed.start(0, [sys.executable, "-m", "squall", "submit", str(path), "--master", spark_bed.master_url,
+                           "--conf", f"spark.driver.host={Bed.address(0)}"],
+                       env=spark_bed.driver_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def sunk() -> set[str]:
+        return {line.split()[0] for line in read_lines(tmp_path, "sink-")}
+
+    try:
+        wait_until(lambda: len(sunk()) >= 50, timeout=90, interval=0.2, message="50 messages through the sink")
+        assert squall_worker_on(bed, 1) and squall_worker_on(bed, 2)
+        bed.kill_host(2)  # the machine dies: its Spark worker, executor and Squall worker with it
+        at_kill = len(sunk())
+        assert at_kill < len(first), "the kill was not mid-stream"
+        # Storm's answer: the executors go to the slot that is left, within the targets' 30 s
+        wait_until(lambda: len(sunk()) >= at_kill + 100, timeout=30, interval=0.2,
+                   message="processing resumed on the host left")
+        assert squall_worker_on(bed, 1) and not squall_worker_on(bed, 2)
+        spark_bed.start_worker(2)  # the host comes back
+        wait_until(lambda: squall_worker_on(bed, 2), timeout=60, interval=0.5,
+                   message="the topology grown back to a worker on each host")
+        second = [f"n{i:04d}" for i in range(100)]
+        put_messages(tmp_path, second)
+        wanted = set(first) | set(second)
+        wait_until(lambda: set(os.listdir(tmp_path / "done")) == wanted, timeout=90, interval=0.2,
+                   message="every message acked (moved to done/)")
+        assert sunk() == wanted  # nothing lost
+        assert squall_worker_on(bed, 1) and squall_worker_on(bed, 2)
+    finally:
+        driver.terminate()
+        _, err = driver.communicate(timeout=60)
+    assert "resubmitting its Spark job on 1 worker(s) (requested: 2)" in err, err[-3000:]
+    assert "growing back from 1" in err, err[-3000:]
+
+
+def test_without_root_the_bed_says_why(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert bed_unavailable() == "the bed needs root (ip netns add)"
