@@ -67,6 +67,34 @@ class ExecutorStats:
         }
 
 
+# The figures of an executor's snapshot that add up over its runs (the rest, capacity and the
+# user metrics, describe its current run).
+_CUMULATIVE = ("emitted", "transferred", "acked", "failed", "executed", "execute_secs", "process_secs",
+               "process_count", "complete_secs", "complete_count")
+
+
+def carry_over(earlier: dict[str, Any] | None, current: dict[str, Any] | None) -> dict[str, Any]:
+    """One executor's figures counted over its runs: ``earlier`` (what its previous runs did, in
+    a snapshot's shape, or None) added to ``current`` (its current run's snapshot, or None while
+    it is not running: then ``earlier`` alone, at capacity 0). Counts, times and the per-stream
+    counts add up; capacity, the components' own ``metrics`` (gauges among them, such as a
+    lag) and the user metrics are the current run's."""
+    if earlier is None or current is None:
+        figures = dict(current if current is not None else earlier or {})
+        if current is None:
+            figures.update(capacity=0.0, metrics={}, user_metrics={})
+        return figures
+    figures = dict(current)
+    for key in _CUMULATIVE:
+        figures[key] = earlier[key] + current[key]
+    streams = dict(earlier.get("streams", {}))
+    for stream, (emitted, transferred) in current.get("streams", {}).items():
+        before = streams.get(stream, (0, 0))
+        streams[stream] = (before[0] + emitted, before[1] + transferred)
+    figures["streams"] = streams
+    return figures
+
+
 def _ms(total_secs: float, count: int) -> float:
     return round(1000.0 * total_secs / count, 4) if count else 0.0
 

@@ -31,6 +31,12 @@ def squall_cli(*args: str, cwd=REPO, env: dict[str, str] | None = None,
     return subprocess.run([sys.executable, "-m", "squall", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
+
+def summary_row(stderr: str, component: str) -> list[str]:
+    """The row of ``component`` in the summary ``squall run`` / ``submit`` prints, split into its
+    columns: component type tasks emitted transferred acked failed ..."""
+    return next(line.split() for line in stderr.splitlines() if line.startswith(component + " "))
+
 # -- recording stores ------------------------------------------------------------------------
 
 _lock = threading.Lock()

@@ -226,6 +226,14 @@ class SparkBed:
                                      f"master sees {self.state()}; logs: {logs}")
             time.sleep(0.3)
 
+    def wait_for_no_application(self, timeout: float = 60) -> None:
+        """Until the master runs no application (a killed driver's executors gone)."""
+        deadline = time.monotonic() + timeout
+        while self.state().get("activeapps", [None]):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"applications still active after {timeout:.0f}s: {self.state()}")
+            time.sleep(0.3)
+
     def driver_env(self, **extra: str) -> dict[str, str]:
         """What a user's shell on host 0 has: no Spark or PySpark variables (Squall sets what it
         needs), and a PATH whose ``python3`` is not this virtualenv's (executors must be told)."""

@@ -90,6 +90,7 @@ def explore(data: st.DataObject, drop_stale: bool) -> None:
     assert sim.drain(), f"not everything committed: {sim.committed()}"
 
 
+@pytest.mark.slow
 @SEARCH
 @given(st.data())
 def test_committed_state_is_exact_in_every_interleaving(data):
@@ -127,6 +128,7 @@ def test_a_kill_at_a_step_of_each_phase_on_each_worker(phase, worker, steps_into
     assert sim.drain(), f"not everything committed: {sim.committed()}"
 
 
+@pytest.mark.slow
 def test_without_the_incarnation_rule_the_search_finds_the_over_count():
     @settings(SEARCH, phases=[Phase.generate])  # no shrinking: finding it is the point
     @given(st.data())

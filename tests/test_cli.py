@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from helpers import BasicSink, logged, record, squall_cli
+from helpers import BasicSink, logged, record, squall_cli, summary_row
 from squall import Config, LocalCluster, Spout, TopologyBuilder, compiled
 from squall.cli import main
 from squall.command.plan import CONFIG_HEADER
@@ -266,7 +266,7 @@ def test_squall_run_prints_the_figures_the_spout_had_at_its_close(tmp_path):
     """)
     proc = squall_cli("run", path, "--in-process", "--duration", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    [row] = [line.split() for line in proc.stderr.splitlines() if line.startswith("counting ")]
+    row = summary_row(proc.stderr, "counting")
     # component type tasks emitted transferred acked ...
     printed = {"emitted": int(row[3].replace(",", "")), "acked": int(row[5].replace(",", ""))}
     seen = json.loads(seen_path.read_text())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -24,9 +25,12 @@ pytest.importorskip("pyspark")
 
 from netbed import Bed, SparkBed, bed_unavailable, listeners, require_bed  # noqa: E402
 from spark_standalone import spark_unavailable_reason  # noqa: E402
-from squall.testing import wait_until  # noqa: E402
+from squall.state import StateProviderError  # noqa: E402
+from squall.testing import RedisServer, wait_until  # noqa: E402
 from test_processes import put_messages, read_lines  # noqa: E402
 from test_spark import WORDLIB  # noqa: E402
+from test_state import counts_of, expected_counts  # noqa: E402
+from test_state_recovery import committed_offset, swc  # noqa: E402 - swc: examples/stateful_wordcount.py
 
 pytestmark = [pytest.mark.hosts, pytest.mark.spark, pytest.mark.timeout(180)]
 
@@ -256,10 +260,81 @@ def test_losing_a_worker_host_reassigns_over_the_host_left_then_grows_back_and_l
         assert sunk() == wanted  # nothing lost
         assert squall_worker_on(bed, 1) and squall_worker_on(bed, 2)
     finally:
-        driver.terminate()
+        os.killpg(driver.pid, signal.SIGTERM)  # as `timeout` or a supervisor stops it: the whole group
         _, err = driver.communicate(timeout=60)
     assert "resubmitting its Spark job on 1 worker(s) (requested: 2)" in err, err[-3000:]
     assert "growing back from 1" in err, err[-3000:]
+    # the driver's JVM is not in that group: Squall stopped the topology in order, then Spark
+    assert driver.returncode == 0 and "squall: stopping 'reliable'" in err and "Traceback" not in err, err[-3000:]
+
+
+STATEFUL_TOPOLOGY = """
+import sys
+sys.path.insert(0, {examples!r})
+import stateful_wordcount as swc  # a module of the driver's: shipped to the executors
+
+topology = swc.build({path!r}, lines_per_sec={rate})
+config = {{"topology.workers": 2, "topology.state.provider": "redis",
+          "topology.state.provider.config": {{"host": {redis!r}, "port": 6379}},
+          "topology.state.checkpoint.interval.ms": 200, "topology.message.timeout.secs": 5,
+          "worker.heartbeat.frequency.secs": 0.5}}
+"""
+
+
+def test_stateful_counts_stay_exact_across_a_lost_host_and_a_killed_driver(spark_bed, tmp_path):
+    """State in Redis on host 0, reached over the bed by the workers (and over its unix socket by
+    this test): kill -9 of a worker host, then of the driver, then the same submission again."""
+    bed, redis_dir = spark_bed.bed, tmp_path / "redis"
+    redis_dir.mkdir()
+    socket_path = str(redis_dir / "redis.sock")
+    bed.start(0, [RedisServer.executable(), "--bind", Bed.address(0), "--port", "6379", "--unixsocket", socket_path,
+                  "--save", "", "--appendonly", "no", "--dir", str(redis_dir)],
+              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    words = swc.make_input(str(tmp_path / "words.txt"), 15_000)
+    size, expected = os.path.getsize(words), expected_counts(words)
+    path = tmp_path / "bedcount.py"
+    path.write_text(STATEFUL_TOPOLOGY.format(examples=os.path.join(os.path.dirname(__file__), "..", "examples"),
+                                             path=words, rate=1000, redis=Bed.address(0)))
+    topology = swc.build(words)  # its layout, to read the committed state
+    # as submitted (the task ids follow from the workers: one acker each), but through the socket
+    state = {"topology.workers": 2, "topology.state.provider": "redis",
+             "topology.state.provider.config": {"unix_socket_path": socket_path}}
+    wait_until(lambda: os.path.exists(socket_path), timeout=10, message="Redis listening")
+
+    def start_driver(log: str) -> subprocess.Popen:
+        with open(tmp_path / log, "w") as out:
+            return bed.start(0, [sys.executable, "-m", "squall", "submit", str(path), "--master", spark_bed.master_url,
+                                 "--conf", f"spark.driver.host={Bed.address(0)}"],
+                             env=spark_bed.driver_env(), stdout=subprocess.DEVNULL, stderr=out)
+
+    def offset() -> int:
+        try:
+            return committed_offset("bedcount", topology, state)
+        except StateProviderError:  # not claimed yet: the driver claims the location at submit
+            return -1
+
+    def committed(fraction: float) -> None:
+        wait_until(lambda: offset() >= fraction * size, timeout=90, interval=0.2,
+                   message=f"{fraction:.0%} of the file committed")
+
+    driver = start_driver("driver-1.log")
+    committed(0.15)
+    bed.kill_host(2)
+    committed(0.35)  # on the host left
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver (its JVM ends with it: its stdin closes)
+    driver.wait()
+    assert offset() < size, "the driver's kill was not mid-stream"
+    spark_bed.start_worker(2)
+    spark_bed.wait_for_workers(WORKER_HOSTS)
+    spark_bed.wait_for_no_application()  # the killed driver's executors gone
+    driver = start_driver("driver-2.log")
+    try:
+        committed(1.0)
+        assert counts_of("bedcount", topology, state) == expected
+    finally:
+        os.killpg(driver.pid, signal.SIGTERM)
+        driver.wait(60)
+    assert driver.returncode == 0, (tmp_path / "driver-2.log").read_text()[-3000:]
 
 
 def test_without_root_the_bed_says_why(monkeypatch):

@@ -22,6 +22,7 @@ from squall.messaging import schema
 from squall.metrics2 import Counter, Gauge, Histogram, Meter, MetricRegistry, MetricsConsumer, Timer
 from squall.metrics2.metrics import WINDOW_SIZE
 from squall.metrics2.prometheus import cluster_infos, exposition
+from squall.metrics import carry_over
 from squall.metrics2.registry import user_metrics_summary
 from squall.multilang import ShellBolt
 from squall.streamparse.pystorm_adapter import PystormBolt
@@ -548,3 +549,20 @@ def test_a_component_with_more_own_metrics_than_a_heartbeat_carries_still_report
     figures = dict.fromkeys(("emitted", "transferred", "acked", "failed", "executed", "execute_secs",
                              "process_secs", "process_count", "complete_secs", "complete_count", "capacity"), 0)
     msgspec.convert({**figures, "metrics": totals}, schema.ExecutorFigures)  # no ValidationError
+
+
+def _figures(n: int, **extra) -> dict:
+    keys = ("emitted", "transferred", "acked", "failed", "executed", "execute_secs", "process_secs", "process_count",
+            "complete_secs", "complete_count")
+    return {**dict.fromkeys(keys, n), "capacity": n / 10, **extra}
+
+
+def test_an_executors_figures_add_up_over_its_runs_but_its_gauges_are_the_current_runs():
+    earlier = _figures(5, streams={"default": (5, 4)}, metrics={"lag": 7.0}, user_metrics={1: {"m": {}}})
+    current = _figures(2, streams={"default": (1, 1), "other": (2, 2)}, metrics={"lag": 3.0}, user_metrics={})
+    assert carry_over(earlier, current) == _figures(7, capacity=0.2, streams={"default": (6, 5), "other": (2, 2)},
+                                                    metrics={"lag": 3.0}, user_metrics={})
+    assert carry_over(None, current) == current
+    # between a worker's death and its restart: what it did, not running
+    assert carry_over(earlier, None) == _figures(5, capacity=0.0, streams={"default": (5, 4)}, metrics={},
+                                                 user_metrics={})

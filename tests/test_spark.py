@@ -152,7 +152,7 @@ def test_kill_9_of_a_worker_resubmits_the_job_and_loses_no_message(scluster, tmp
     assert sunk() == wanted
     assert len(read_file_lines(tmp_path / "spout-opens.log")) == 2  # the spout re-read its source
     errors = scluster.get_topology_info("alo")["components"]["b_work"]["errors"]
-    assert any("resubmitting it in 1s (restart 1 of at most" in e["error"] for e in errors), errors
+    assert any("; resubmitting it in " in e["error"] and "(restart 1 of at most" in e["error"] for e in errors), errors
     assert scluster.get_topology_info("alo")["status"] == "ACTIVE"
 
 

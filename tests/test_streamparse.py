@@ -24,7 +24,7 @@ from squall.streamparse.project import find_project, project_config  # noqa: E40
 from squall.streamparse.topology import from_streamparse  # noqa: E402
 from squall.testing import complete_topology, read_tuples, wait_until  # noqa: E402
 
-from helpers import squall_cli  # noqa: E402
+from helpers import squall_cli, summary_row  # noqa: E402
 
 # -- the quickstart project, unchanged -----------------------------------------------------------------
 
@@ -73,10 +73,6 @@ def test_quickstart_runs_unchanged_in_worker_processes(quickstart, monkeypatch):
         info = lambda: cluster.get_topology_info("wordcount")["components"]  # noqa: E731
         wait_until(lambda: info()["count_bolt"]["executed"] > 1000, timeout=20, message="words counted")
         assert all(not c["errors"] for c in info().values()), info()
-
-
-def summary_row(stderr: str, component: str) -> list[str]:
-    return next(line.split() for line in stderr.splitlines() if line.startswith(component + " "))
 
 
 @pytest.mark.processes

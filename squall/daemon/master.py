@@ -44,6 +44,7 @@ from squall.errors import TopologySetupError
 from squall.messaging import schema
 from squall.messaging.security import LinkKeys, LinkSecurity
 from squall.messaging.zmq_transport import LOOPBACK
+from squall.metrics import carry_over
 from squall.scheduler import Assignment
 from squall.topology import StormTopology
 
@@ -119,6 +120,8 @@ class TopologyMaster(ABC):
         self._security.server(self._router, "master port")
         self.address = f"tcp://{host}:{self._router.bind_to_random_port(f'tcp://{bind_host or host}')}"
         self.slots = [WorkerSlot(w.index, w.port) for w in assignment.workers]
+        #: (component, tasks) -> what the executor's runs before the current one did
+        self._earlier: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}
         self.generation = 0
         #: set when the topology cannot run (any more); the message says why
         self.failure: str | None = None
@@ -197,9 +200,15 @@ class TopologyMaster(ABC):
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
         """(component, figures) of every executor, as of its worker's last heartbeat — or its
         final ``stopped`` message, once :meth:`stop` returned; the figures with the executor's
-        ``tasks``."""
-        return [(e.component, {"tasks": list(e.tasks), **schema.to_dict(e.stats)})
-                for slot in self.slots for e in slot.snapshots]
+        ``tasks``. Counted over the executor's runs: what its workers did before a restart (as
+        of their last heartbeat) adds up with its current run (see
+        :func:`squall.metrics.carry_over`)."""
+        current = {(e.component, tuple(e.tasks)): schema.to_dict(e.stats) for slot in self.slots
+                   for e in slot.snapshots}
+        earlier = dict(self._earlier)  # a copy: the master thread may add to it meanwhile
+        return [(component, {"tasks": list(tasks), **carry_over(earlier.get((component, tasks)),
+                                                                 current.get((component, tasks)))})
+                for component, tasks in dict.fromkeys([*current, *earlier])]
 
     # -- for subclasses ------------------------------------------------------------------------
 
@@ -224,6 +233,14 @@ class TopologyMaster(ABC):
     def _wait_stopped(self, deadline: float) -> None:
         """Wait (in the caller's thread) until every worker process has exited after ``kill``,
         forcing those still there at ``deadline``."""
+
+    def renew(self, slot: WorkerSlot, pid: int | None = None) -> None:
+        """Before ``slot`` gets a new process (``pid``, if known yet): keep what its executors
+        did so far, then :meth:`WorkerSlot.reset` it. Launchers call this, not ``reset``."""
+        for report in slot.snapshots:
+            key = (report.component, tuple(report.tasks))
+            self._earlier[key] = carry_over(self._earlier.get(key), schema.to_dict(report.stats))
+        slot.reset(pid)
 
     def silence_limit(self, slot: WorkerSlot) -> float:
         """How long ``slot`` may stay silent: the start timeout until ready, then the worker timeout."""

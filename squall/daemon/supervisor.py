@@ -100,7 +100,7 @@ class ProcessSupervisor(TopologyMaster):
             except BrokenPipeError:
                 pass  # it died at once: supervised like any worker that exits
             self._procs[slot.index] = proc
-            slot.reset(proc.pid)
+            self.renew(slot, proc.pid)
             threading.Thread(target=_relay_output, args=(proc.stdout, self._log_path(slot)),
                              name=f"worker-{slot.index}-output", daemon=True).start()
 

@@ -72,14 +72,26 @@ def start_session(master: str, spark_conf: dict[str, str]) -> Any:
         conf.update(_LOCAL_DEFAULTS)
     conf.update(spark_conf)
     prepare_driver(conf)
-    from pyspark import SparkContext
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     active = SparkContext._active_spark_context
     if active is not None:  # getOrCreate would hand it back, whatever its master and settings
         raise SparkSetupError(f"a SparkContext ({active.master}) already runs in this process: pass its "
                               "session as SparkCluster(spark=...), or stop it first")
-    builder = SparkSession.builder.master(master).appName(conf.pop("spark.app.name", "squall"))
+    name = conf.pop("spark.app.name", "squall")
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            # The driver's JVM in a session of its own (PySpark would start it in this process's
+            # group): a signal to the group (timeout, a supervisor's SIGTERM) reaches Squall,
+            # which stops the topology in order, then the JVM. The JVM still ends with this
+            # process: it exits when its stdin, a pipe from here, closes.
+            settings = SparkConf(loadDefaults=False).setMaster(master).setAppName(name)
+            settings.setAll((key, str(value)) for key, value in conf.items())
+            SparkContext._gateway = launch_gateway(settings, popen_kwargs={"start_new_session": True})
+            SparkContext._jvm = SparkContext._gateway.jvm
+    builder = SparkSession.builder.master(master).appName(name)
     for key, value in conf.items():
         builder = builder.config(key, str(value))
     return builder.getOrCreate()

@@ -166,7 +166,7 @@ class SparkTopologyMaster(TopologyMaster):
         generation, count = self.generation, len(self.slots)
         self._job_ended = None
         for slot in slots:
-            slot.reset()  # pids come with the workers' hello
+            self.renew(slot)  # pids come with the workers' hello
 
         def job() -> None:
             self._sc.setJobGroup(self.job_group, f"squall topology {self.name}", interruptOnCancel=True)
@@ -244,6 +244,8 @@ class SparkTopologyMaster(TopologyMaster):
     def _reassign(self, workers: int) -> None:
         """Spread the executors over ``workers`` workers (new slots, restarts carried over)."""
         restarts = max(slot.restarts for slot in self.slots)
+        for slot in self.slots:
+            self.renew(slot)  # what their executors did counts on
         self._conf = {**self._conf, "topology.workers": workers, "topology.acker.executors": self._num_ackers}
         self._assignment = assign(self._topology, self._conf)
         self.slots = [WorkerSlot(w.index, w.port) for w in self._assignment.workers]
