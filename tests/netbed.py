@@ -10,8 +10,8 @@ every process the bed started (by process group), then deletes the namespaces.
 Needs root (``ip netns``, from iproute2). :func:`require_bed` skips a test without it, and
 fails instead under ``CI=true``: CI runs as root and must never skip these tests.
 
-Faults: :meth:`Bed.kill_host` kills -9 everything running in a host's namespace (as if the
-machine died); :meth:`Bed.cut` / :meth:`Bed.mend` take its link down and up again.
+A fault: :meth:`Bed.kill_host` kills -9 everything running in a host's namespace (as if the
+machine died).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Bed:
         tag = uuid.uuid4().hex[:6]
         self.bridge = f"sqbed-{tag}-br"
         self.hosts = [f"sqbed-{tag}-h{i}" for i in range(hosts)]
-        self._processes: list[tuple[int, subprocess.Popen]] = []  # (host, process)
+        self._processes: list[subprocess.Popen] = []
         self._made: list[str] = []
         try:
             self._build()
@@ -93,7 +93,7 @@ class Bed:
         """Start ``argv`` on host ``host`` in a process group of its own (killed by :meth:`close`)."""
         process = subprocess.Popen(["ip", "netns", "exec", self.hosts[host], *argv],
                                    env={**os.environ, **(env or {})}, start_new_session=True, **popen_args)
-        self._processes.append((host, process))
+        self._processes.append(process)
         return process
 
     def run(self, host: int, argv: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess:
@@ -119,23 +119,16 @@ class Bed:
                     pass
             time.sleep(0.1)
 
-    def cut(self, host: int) -> None:
-        """Take host ``host``'s link to the bridge down: nothing reaches it, nothing leaves it."""
-        _ip("-n", self.bridge, "link", "set", f"p{host}", "down")
-
-    def mend(self, host: int) -> None:
-        _ip("-n", self.bridge, "link", "set", f"p{host}", "up")
-
     def close(self) -> None:
         """Stop everything the bed started, then delete its namespaces."""
-        for _, process in self._processes:
+        for process in self._processes:
             if process.poll() is None:
                 try:
                     os.killpg(process.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + 10
-        for _, process in self._processes:
+        for process in self._processes:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -143,7 +136,7 @@ class Bed:
         for i in range(len(self.hosts)):
             if self.hosts[i] in self._made:
                 self.kill_host(i)  # what was left, and what escaped its process group
-        for _, process in self._processes:
+        for process in self._processes:
             try:
                 os.killpg(process.pid, signal.SIGKILL)
             except ProcessLookupError:
