@@ -1337,3 +1337,29 @@ def test_value_that_cannot_be_deserialized_does_not_stop_the_receiving_worker(pc
     errors = [e["error"] for c in info["components"].values() for e in c["errors"]]
     assert any("cannot rebuild point 3" in e for e in errors), errors
     assert [(w["pid"], w["restarts"]) for w in info["workers"]] == [(w["pid"], w["restarts"]) for w in before]
+
+
+class Chatty(BasicBolt):
+    """Prints one line as it starts."""
+
+    def prepare(self, conf, context):
+        print(f"chatty task {context.get_this_task_id()} ready", flush=True)
+
+    def execute(self, tup, collector):
+        pass
+
+
+def test_worker_logs_that_stayed_empty_are_removed_and_the_others_kept(pcluster):
+    pcluster.submit_topology("quiet", pconf(), wordcount(sentences(50)))
+    quiet = pcluster._get("quiet").runner.log_dir
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", CountingSpout(10))
+    builder.set_bolt("chatty", Chatty()).shuffle_grouping("numbers")
+    pcluster.submit_topology("chatty", pconf(), builder.create_topology())
+    chatty = pcluster._get("chatty").runner.log_dir
+    pcluster.kill_topology("quiet", wait_secs=0)
+    pcluster.kill_topology("chatty", wait_secs=0)
+    assert not os.path.exists(quiet)  # nothing left behind by a run that printed nothing
+    logs = {name: open(os.path.join(chatty, name)).read() for name in os.listdir(chatty)}
+    [text] = logs.values()  # the chatty worker's log only
+    assert re.fullmatch(r"chatty task \d+ ready\n", text), logs

@@ -38,6 +38,10 @@ log = logging.getLogger("squall.supervisor")
 MAX_FAILED_STARTS = 3
 
 
+# How long a stopped worker's output may take to reach its log.
+_RELAY_JOIN_SECS = 2.0
+
+
 def _relay_output(stream: Any, log_path: str) -> None:
     """Copy a worker's output to its log file and to this process's stdout, line by line
     (what components print shows where the user ran the topology, as with threads)."""
@@ -73,6 +77,7 @@ class ProcessSupervisor(TopologyMaster):
                  state: TopologyState) -> None:
         super().__init__(name, topology, conf, assignment, state)
         self.log_dir = tempfile.mkdtemp(prefix=f"squall-{name}-")
+        self._relays: list[threading.Thread] = []  # copying the workers' output to the logs
         self._procs: dict[int, subprocess.Popen] = {}
         self._failed_starts = [0] * len(self.slots)
         self._given_up: set[int] = set()
@@ -101,8 +106,10 @@ class ProcessSupervisor(TopologyMaster):
                 pass  # it died at once: supervised like any worker that exits
             self._procs[slot.index] = proc
             self.renew(slot, proc.pid)
-            threading.Thread(target=_relay_output, args=(proc.stdout, self._log_path(slot)),
-                             name=f"worker-{slot.index}-output", daemon=True).start()
+            relay = threading.Thread(target=_relay_output, args=(proc.stdout, self._log_path(slot)),
+                                     name=f"worker-{slot.index}-output", daemon=True)
+            relay.start()
+            self._relays.append(relay)
 
     def _gone(self) -> bool:
         return all(p.poll() is not None for p in self._procs.values())
@@ -115,6 +122,18 @@ class ProcessSupervisor(TopologyMaster):
                 log.warning("worker %d (pid %d) did not stop; killing it", index, proc.pid)
                 _kill_group(proc)
                 proc.wait()
+        until = time.monotonic() + _RELAY_JOIN_SECS
+        for relay in self._relays:  # the workers' last output, into their logs
+            relay.join(max(0.0, until - time.monotonic()))
+        # the logs that stayed empty go (with their directory, if all did): no litter per run
+        for entry in os.listdir(self.log_dir):
+            path = os.path.join(self.log_dir, entry)
+            if os.path.getsize(path) == 0:
+                os.remove(path)
+        try:
+            os.rmdir(self.log_dir)
+        except OSError:
+            pass  # a log with output stays for the user to read
 
     def _supervise(self, now: float) -> None:
         for slot in self.slots:
