@@ -15,6 +15,7 @@ import secrets
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import squall
@@ -73,10 +74,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
     spark_conf = parse_spark_conf(args.spark_conf)
+    py_files = _existing_files("--py-files", args.py_files, lambda f: f)
     if args.archives:
-        for archive in args.archives.split(","):
-            if not os.path.exists(archive.split("#", 1)[0]):
-                raise UsageError(f"--archives: no such file: {archive.split('#', 1)[0]}")
+        _existing_files("--archives", args.archives, lambda a: a.split("#", 1)[0])  # FILE#DIR
         spark_conf["spark.archives"] = ",".join(filter(None, (spark_conf.get("spark.archives"), args.archives)))
     try:
         from squall.spark import JavaNotFoundError, SparkCluster, SparkSetupError
@@ -89,12 +89,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with cluster:
         if not args.verbose:  # Squall reports what fails itself, in one line; Spark's warnings repeat it at length
             cluster.spark.sparkContext.setLogLevel("ERROR")
-        for path in args.py_files.split(",") if args.py_files else []:
-            if not os.path.exists(path):
-                raise UsageError(f"--py-files: no such file: {path}")
+        for path in py_files:
             cluster.spark.sparkContext.addPyFile(path)
         return serve_topology(cluster, name, topology, config, args.duration, f"as Spark tasks ({cluster.master})",
                               mode=f"spark {cluster.master}")
+
+
+def _existing_files(option: str, value: str | None, path_of: Callable[[str], str]) -> list[str]:
+    """The comma-separated entries of ``option``; UsageError, before Spark starts, naming the
+    first whose file (``path_of(entry)``) does not exist."""
+    entries = value.split(",") if value else []
+    for entry in entries:
+        if not os.path.exists(path_of(entry)):
+            raise UsageError(f"{option}: no such file: {path_of(entry)}")
+    return entries
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -365,9 +365,11 @@ def test_submit_without_pyspark_says_how_to_install_it(tmp_path):
     assert 'pip install "squall[spark]"' in out.stderr
 
 
-def test_submit_refuses_a_missing_archive_before_spark_starts():
-    out = squall_cli("submit", "examples/wordcount.py", "--archives", "no-such-env.tar.gz#env")
-    assert (out.returncode, out.stderr) == (2, "squall: error: --archives: no such file: no-such-env.tar.gz\n")
+@pytest.mark.parametrize("option, value, missing", [("--archives", "no-such-env.tar.gz#env", "no-such-env.tar.gz"),
+                                                    ("--py-files", "examples/join.py,no-such.py", "no-such.py")])
+def test_submit_refuses_a_missing_file_before_spark_starts(option, value, missing):
+    out = squall_cli("submit", "examples/wordcount.py", option, value)
+    assert (out.returncode, out.stderr) == (2, f"squall: error: {option}: no such file: {missing}\n")
 
 
 def test_submit_without_java_says_what_was_found(tmp_path):
