@@ -10,12 +10,13 @@ ends the command with one line on stderr (``squall: error: ...``, a file's error
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import squall
@@ -26,11 +27,12 @@ from squall.command.plan import format_plan
 from squall.command.serve import serve_topology
 from squall.command.spark_master import check_spark_master
 from squall.command.topology_file import load_topology_file
-from squall.config import checked_config
+from squall.config import checked_config, merged_config, user_config
 from squall.control import ControlError
 from squall.defaults import DEFAULTS
 from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
+from squall.registry import Registry, RegistryError, open_registry
 from squall.scheduler import assign
 from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY
 from squall.topology import StormTopology
@@ -39,10 +41,11 @@ from squall.utils.time import format_duration, parse_seconds
 
 
 def _file_topology(args: argparse.Namespace) -> tuple[str, StormTopology, dict[str, Any]]:
-    """The topology name, topology and config ``args`` give: the file's, ``-c`` over its config;
-    a checkpointed topology's state goes to ``--checkpoint-dir`` (see :func:`_state_location`)."""
-    topology, config = load_topology_file(args.file)
-    config.update(parse_overrides(args.conf))
+    """The topology name, topology and config ``args`` give: the user's config
+    (:func:`~squall.config.user_config`), the file's over it, ``-c`` over both; a checkpointed
+    topology's state goes to ``--checkpoint-dir`` (see :func:`_state_location`)."""
+    topology, file_config = load_topology_file(args.file)
+    config = {**user_config(), **file_config, **parse_overrides(args.conf)}
     name = args.name or os.path.splitext(os.path.basename(args.file))[0]
     if topology.checkpointed:
         _state_location(name, config, args.checkpoint_dir)
@@ -112,21 +115,38 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _registry(args: argparse.Namespace) -> Iterator[Registry]:
+    """The registry of the user's config with ``-c`` over it (:func:`~squall.registry.open_registry`),
+    closed when the command is done."""
+    registry = open_registry(merged_config(user_config(), parse_overrides(args.conf)))
+    try:
+        yield registry
+    finally:
+        registry.close()
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    entries = control.running_topologies()
+    with _registry(args) as registry:
+        return _list(registry)
+
+
+def _list(registry: Registry) -> int:
+    entries = registry.running()
     if not entries:
-        print("no topologies running")
+        print(f"no topologies running {registry.where}")
         return 0
     rows = [("name", "status", "mode", "uptime", "pid")]
     for entry in entries:
         try:
-            info = control.info(entry.name)
+            info = control.info(registry, entry.name)
             status, uptime = info["status"], info["uptime_secs"]
         except NotAliveError:  # it stopped since the registry was read
             continue
         except ControlError:  # being submitted or stopped, or not answering: the registry still knows
             status, uptime = "?", time.time() - entry.started
-        rows.append((entry.name, status, entry.mode, format_duration(uptime), str(entry.pid)))
+        pid = str(entry.pid) if entry.host is None else f"{entry.pid}@{entry.host}"
+        rows.append((entry.name, status, entry.mode, format_duration(uptime), pid))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -134,17 +154,19 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
-    control.lookup(args.name)  # an unknown name fails before the message below
-    wait = "the topology's topology.message.timeout.secs" if args.wait is None else f"{args.wait:g}s"
-    print(f"squall: killing {args.name!r}: deactivating its spouts, waiting {wait}, then stopping it",
-          file=sys.stderr)
-    control.kill(args.name, args.wait)
+    with _registry(args) as registry:
+        registry.lookup(args.name)  # an unknown name fails before the message below
+        wait = "the topology's topology.message.timeout.secs" if args.wait is None else f"{args.wait:g}s"
+        print(f"squall: killing {args.name!r}: deactivating its spouts, waiting {wait}, then stopping it",
+              file=sys.stderr)
+        control.kill(registry, args.name, args.wait)
     print(f"squall: killed topology {args.name!r}", file=sys.stderr)
     return 0
 
 
 def cmd_rebalance(args: argparse.Namespace) -> int:
-    control.rebalance(args.name, args.wait, args.workers, dict(args.executors) or None)
+    with _registry(args) as registry:
+        control.rebalance(registry, args.name, args.wait, args.workers, dict(args.executors) or None)
     print(f"squall: rebalancing topology {args.name!r} (its status is REBALANCING until its workers run again)",
           file=sys.stderr)
     return 0
@@ -153,7 +175,12 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
 def cmd_monitor(args: argparse.Namespace) -> int:
     """Storm's ``monitor``: every interval, what a component emitted (or transferred) on a
     stream since the last one, until Ctrl-C or the topology is gone."""
-    info = control.info(args.name)
+    with _registry(args) as registry:
+        return _monitor(args, registry)
+
+
+def _monitor(args: argparse.Namespace, registry: Registry) -> int:
+    info = control.info(registry, args.name)
     components = info["components"]
     component = args.component or next((c for c, v in components.items() if v["type"] == "spout"), None)
     if component not in components:
@@ -174,13 +201,12 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         while True:
             time.sleep(args.interval)
             try:
-                current = reading(control.info(args.name))
+                current = reading(control.info(registry, args.name))
             except (ControlError, NotAliveError):
                 print(f"squall: topology {args.name!r} is gone", file=sys.stderr)
                 return 0
             now = time.monotonic()
-            # figures start again from 0 after a rebalance: count from there
-            diff = current - last if current >= last else current
+            diff = current - last
             print(f"{args.name:<16}{component:<16}{parallelism:<13}{args.stream:<12}{1000 * (now - then):>14.0f}"
                   f"{diff:>14}{diff / (now - then) / 1000:>20.3f}", flush=True)
             last, then = current, now
@@ -189,31 +215,35 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """Storm's ``ui``: serve the UI of every topology running on this machine until Ctrl-C."""
+    """Storm's ``ui``: serve the UI of every topology of the registry until Ctrl-C."""
     token = secrets.token_hex(32)
-    try:
-        ui = MachineUi(token, args.host, args.port).start()
-    except OSError as e:
-        raise UsageError(f"the UI cannot listen on {args.host}:{args.port}: {e.strerror}") from None
-    print(f"squall: UI of this machine's topologies at {ui.url}/?token={token}; Ctrl-C stops it", file=sys.stderr)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        ui.stop()
+    with _registry(args) as registry:
+        try:
+            ui = MachineUi(token, args.host, args.port, registry).start()
+        except OSError as e:
+            raise UsageError(f"the UI cannot listen on {args.host}:{args.port}: {e.strerror}") from None
+        print(f"squall: UI of the topologies running {registry.where} at {ui.url}/?token={token}; Ctrl-C stops it",
+              file=sys.stderr)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            ui.stop()
     return 0
 
 
 def cmd_activate(args: argparse.Namespace) -> int:
-    control.activate(args.name)
+    with _registry(args) as registry:
+        control.activate(registry, args.name)
     print(f"squall: activated topology {args.name!r}", file=sys.stderr)
     return 0
 
 
 def cmd_deactivate(args: argparse.Namespace) -> int:
-    control.deactivate(args.name)
+    with _registry(args) as registry:
+        control.deactivate(registry, args.name)
     print(f"squall: deactivated topology {args.name!r}", file=sys.stderr)
     return 0
 
@@ -301,8 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
+    # the commands that reach running topologies read the registry of the user's config
+    registry = _Parser(add_help=False)
+    registry.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                          help="override a key of the user's config (squall.yaml), e.g. storm.zookeeper.servers")
+
     def subcommand(name: str, summary: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=summary, parents=[common])
+
+    def control_command(name: str, summary: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, parents=[common, registry])
 
     run = subcommand("run", "run a topology on this machine")
     run.add_argument("file", help=FILE_HELP)
@@ -340,15 +378,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(name=None, checkpoint_dir=None)
     plan.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE")
     plan.set_defaults(func=cmd_plan)
-    subcommand("list", "list the topologies running on this machine").set_defaults(func=cmd_list)
-    kill = subcommand("kill", "kill a running topology (deactivate its spouts, wait, stop it)")
+    listing = control_command("list", "list the running topologies (of this machine, or of the cluster in ZooKeeper)")
+    listing.set_defaults(func=cmd_list)
+    kill = control_command("kill", "kill a running topology (deactivate its spouts, wait, stop it)")
     kill.add_argument("name")
     kill.add_argument("-w", "--wait", type=_seconds, metavar="SECS",
                       help="seconds between deactivating the spouts and stopping the workers, for pending "
                            "tuples to complete (default: the topology's topology.message.timeout.secs)")
     kill.set_defaults(func=cmd_kill)
-    rebalance = subcommand("rebalance", "change a running topology's workers and executors (deactivate its "
-                                        "spouts, wait, restart its workers with the new assignment, reactivate)")
+    rebalance = control_command("rebalance", "change a running topology's workers and executors (deactivate its "
+                                             "spouts, wait, restart its workers with the new assignment, reactivate)")
     rebalance.add_argument("name")
     rebalance.add_argument("-w", "--wait", type=_seconds, metavar="SECS",
                            help="seconds between deactivating the spouts and stopping the workers (default: the "
@@ -359,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
                            metavar="COMPONENT=PARALLELISM",
                            help="a component's executors (at most its tasks); repeatable")
     rebalance.set_defaults(func=cmd_rebalance)
-    monitor = subcommand("monitor", "print a component's throughput on a stream every interval (Storm's monitor)")
+    monitor = control_command("monitor",
+                              "print a component's throughput on a stream every interval (Storm's monitor)")
     monitor.add_argument("name")
     monitor.add_argument("-i", "--interval", type=_positive_seconds, default=4.0, metavar="SECS",
                          help="seconds between two lines (default 4, as Storm's)")
@@ -368,15 +408,16 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_argument("-w", "--watch", choices=("emitted", "transferred"), default="emitted",
                          help="what to count (default: emitted)")
     monitor.set_defaults(func=cmd_monitor)
-    ui = subcommand("ui", "serve Storm UI and its REST API for the topologies running on this machine")
+    ui = control_command("ui", "serve Storm UI and its REST API for the running topologies (of this machine, or "
+                               "of the cluster in ZooKeeper)")
     ui.add_argument("--host", default=DEFAULTS["ui.host"], help="address to listen on (default: %(default)s)")
     ui.add_argument("--port", type=int, default=DEFAULTS["ui.port"], help="port (default: %(default)s, Storm UI's)")
     ui.set_defaults(func=cmd_ui)
-    activate = subcommand("activate", "activate a running topology's spouts")
+    activate = control_command("activate", "activate a running topology's spouts")
     activate.add_argument("name")
     activate.set_defaults(func=cmd_activate)
-    deactivate = subcommand("deactivate", "deactivate a running topology's spouts (next_tuple is no longer "
-                                          "called; pending tuples still complete)")
+    deactivate = control_command("deactivate", "deactivate a running topology's spouts (next_tuple is no longer "
+                                               "called; pending tuples still complete)")
     deactivate.add_argument("name")
     deactivate.set_defaults(func=cmd_deactivate)
     return parser
@@ -387,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, ValueError, NotAliveError, ControlError) as e:
+    except (UsageError, ValueError, NotAliveError, ControlError, RegistryError) as e:
         return _fail(e, 2, args.verbose)
     except TopologySetupError as e:
         return _fail(e, 1, args.verbose)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from squall.defaults import DEFAULTS, KEYS, STORM_KEYS_NOT_USED
 
@@ -124,6 +128,36 @@ def warn_unknown_keys(conf: Mapping[str, Any], where: str) -> None:
             log.warning("%s: config key %r is not a Squall setting; did you mean %r?", where, name, close[0])
         elif name.startswith(STORM_NAMESPACES):
             log.warning("%s: config key %r is not a Squall setting: Squall does not use it", where, name)
+
+
+def user_config_path() -> Path:
+    """The user's config file, Storm's ``~/.storm/storm.yaml``: ``$SQUALL_HOME/squall.yaml``, else
+    ``~/.squall/squall.yaml``."""
+    home = os.environ.get("SQUALL_HOME")
+    return (Path(home) if home else Path.home() / ".squall") / "squall.yaml"
+
+
+def user_config() -> dict[str, Any]:
+    """The keys of the user's config file (:func:`user_config_path`), as ``storm.yaml``'s: what
+    every command starts from, under a topology's own config and ``-c``. Empty when there is no
+    file; ``ValueError`` naming the file when it is not YAML or not a mapping of keys."""
+    path = user_config_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ValueError(f"{path} must be a mapping of config keys to values (as storm.yaml), "
+                         f"not a {type(data).__name__}")
+    return data
 
 
 def checked_config(name: str, conf: Mapping[str, Any] | None,

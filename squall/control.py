@@ -1,26 +1,23 @@
-"""Control of running topologies from another terminal: what ``squall list``, ``squall kill``,
-``squall activate`` and ``squall deactivate`` talk to.
+"""Control of running topologies from another terminal, or another host: what ``squall list``,
+``squall kill``, ``squall activate``, ``squall deactivate`` and ``squall rebalance`` talk to.
 
 Storm's commands ask Nimbus, which knows every topology of the cluster. Squall has no
 long-lived daemon: each ``squall run`` (or ``squall submit``) process is the Nimbus of its one
 topology. So that process
 
-* registers the topology in a registry of this machine's running topologies: one JSON file
-  per topology name, ``{"name", "pid", "address", "mode", "started", "keys", "ui", "ui_token"}``,
-  in :func:`registry_dir` — written before the topology is submitted (the UI's address and
-  token once it serves them), removed when it stops;
-* answers control requests at ``address``, a ZeroMQ socket bound to 127.0.0.1 only
-  (:class:`ControlServer`).
+* registers the topology in a :mod:`registry <squall.registry>` (this machine's, or the
+  cluster's in ZooKeeper) before it is submitted, with its control address and keys, and
+  removes the entry when it stops;
+* answers control requests at that address, a ZeroMQ socket bound to 127.0.0.1 unless
+  ``storm.local.hostname`` names another address (:class:`ControlServer`).
 
-The commands find a topology's address in the registry (:func:`running_topologies`,
-:func:`lookup`) and send it a request (:func:`request`, :func:`kill`). An entry whose process
-is gone (``kill -9``, a crash, a closed terminal) is stale: readers ignore and remove it.
+The commands find a topology's address in the registry and send it a request
+(:func:`request`, :func:`kill`).
 
-Only the user who started a topology can control or read it: the control socket is a ZeroMQ
-CURVE server (:mod:`squall.messaging.security`) with a key pair of its own, generated when
-the topology registers, and the pair is kept in its registry entry only — a file of mode 0600
-in a directory of mode 0700. A client without it is refused before any byte it sends is
-decoded; an entry that others could have written or read (wrong owner or mode) is ignored.
+Only holders of the registry entry can control or read a topology: the control socket is a
+ZeroMQ CURVE server (:mod:`squall.messaging.security`) with a key pair of its own, generated
+when the topology registers and kept in its entry only (a private file, or a ZooKeeper node
+under a digest ACL). A client without it is refused before any byte it sends is decoded.
 
 On the wire, requests and replies are the control schemas of :mod:`squall.messaging.schema`:
 ``info``, ``activate``, ``deactivate``, ``kill`` (with ``wait_secs``), ``rebalance``; replies say ``ok``, or
@@ -29,27 +26,19 @@ carry the ``error``. A request that does not fit is answered with an error and l
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import fcntl
-import json
 import logging
 import os
-import stat
 import threading
 import time
-import urllib.parse
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import zmq
 
-from squall.errors import AlreadyAliveError, NotAliveError
+from squall.errors import NotAliveError
 from squall.messaging import schema
 from squall.messaging.security import LinkKeys, LinkSecurity
+from squall.registry import Registration, Registry
 
 log = logging.getLogger("squall.control")
 
@@ -64,191 +53,23 @@ _POLL_MS = 100
 # How long closing the server may take to deliver the replies to pending kills.
 _LINGER_MS = 1000
 
-_SUFFIX = ".json"
-
 
 class ControlError(RuntimeError):
     """A control request failed: the topology replied with an error, or did not reply in time."""
 
 
-# -- the registry ------------------------------------------------------------------------------
-
-
-def registry_dir() -> Path:
-    """Where running topologies are registered: ``$SQUALL_HOME/run``, else ``~/.squall/run``.
-
-    Read on every call, so a test can point it elsewhere by setting ``SQUALL_HOME``."""
-    home = os.environ.get("SQUALL_HOME")
-    return (Path(home) if home else Path.home() / ".squall") / "run"
-
-
-@dataclass(frozen=True)
-class Registration:
-    """A running topology, as its registry entry describes it."""
-
-    name: str
-    pid: int  # the process serving the topology (``squall run`` / ``squall submit``)
-    address: str  # its control socket, tcp://127.0.0.1:PORT
-    mode: str  # how its workers run: "processes", "in-process", "spark local[*]", ...
-    started: float  # epoch seconds
-    public: str | None = None  # the control socket's CURVE key pair (None: not secured)
-    secret: str | None = None
-    ui: str | None = None  # the URL of its UI and REST API (squall.ui), once served
-    ui_token: str | None = None  # what the UI's POSTs need (see squall.ui.server)
-
-    @property
-    def keys(self) -> LinkKeys | None:
-        return None if self.public is None or self.secret is None else LinkKeys(self.public, self.secret)
-
-
-def _path(name: str) -> Path:
-    # any topology name maps to one safe file name ("/" included), and back
-    return registry_dir() / (urllib.parse.quote(name, safe="") + _SUFFIX)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's
-        return True
-    return True
-
-
-def _read(path: Path) -> Registration | None:
-    """The entry at ``path``; None if there is none, it cannot be read (treated as stale), or
-    it is not this user's own private file (another user could have planted or read it).
-
-    Keys it does not know are ignored, so that an entry of another Squall version is not
-    taken for a broken one."""
-    try:
-        with open(path) as f:
-            info = os.fstat(f.fileno())
-            if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-                log.warning("ignoring registry entry %s: not a private file of this user", path)
-                return None
-            data = json.load(f)
-        keys = LinkKeys.from_json(json.dumps(data.get("keys")))
-        ui, ui_token = data.get("ui"), data.get("ui_token")
-        return Registration(name=str(data["name"]), pid=int(data["pid"]), address=str(data["address"]),
-                            mode=str(data["mode"]), started=float(data["started"]),
-                            public=keys and keys.public, secret=keys and keys.secret,
-                            ui=ui if isinstance(ui, str) else None,
-                            ui_token=ui_token if isinstance(ui_token, str) else None)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None
-
-
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    """Serializes the registry's read-check-write sequences between processes: without it,
-    two ``squall run`` of one name could both find the name free, and a reader removing a
-    stale entry could remove the live entry that just replaced it."""
-    directory = registry_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    directory.chmod(0o700)  # an older or hand-made directory: its entries hold control keys
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield  # the lock goes with the file's closing
-
-
-def register(entry: Registration) -> None:
-    """Add ``entry`` to the registry.
-
-    Raises ``AlreadyAliveError`` naming the pid if a live process has the name; a stale
-    entry of that name is replaced."""
-    path = _path(entry.name)
-    with _locked():
-        existing = _read(path)
-        if existing is not None and _alive(existing.pid):
-            raise AlreadyAliveError(
-                f"topology {entry.name!r} is already running on this machine (pid {existing.pid}); "
-                f"'squall kill {entry.name}' stops it"
-            )
-        _write(path, entry)
-
-
-def publish_ui(name: str, url: str, token: str) -> None:
-    """Add the URL and token of the UI serving ``name`` to this process's entry (what
-    ``squall ui`` reads); nothing if the entry is another process's."""
-    path = _path(name)
-    with _locked():
-        existing = _read(path)
-        if existing is not None and existing.pid == os.getpid():
-            _write(path, dataclasses.replace(existing, ui=url, ui_token=token))
-
-
-def _write(path: Path, entry: Registration) -> None:
-    """Write ``entry`` at ``path`` atomically (temp file, then ``os.replace``), holding the lock."""
-    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    data = asdict(entry)
-    data["keys"] = {"public": data.pop("public"), "secret": data.pop("secret")} if entry.keys else None
-    # created private: the control keys are in it
-    with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        json.dump(data, f)
-    os.replace(temp, path)
-
-
-def unregister(name: str) -> None:
-    """Remove this process's entry for ``name`` (nothing if the entry is another process's)."""
-    path = _path(name)
-    with _locked():
-        existing = _read(path)
-        if existing is not None and existing.pid == os.getpid():
-            path.unlink()
-
-
-def _drop_if_stale(path: Path) -> None:
-    with _locked():
-        existing = _read(path)  # read again: it may have been replaced since
-        if existing is None or not _alive(existing.pid):
-            with contextlib.suppress(OSError):  # e.g. another user's file in a shared directory
-                path.unlink(missing_ok=True)
-
-
-def running_topologies() -> list[Registration]:
-    """The live entries, sorted by name; stale ones are removed on the way."""
-    directory = registry_dir()
-    try:
-        paths = list(directory.glob("*" + _SUFFIX))
-    except OSError:  # none yet, or another user's
-        return []
-    live = []
-    for path in paths:
-        entry = _read(path)
-        if entry is not None and _alive(entry.pid):
-            live.append(entry)
-        else:
-            _drop_if_stale(path)
-    return sorted(live, key=lambda e: e.name)
-
-
-def lookup(name: str) -> Registration:
-    """The live entry for ``name``; ``NotAliveError`` if there is none (a stale one is removed)."""
-    path = _path(name)
-    entry = _read(path)
-    if entry is None or not _alive(entry.pid):
-        with contextlib.suppress(OSError):  # another user's registry: nothing of it is ours to drop
-            if path.exists():
-                _drop_if_stale(path)
-        raise NotAliveError(
-            f"no topology named {name!r} is running on this machine (squall list shows those that are)"
-        )
-    return entry
-
-
 # -- the client --------------------------------------------------------------------------------
 
 
-def request(name: str, message: schema.ControlRequest, timeout: float = REPLY_TIMEOUT_SECS) -> schema.ControlReply:
-    """Send ``message`` (e.g. ``schema.InfoRequest()``) to the topology ``name`` and return its
-    reply, whose ``ok`` is true.
+def request(registry: Registry, name: str, message: schema.ControlRequest,
+            timeout: float = REPLY_TIMEOUT_SECS) -> schema.ControlReply:
+    """Send ``message`` (e.g. ``schema.InfoRequest()``) to the topology ``name`` of ``registry``
+    and return its reply, whose ``ok`` is true.
 
     Blocks until the reply comes, at most ``timeout`` seconds. Raises ``NotAliveError`` if
     no such topology is registered, ``ControlError`` if it replied with an error or did not
     reply in time."""
-    entry = lookup(name)
+    entry = registry.lookup(name)
     context = zmq.Context()
     security = LinkSecurity(context, entry.keys, f"the control client of {name!r}")
     socket = context.socket(zmq.REQ)
@@ -258,9 +79,9 @@ def request(name: str, message: schema.ControlRequest, timeout: float = REPLY_TI
         socket.connect(entry.address)
         socket.send(schema.encode(message))
         if not socket.poll(timeout * 1000):
-            state = "is still running" if _alive(entry.pid) else "has exited"
-            raise ControlError(f"topology {name!r} did not answer within {timeout:g}s (its process, "
-                               f"pid {entry.pid}, {state})")
+            where = f" on {entry.host}" if entry.host else ""
+            raise ControlError(f"topology {name!r} did not answer at {entry.address} within {timeout:g}s "
+                               f"(its process: pid {entry.pid}{where})")
         try:
             reply = schema.decode(socket.recv(), schema.ControlReply)
         except schema.MalformedMessage as e:
@@ -274,22 +95,22 @@ def request(name: str, message: schema.ControlRequest, timeout: float = REPLY_TI
     return reply
 
 
-def info(name: str) -> dict[str, Any]:
+def info(registry: Registry, name: str) -> dict[str, Any]:
     """The topology's ``get_topology_info`` (its status is KILLED while a kill is under way)."""
-    return request(name, schema.InfoRequest()).info or {}
+    return request(registry, name, schema.InfoRequest()).info or {}
 
 
-def activate(name: str) -> None:
+def activate(registry: Registry, name: str) -> None:
     """Activate the topology's spouts (``storm activate``)."""
-    request(name, schema.ActivateRequest())
+    request(registry, name, schema.ActivateRequest())
 
 
-def deactivate(name: str) -> None:
+def deactivate(registry: Registry, name: str) -> None:
     """Deactivate the topology's spouts: ``next_tuple`` is no longer called (``storm deactivate``)."""
-    request(name, schema.DeactivateRequest())
+    request(registry, name, schema.DeactivateRequest())
 
 
-def kill(name: str, wait_secs: float | None = None) -> None:
+def kill(registry: Registry, name: str, wait_secs: float | None = None) -> None:
     """Kill the topology ``name`` as ``storm kill -w`` does: its spouts are deactivated,
     pending tuple trees get ``wait_secs`` (default: the topology's
     ``topology.message.timeout.secs``) to complete, then its workers are stopped.
@@ -298,25 +119,25 @@ def kill(name: str, wait_secs: float | None = None) -> None:
     :func:`request` does."""
     if wait_secs is None:
         # the client's timeout depends on the wait, and only the topology knows its default
-        wait_secs = request(name, schema.InfoRequest()).message_timeout_secs
-    request(name, schema.KillRequest(wait_secs), timeout=wait_secs + KILL_MARGIN_SECS)
+        wait_secs = request(registry, name, schema.InfoRequest()).message_timeout_secs
+    request(registry, name, schema.KillRequest(wait_secs), timeout=wait_secs + KILL_MARGIN_SECS)
 
 
-def rebalance(name: str, wait_secs: float | None = None, num_workers: int | None = None,
+def rebalance(registry: Registry, name: str, wait_secs: float | None = None, num_workers: int | None = None,
               executors: dict[str, int] | None = None) -> None:
     """Rebalance the topology as ``storm rebalance`` does (see
     :meth:`~squall.daemon.nimbus.Nimbus.rebalance`): returns once the topology took the options,
     while it deactivates, waits and restarts its workers. Raises as :func:`request` does (an
     option at fault is named in the error)."""
-    request(name, schema.RebalanceRequest(wait_secs, num_workers, executors))
+    request(registry, name, schema.RebalanceRequest(wait_secs, num_workers, executors))
 
 
 # -- the server --------------------------------------------------------------------------------
 
 
 class ControlServer:
-    """Registers the topology ``name`` running on ``cluster`` and answers control requests
-    for it, from entering the block until leaving it.
+    """Registers the topology ``name`` running on ``cluster`` in ``registry`` and answers
+    control requests for it, from entering the block until leaving it.
 
     Enter it *before* submitting the topology: entering raises ``AlreadyAliveError`` if
     another process runs a topology of that name, so nothing is submitted twice. Leaving it
@@ -340,11 +161,15 @@ class ControlServer:
     refused connections are logged.
 
     ``message_timeout_secs`` is the topology's ``topology.message.timeout.secs``: a kill's
-    default wait. ``secure`` is its ``topology.messaging.secure``.
+    default wait. ``secure`` is its ``topology.messaging.secure``. ``host`` is the address the
+    socket listens on and is registered at (its ``storm.local.hostname``; default 127.0.0.1).
     """
 
-    def __init__(self, cluster: Any, name: str, mode: str, message_timeout_secs: float, secure: bool = True) -> None:
+    def __init__(self, cluster: Any, name: str, mode: str, message_timeout_secs: float, registry: Registry,
+                 secure: bool = True, host: str | None = None) -> None:
         self.cluster = cluster
+        self.registry = registry
+        self.host = host or "127.0.0.1"
         self.name = name
         self.mode = mode
         self.message_timeout_secs = message_timeout_secs
@@ -361,11 +186,11 @@ class ControlServer:
         self._thread = threading.Thread(target=self._serve, name=f"control-{name}", daemon=True)
 
     def __enter__(self) -> Self:
-        port = self._socket.bind_to_random_port("tcp://127.0.0.1")  # this machine only
+        port = self._socket.bind_to_random_port(f"tcp://{self.host}")  # this machine only, unless told
         keys = self._keys
         try:
-            register(Registration(self.name, os.getpid(), f"tcp://127.0.0.1:{port}", self.mode, time.time(),
-                                  keys and keys.public, keys and keys.secret))
+            self.registry.register(Registration(self.name, os.getpid(), f"tcp://{self.host}:{port}", self.mode,
+                                                time.time(), keys and keys.public, keys and keys.secret))
         except BaseException:
             self._close()
             raise
@@ -378,8 +203,8 @@ class ControlServer:
         return self._keys
 
     def publish_ui(self, url: str, token: str) -> None:
-        """Record where the topology's UI is served, for ``squall ui`` (see :func:`publish_ui`)."""
-        publish_ui(self.name, url, token)
+        """Record where the topology's UI is served, for ``squall ui``."""
+        self.registry.publish_ui(self.name, url, token)
 
     def request_kill(self, wait_secs: float | None) -> None:
         """Ask the serving process to kill the topology after ``wait_secs`` (default: the message
@@ -397,7 +222,7 @@ class ControlServer:
                  tb: TracebackType | None) -> None:
         # gone from the registry before any kill is answered: a client that sees its kill
         # return sees the name free
-        unregister(self.name)
+        self.registry.unregister(self.name)
         if exc is not None:
             self._outcome = schema.ControlReply(
                 ok=False, error=f"topology {self.name!r} stopped on {type(exc).__name__}: {exc}")

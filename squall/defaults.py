@@ -228,6 +228,32 @@ KEYS: dict[str, ConfigKey] = _registry(
               note="The classes and hints are checked when the topology is submitted."),
     ConfigKey("topology.builtin.metrics.bucket.size.secs", 60, POSITIVE,
               "How often every task's metrics are handed to the metrics consumers."),
+    ConfigKey("storm.local.hostname", None, optional(NON_EMPTY_STRING),
+              "The address this process's control socket listens on and is found at; None: 127.0.0.1.",
+              note="Set it (e.g. to spark.driver.host) with storm.zookeeper.servers, so that squall kill and the "
+                   "other commands reach the topology from other hosts."),
+    ConfigKey("storm.zookeeper.servers", None,
+              optional(Check("a list of host names (HOST or HOST:PORT)",
+                             lambda v: isinstance(v, (list, tuple)) and len(v) > 0
+                             and all(isinstance(h, str) and h for h in v))),
+              "ZooKeeper servers holding the cluster's topologies; None: the local registry of this machine.",
+              note="See squall/registry/zookeeper.py: entries, assignments, heartbeats and errors, under "
+                   "digest ACLs."),
+    ConfigKey("storm.zookeeper.port", 2181, Check("a port number (1 to 65535)",
+                                                  lambda v: _is_int(v) and 1 <= v <= 65535),
+              "The port of the ZooKeeper servers given without one."),
+    ConfigKey("storm.zookeeper.root", "/squall",
+              Check("a ZooKeeper path ('/' then a name)", lambda v: isinstance(v, str) and len(v) > 1
+                    and v.startswith("/") and not v.endswith("/")),
+              "The ZooKeeper node Squall's cluster state is kept under.",
+              note="Storm's default is /storm; Squall's keeps the two apart on one ensemble."),
+    ConfigKey("storm.zookeeper.auth.file", None, optional(NON_EMPTY_STRING),
+              "A file of mode 0600 holding 'user:password', the digest ACL guarding the ZooKeeper nodes.",
+              storm=False),
+    ConfigKey("storm.zookeeper.session.timeout", 20000, integer(1000),
+              "Milliseconds after which a silent process's ZooKeeper session (and registration) ends."),
+    ConfigKey("storm.zookeeper.connection.timeout", 15000, integer(1),
+              "Milliseconds a command waits to connect to ZooKeeper before it fails."),
     ConfigKey("ui.host", "127.0.0.1", NON_EMPTY_STRING,
               "Address the UI and REST API of `squall run` / `squall submit` listen on; 127.0.0.1: this machine.",
               note="Storm binds 0.0.0.0; Squall listens on this machine only unless told otherwise."),
@@ -261,8 +287,8 @@ DEFAULTS: dict[str, Any] = {name: key.default for name, key in KEYS.items() if n
 
 #: Storm keys Squall does not read, and why: the warning for an unknown key says so.
 STORM_KEYS_NOT_USED: dict[str, str] = {
-    "storm.zookeeper.servers": "Squall keeps its coordination state in the driver, not in ZooKeeper",
-    "storm.zookeeper.root": "Squall keeps its coordination state in the driver, not in ZooKeeper",
+    "storm.zookeeper.auth.payload": "Squall reads ZooKeeper's credentials from storm.zookeeper.auth.file "
+                                    "(mode 0600), never from a config",
     "nimbus.task.timeout.secs": "the master restarts a worker silent for supervisor.worker.timeout.secs",
     "topology.stats.sample.rate": "Squall measures latencies on the first tuple of every batch (squall/metrics.py)",
 }

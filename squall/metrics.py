@@ -95,6 +95,22 @@ def carry_over(earlier: dict[str, Any] | None, current: dict[str, Any] | None) -
     return figures
 
 
+def current_run(current: dict[str, Any] | None) -> dict[str, Any]:
+    """The figures of an executor's current run alone (zeros while it is not running): what
+    ``get_topology_info`` shows as the current job's, beside the cumulative ones."""
+    keys = (*_CUMULATIVE, "capacity")
+    return {key: current[key] for key in keys} if current is not None else dict.fromkeys(keys, 0)
+
+
+def retire(retired: dict[str, Any] | None, figures: dict[str, Any]) -> dict[str, Any]:
+    """A component's figures from runs that are over (a rebalance replaced them), with an
+    executor's final ``figures`` added: the counts, times and per-stream counts only."""
+    counts = {key: figures[key] for key in _CUMULATIVE}
+    counts["streams"] = dict(figures.get("streams", {}))
+    counts["capacity"] = 0.0
+    return counts if retired is None else carry_over(retired, counts)
+
+
 def _ms(total_secs: float, count: int) -> float:
     return round(1000.0 * total_secs / count, 4) if count else 0.0
 
@@ -132,13 +148,18 @@ def component_metrics(instances: list[Any]) -> dict[str, float]:
     return totals
 
 
-def component_summary(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, Any]:
+def component_summary(kind: str, snapshots: list[dict[str, Any]],
+                      retired: dict[str, Any] | None = None) -> dict[str, Any]:
     """Roll the executors' snapshots of one component up into get_topology_info's shape: the
     built-in figures and connector counters (``metrics``) summed, also per output stream
-    (``streams``: stream -> emitted, transferred); the user metrics aggregated
+    (``streams``: stream -> emitted, transferred), with what ``retired`` runs did (see
+    :func:`retire`); the current run's figures alone (``current``: since the last restart or
+    rebalance, from each snapshot's ``run`` when it has one); the user metrics aggregated
     (``user_metrics``, see :mod:`squall.metrics2.registry`) and per task (``tasks[task]
     ["user_metrics"]``); and each executor's own figures (``executors``, with its ``tasks``)."""
-    out = _figures(kind, snapshots)
+    counted = snapshots if retired is None else [*snapshots, retired]
+    out = _figures(kind, counted)
+    out["current"] = _figures(kind, [s.get("run", s) for s in snapshots])
     metrics: dict[str, float] = {}
     for snapshot in snapshots:
         for name, value in snapshot.get("metrics", {}).items():
@@ -146,7 +167,7 @@ def component_summary(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, A
     if metrics:
         out["metrics"] = metrics
     streams: dict[str, dict[str, int]] = {}
-    for snapshot in snapshots:
+    for snapshot in counted:
         for stream, (emitted, transferred) in snapshot.get("streams", {}).items():
             counts = streams.setdefault(stream, {"emitted": 0, "transferred": 0})
             counts["emitted"] += emitted

@@ -119,6 +119,14 @@ class Bed:
                     pass
             time.sleep(0.1)
 
+    def cut(self, host: int) -> None:
+        """Cut host ``host``'s link to the bridge: its processes run on, unreachable."""
+        _ip("-n", self.bridge, "link", "set", f"p{host}", "down")
+
+    def mend(self, host: int) -> None:
+        """Restore the link :meth:`cut` cut."""
+        _ip("-n", self.bridge, "link", "set", f"p{host}", "up")
+
     def close(self) -> None:
         """Stop everything the bed started, then delete its namespaces."""
         for process in self._processes:

@@ -114,7 +114,7 @@ def test_a_bad_component_value_names_the_component():
     ("supervisor.childopts", "topology 't': config key 'supervisor.childopts' is not a Squall setting: "
                              "Squall does not use it"),
     ("topology.stats.sample.rate", "not a Squall setting: Squall measures latencies on the first tuple"),
-    ("storm.zookeeper.servers", "not in ZooKeeper"),
+    ("storm.zookeeper.auth.payload", "from storm.zookeeper.auth.file (mode 0600), never from a config"),
 ])
 def test_a_key_that_looks_like_a_setting_but_is_none_is_warned_about(caplog, name, expected):
     with caplog.at_level(logging.WARNING, logger="squall.config"):

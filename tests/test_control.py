@@ -22,6 +22,7 @@ import pytest
 from helpers import squall_cli, stays
 
 from squall import control
+from squall.registry.local import LocalRegistry
 from squall.testing import wait_until
 
 pytestmark = pytest.mark.processes
@@ -172,7 +173,7 @@ def list_output(cwd) -> str:
 
 
 def info(name: str = NAME) -> dict:
-    return control.info(name)
+    return control.info(LocalRegistry(), name)
 
 
 def spout_emitted() -> int:
@@ -267,7 +268,7 @@ def test_kill_with_no_wait_returns_once_squall_run_has_printed_its_summary_and_e
     assert run.proc.wait(timeout=10) == 0, run.stderr()
     assert "Traceback" not in run.stderr()
     assert [pid for pid in workers if alive(pid)] == []
-    assert list_output(tmp_path) == "no topologies running"
+    assert list_output(tmp_path) == "no topologies running on this machine"
 
 
 def test_kill_waits_the_message_timeout_with_the_spouts_deactivated(start, tmp_path):
@@ -310,7 +311,7 @@ def test_a_second_run_of_a_running_name_fails_before_submitting(start, home, tmp
 
 
 def test_unknown_names_are_errors(home, tmp_path):
-    assert list_output(tmp_path) == "no topologies running"
+    assert list_output(tmp_path) == "no topologies running on this machine"
     message = "no topology named 'nope' is running on this machine (squall list shows those that are)"
     for args in (["kill", "nope"], ["kill", "nope", "-w", "0"], ["activate", "nope"], ["deactivate", "nope"]):
         proc = squall_cli(*args, cwd=tmp_path)
@@ -326,7 +327,7 @@ def test_an_entry_whose_process_is_gone_is_ignored_and_removed(start, home, tmp_
                                                 "mode": "in-process", "started": time.time() - 100}))
 
     write_stale()
-    assert list_output(tmp_path) == "no topologies running"
+    assert list_output(tmp_path) == "no topologies running on this machine"
     assert not entry_path(home).exists()
 
     write_stale()
@@ -370,7 +371,7 @@ def test_squall_run_serves_the_rest_api_whose_posts_need_the_token_its_owner_can
     wait_until(lambda: "UI and REST API at" in run.stderr(), timeout=10, message="the UI's URL printed")
     url, token = re.search(r"UI and REST API at (http://127\.0\.0\.1:\d+)/\?token=(\w+)", run.stderr()).groups()
     # the owner of the registry entry derives the token from the control secret
-    assert token == ui_token(control.lookup(NAME).secret)
+    assert token == ui_token(LocalRegistry().lookup(NAME).secret)
     status, page, _ = call(f"{url}/api/v1/topology/{NAME}")
     assert status == 200 and page["name"] == NAME and page["status"] == "ACTIVE"
     assert page["spouts"][0]["spoutId"] == "numbers"
@@ -442,12 +443,12 @@ def test_squall_ui_shows_and_steers_every_topology_of_the_machine(start, tmp_pat
 
     run = start("-c", "ui.port=0")
     run.wait_running()
-    wait_until(lambda: control.lookup(NAME).ui is not None, timeout=10, message="the UI published")
+    wait_until(lambda: LocalRegistry().lookup(NAME).ui is not None, timeout=10, message="the UI published")
     err = tmp_path / "ui.err"
     with open(err, "w") as sink:
         ui = subprocess.Popen([sys.executable, "-m", "squall", "ui", "--port", "0"], stderr=sink, cwd=tmp_path)
     try:
-        wait_until(lambda: "UI of this machine's topologies at" in err.read_text(), timeout=20)
+        wait_until(lambda: "UI of the topologies running on this machine at" in err.read_text(), timeout=20)
         url, token = re.search(r"at (http://127\.0\.0\.1:\d+)/\?token=(\w+)", err.read_text()).groups()
 
         assert [t["name"] for t in call(url + "/api/v1/topology/summary")[1]["topologies"]] == [NAME]

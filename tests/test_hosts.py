@@ -1,10 +1,11 @@
 """Squall on a Spark standalone cluster spread over hosts: the multi-host test bed (``netbed``).
 
 Three hosts, each a network namespace of its own on one private bridge: the Spark master and
-the driver (``squall submit``, as a user runs it) on host 0, a one-core worker on each of hosts
-1 and 2. The driver's environment is a user's shell: no Spark or PySpark variables, and a PATH
-whose ``python3`` is not the virtualenv's. The hosts share this machine's file system, so they
-share the interpreter's path, as hosts provisioned alike do.
+the driver (``squall submit``, as a user runs it) on host 0, with Redis and ZooKeeper where a
+test needs them, and a one-core worker on each of hosts 1 and 2. The driver's environment is a
+user's shell: no Spark or PySpark variables, and a PATH whose ``python3`` is not the
+virtualenv's. The hosts share this machine's file system, so they share the interpreter's path,
+as hosts provisioned alike do.
 
 Needs root; CI runs these (see ``netbed.require_bed``).
 """
@@ -31,6 +32,8 @@ from test_processes import put_messages, read_lines  # noqa: E402
 from test_spark import WORDLIB  # noqa: E402
 from test_state import counts_of, expected_counts  # noqa: E402
 from test_state_recovery import committed_offset, swc  # noqa: E402 - swc: examples/stateful_wordcount.py
+from test_zookeeper import user_home  # noqa: E402
+from zookeeper_server import ZooKeeperServer, write_credentials  # noqa: E402
 
 pytestmark = [pytest.mark.hosts, pytest.mark.spark, pytest.mark.timeout(180)]
 
@@ -227,13 +230,20 @@ config = {{**config, "topology.workers": 2, "worker.heartbeat.frequency.secs": 0
 """
 
 
-def test_losing_a_worker_host_reassigns_over_the_host_left_then_grows_back_and_loses_nothing(spark_bed, tmp_path):
+@pytest.mark.parametrize("fault", ["host killed", "link cut"])
+def test_losing_a_worker_host_reassigns_over_the_host_left_then_grows_back_and_loses_nothing(spark_bed, tmp_path,
+                                                                                            fault):
+    """The host dies (kill -9 of everything on it, its Spark worker started again later), or its
+    link is cut for longer than the worker timeout (its processes run on, unreachable, until the
+    link comes back): either way the topology goes on over the host left, then grows back."""
     first = [f"m{i:04d}" for i in range(1500)]
     path = tmp_path / "reliable.py"
     path.write_text(RELIABLE_TOPOLOGY.format(tests=os.path.dirname(__file__), root=str(tmp_path), first=first))
     bed = spark_bed.bed
+    lose, restore = ((lambda: bed.kill_host(2), lambda: spark_bed.start_worker(2)) if fault == "host killed"
+                     else (lambda: bed.cut(2), lambda: bed.mend(2)))
     driver = bed.start(0, [sys.executable, "-m", "squall", "submit", str(path), "--master", spark_bed.master_url,
-                           "--conf", f"spark.driver.host={Bed.address(0)}"],
+                           "--conf", f"spark.driver.host={Bed.address(0)}", "-c", "supervisor.worker.timeout.secs=6"],
                        env=spark_bed.driver_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def sunk() -> set[str]:
@@ -242,14 +252,15 @@ def test_losing_a_worker_host_reassigns_over_the_host_left_then_grows_back_and_l
     try:
         wait_until(lambda: len(sunk()) >= 50, timeout=90, interval=0.2, message="50 messages through the sink")
         assert squall_worker_on(bed, 1) and squall_worker_on(bed, 2)
-        bed.kill_host(2)  # the machine dies: its Spark worker, executor and Squall worker with it
-        at_kill = len(sunk())
-        assert at_kill < len(first), "the kill was not mid-stream"
+        lose()
+        at_loss = len(sunk())
+        assert at_loss < len(first), "the loss was not mid-stream"
         # Storm's answer: the executors go to the slot that is left, within the targets' 30 s
-        wait_until(lambda: len(sunk()) >= at_kill + 100, timeout=30, interval=0.2,
+        wait_until(lambda: len(sunk()) >= at_loss + 100, timeout=30, interval=0.2,
                    message="processing resumed on the host left")
-        assert squall_worker_on(bed, 1) and not squall_worker_on(bed, 2)
-        spark_bed.start_worker(2)  # the host comes back
+        if fault == "host killed":
+            assert squall_worker_on(bed, 1) and not squall_worker_on(bed, 2)
+        restore()  # the host comes back
         wait_until(lambda: squall_worker_on(bed, 2), timeout=60, interval=0.5,
                    message="the topology grown back to a worker on each host")
         second = [f"n{i:04d}" for i in range(100)]
@@ -281,15 +292,40 @@ config = {{"topology.workers": 2, "topology.state.provider": "redis",
 """
 
 
+def zookeeper_on(bed: Bed, host: int, directory) -> ZooKeeperServer:
+    """ZooKeeper serving on ``host``'s address, port 2181."""
+    server = ZooKeeperServer(directory, host=Bed.address(host), port=2181)
+    with open(directory / "zookeeper.log", "w") as log:
+        bed.start(host, server.argv(), stdout=log, stderr=subprocess.STDOUT)
+    probe = f"import socket; socket.create_connection(({server.host!r}, {server.port}), timeout=1)"
+    server.wait_ready(lambda: bed.run(host, [sys.executable, "-c", probe]).returncode == 0)
+    return server
+
+
+def squall_on(bed: Bed, host: int, home: str, *args: str) -> subprocess.CompletedProcess:
+    """A ``squall`` command run on ``host`` by the user of ``home``."""
+    return bed.run(host, ["env", f"SQUALL_HOME={home}", sys.executable, "-m", "squall", *args], timeout=60)
+
+
 def test_stateful_counts_stay_exact_across_a_lost_host_and_a_killed_driver(spark_bed, tmp_path):
     """State in Redis on host 0, reached over the bed by the workers (and over its unix socket by
-    this test): kill -9 of a worker host, then of the driver, then the same submission again."""
+    this test): kill -9 of a worker host, then of the driver, then the same submission again.
+    The cluster state is in ZooKeeper on host 0: the topology is listed and killed from host 1 by
+    a user holding the credentials, and refused to one who does not."""
     bed, redis_dir = spark_bed.bed, tmp_path / "redis"
     redis_dir.mkdir()
     socket_path = str(redis_dir / "redis.sock")
     bed.start(0, [RedisServer.executable(), "--bind", Bed.address(0), "--port", "6379", "--unixsocket", socket_path,
                   "--save", "", "--appendonly", "no", "--dir", str(redis_dir)],
               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    zookeeper = zookeeper_on(bed, 0, tmp_path / "zookeeper")
+    cluster = {"storm.zookeeper.servers": [Bed.address(0)],
+               "storm.zookeeper.auth.file": str(write_credentials(tmp_path / "zk.auth"))}
+    # the driver's user advertises its control socket on host 0's address
+    driver_home = user_home(tmp_path, "driver", {**cluster, "storm.local.hostname": Bed.address(0)})
+    operator = user_home(tmp_path, "operator", cluster)
+    stranger = user_home(tmp_path, "stranger", {**cluster, "storm.zookeeper.auth.file": str(
+        write_credentials(tmp_path / "guess.auth", "squall:guess"))})
     words = swc.make_input(str(tmp_path / "words.txt"), 15_000)
     size, expected = os.path.getsize(words), expected_counts(words)
     path = tmp_path / "bedcount.py"
@@ -305,7 +341,7 @@ def test_stateful_counts_stay_exact_across_a_lost_host_and_a_killed_driver(spark
         with open(tmp_path / log, "w") as out:
             return bed.start(0, [sys.executable, "-m", "squall", "submit", str(path), "--master", spark_bed.master_url,
                                  "--conf", f"spark.driver.host={Bed.address(0)}"],
-                             env=spark_bed.driver_env(), stdout=subprocess.DEVNULL, stderr=out)
+                             env=spark_bed.driver_env(SQUALL_HOME=driver_home), stdout=subprocess.DEVNULL, stderr=out)
 
     def offset() -> int:
         try:
@@ -319,6 +355,11 @@ def test_stateful_counts_stay_exact_across_a_lost_host_and_a_killed_driver(spark
 
     driver = start_driver("driver-1.log")
     committed(0.15)
+    listed = squall_on(bed, 1, operator, "list")
+    assert listed.returncode == 0 and f"{driver.pid}" in listed.stdout, listed
+    refused = squall_on(bed, 1, stranger, "list")
+    assert refused.returncode == 2 and f"ZooKeeper {zookeeper.servers}/squall refuses access" in refused.stderr, \
+        refused
     bed.kill_host(2)
     committed(0.35)  # on the host left
     os.killpg(driver.pid, signal.SIGKILL)  # the driver (its JVM ends with it: its stdin closes)
@@ -327,14 +368,20 @@ def test_stateful_counts_stay_exact_across_a_lost_host_and_a_killed_driver(spark
     spark_bed.start_worker(2)
     spark_bed.wait_for_workers(WORKER_HOSTS)
     spark_bed.wait_for_no_application()  # the killed driver's executors gone
+    # the same name again, though the killed driver's ZooKeeper session may not have expired yet
     driver = start_driver("driver-2.log")
     try:
         committed(1.0)
         assert counts_of("bedcount", topology, state) == expected
-    finally:
-        os.killpg(driver.pid, signal.SIGTERM)
+        killed = squall_on(bed, 1, operator, "kill", "bedcount", "-w", "0")
+        assert killed.returncode == 0, killed
         driver.wait(60)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
     assert driver.returncode == 0, (tmp_path / "driver-2.log").read_text()[-3000:]
+    assert "killed by squall kill" in (tmp_path / "driver-2.log").read_text()
 
 
 def test_without_root_the_bed_says_why(monkeypatch):

@@ -813,8 +813,10 @@ def test_kill_9_of_a_worker_loses_no_message(pcluster, tmp_path, victim):
     # the figures count over the victim's runs: its first run's (as of its last heartbeat, at
     # most 0.2 s and 20 pending tuples before the kill) with the new run's
     figure = "acked" if victim == "a_src" else "executed"
-    counted = pcluster.get_topology_info("alo")["components"][victim][figure]
+    victim_figures = pcluster.get_topology_info("alo")["components"][victim]
+    counted = victim_figures[figure]
     assert counted >= len(wanted) - 40, (figure, counted)
+    assert 0 < victim_figures["current"][figure] < counted  # the new run's alone
 
     after = workers(pcluster, "alo")
     assert after[v]["restarts"] == 1 and after[v]["pid"] == new_pid

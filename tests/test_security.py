@@ -32,7 +32,8 @@ import zmq
 from test_processes import LineLog, free_ports, gone, pconf, read_lines
 
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder
-from squall.control import ControlServer, registry_dir
+from squall.control import ControlServer
+from squall.registry.local import LocalRegistry, registry_dir
 from squall.messaging.security import LinkSecurity
 from squall.messaging.zmq_transport import PAYLOAD_HEADER
 from squall.testing import wait_until
@@ -242,7 +243,7 @@ def refusals(text: str, where: str) -> int:
 def test_a_process_without_the_keys_gets_nothing_in_and_nothing_out(cluster, home, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="squall")
     canary = tmp_path / "canary"
-    with ControlServer(cluster, "guarded", "processes", 3) as control:
+    with ControlServer(cluster, "guarded", "processes", 3, LocalRegistry()) as control:
         cluster.submit_topology("guarded", pconf(), numbers_topology(str(tmp_path), limit=N))
         runner = cluster._get("guarded").runner
         workers = cluster.get_topology_info("guarded")["workers"]
@@ -435,7 +436,7 @@ def test_an_executor_thread_that_dies_in_process_fails_the_topology(tmp_path):
 
 @pytest.mark.processes
 def test_the_registry_keeps_control_keys_private(cluster, home, tmp_path):
-    with ControlServer(cluster, "private", "processes", 3):
+    with ControlServer(cluster, "private", "processes", 3, LocalRegistry()):
         [entry] = registry_dir().glob("*.json")
         assert stat.S_IMODE(entry.stat().st_mode) == 0o600
         assert stat.S_IMODE(registry_dir().stat().st_mode) == 0o700
@@ -473,12 +474,13 @@ def test_another_user_cannot_list_read_or_kill_a_topology(cluster, home, tmp_pat
     from squall import control as ctl
 
     os.chmod(tmp_path, 0o755)  # let the other user reach SQUALL_HOME: the registry's own modes must hold
-    with ControlServer(cluster, "mine", "processes", 3) as control:
+    with ControlServer(cluster, "mine", "processes", 3, LocalRegistry()) as control:
         cluster.submit_topology("mine", pconf(), numbers_topology(str(tmp_path), limit=N))
         [entry] = registry_dir().glob("*.json")
         address = json.loads(entry.read_text())["address"]
-        assert as_nobody(lambda: [e.name for e in ctl.running_topologies()]) == "[]"
-        for action in (lambda: ctl.kill("mine", 0), lambda: ctl.deactivate("mine"), lambda: ctl.info("mine")):
+        assert as_nobody(lambda: [e.name for e in LocalRegistry().running()]) == "[]"
+        for action in (lambda: ctl.kill(LocalRegistry(), "mine", 0), lambda: ctl.deactivate(LocalRegistry(), "mine"),
+                       lambda: ctl.info(LocalRegistry(), "mine")):
             assert as_nobody(action).startswith("NotAliveError: no topology named 'mine'")
 
         def knock() -> str:  # straight at the control socket, with no keys

@@ -24,6 +24,7 @@ pytest.importorskip("pyspark")
 from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
 from squall.spark import SparkCluster, SparkSetupError  # noqa: E402
 from squall.spark.cluster import prepare_driver, spark_defaults, start_session  # noqa: E402
+from squall.registry.local import LocalRegistry  # noqa: E402
 from helpers import squall_cli, stays  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 from test_control import settled  # noqa: E402
@@ -484,7 +485,7 @@ def test_submit_from_a_shell_ships_the_project_runs_on_the_extras_jdk_and_obeys_
 
         wait_until(lambda: any(line.split()[:3] == ["topo", "ACTIVE", "spark"] for line in listed()),
                    timeout=60, interval=0.5, message="squall list shows the submitted topology")
-        acked = lambda: control.info("topo")["components"]["lines"]["acked"]  # noqa: E731
+        acked = lambda: control.info(LocalRegistry(), "topo")["components"]["lines"]["acked"]  # noqa: E731
         wait_until(lambda: acked() == len(lines), timeout=30, interval=0.2, message="every line acked")
         killed = squall_cli("kill", "topo", "-w", "0", env=env)
         assert killed.returncode == 0, killed.stderr

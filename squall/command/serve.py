@@ -13,6 +13,7 @@ from squall.command.report import format_summary, status_line
 from squall.config import Config, merged_config
 from squall.control import ControlServer
 from squall.daemon.nimbus import FAILED, Nimbus
+from squall.registry import open_registry
 from squall.topology import StormTopology
 from squall.ui.server import UiServer, ui_token
 
@@ -29,9 +30,11 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
     executors did up to their close/cleanup, not only what their last heartbeat said.
 
     While it runs, the topology is registered for ``squall list`` / ``kill`` / ``activate`` /
-    ``deactivate`` (:mod:`squall.control`); registering comes before submitting, so a name
-    another process runs fails with ``AlreadyAliveError`` and nothing starts. The entry is
-    removed on every way out, and a ``squall kill`` returns once the summary is printed.
+    ``deactivate`` (:mod:`squall.control`) in the registry its config names (this machine's, or
+    ZooKeeper's, where its state is also published every second: :mod:`squall.registry`);
+    registering comes before submitting, so a name another process runs fails with
+    ``AlreadyAliveError`` and nothing starts. The entry is removed on every way out, and a
+    ``squall kill`` returns once the summary is printed.
 
     Returns 0, or 1 when the topology FAILED (the cluster gave up restarting its workers)."""
     tty = sys.stderr.isatty()
@@ -41,16 +44,17 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
         stop["signal"] = True
 
     merged = merged_config(config)
+    registry = open_registry(merged)
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
-        with ControlServer(cluster, name, mode or where, merged[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS],
-                           merged[Config.TOPOLOGY_MESSAGING_SECURE]) as server:
+        with ControlServer(cluster, name, mode or where, merged[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS], registry,
+                           merged[Config.TOPOLOGY_MESSAGING_SECURE], merged["storm.local.hostname"]) as server:
             cluster.submit_topology(name, config, topology)
             workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
             print(f"squall: topology {name!r} running, workers {where} on ports {workers}; Ctrl-C stops it",
                   file=sys.stderr)
             ui = None
-            started = last_status = time.monotonic()
+            started = last_status = last_published = time.monotonic()
             try:
                 ui = _start_ui(cluster, server, merged)
                 while not stop["signal"] and not server.kill_requested.is_set():
@@ -60,6 +64,9 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
                     info = cluster.get_topology_info(name)
                     if info["status"] == FAILED:
                         break
+                    if time.monotonic() - last_published >= 1.0:
+                        last_published = time.monotonic()
+                        registry.publish_state(name, info)
                     if time.monotonic() - last_status >= (1.0 if tty else 10.0):
                         last_status = time.monotonic()
                         line = status_line(info)
@@ -81,6 +88,7 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
             print(format_summary(info), file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        registry.close()
     if info["status"] == FAILED:
         print(f"squall: topology {name!r} FAILED; see the last error above", file=sys.stderr)
         return 1

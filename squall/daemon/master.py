@@ -44,7 +44,7 @@ from squall.errors import TopologySetupError
 from squall.messaging import schema
 from squall.messaging.security import LinkKeys, LinkSecurity
 from squall.messaging.zmq_transport import LOOPBACK
-from squall.metrics import carry_over
+from squall.metrics import carry_over, current_run
 from squall.scheduler import Assignment
 from squall.topology import StormTopology
 
@@ -202,12 +202,13 @@ class TopologyMaster(ABC):
         final ``stopped`` message, once :meth:`stop` returned; the figures with the executor's
         ``tasks``. Counted over the executor's runs: what its workers did before a restart (as
         of their last heartbeat) adds up with its current run (see
-        :func:`squall.metrics.carry_over`)."""
+        :func:`squall.metrics.carry_over`); the current run's alone under ``run``."""
         current = {(e.component, tuple(e.tasks)): schema.to_dict(e.stats) for slot in self.slots
                    for e in slot.snapshots}
         earlier = dict(self._earlier)  # a copy: the master thread may add to it meanwhile
         return [(component, {"tasks": list(tasks), **carry_over(earlier.get((component, tasks)),
-                                                                 current.get((component, tasks)))})
+                                                                 current.get((component, tasks))),
+                             "run": current_run(current.get((component, tasks)))})
                 for component, tasks in dict.fromkeys([*current, *earlier])]
 
     # -- for subclasses ------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from squall.config import checked_config
 from squall.daemon.stats_history import StatsHistory, Totals, totals_of
 from squall.dsl import Topology, as_storm_topology
 from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
-from squall.metrics import component_summary
+from squall.metrics import component_summary, retire
 from squall.metrics2.consumer import MetricsReporter
 from squall.scheduler import Assignment, assign
 from squall.state.provider import StateProviderError, provider_for
@@ -57,6 +57,8 @@ class _Running:
     history: StatsHistory = field(init=False)
     #: feeds the topology's metrics consumers (topology.metrics.consumer.register)
     reporter: MetricsReporter | None = None
+    #: per component, what the runners that rebalances replaced did (metrics.retire)
+    retired: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.history = StatsHistory(self.started)
@@ -176,7 +178,8 @@ class Nimbus(ABC):
         executors; at most its task count, which never changes), then returns to its previous
         activation. Task ids stay as they were, so a fields grouping sends every key to the same
         task; what the executors kept in memory is gone, as in Storm (state kept in checkpoints
-        is restored); the figures start again from 0. Returns once the topology runs again.
+        is restored); the figures count on (``current`` starts again from 0). Returns once the
+        topology runs again.
 
         Raises ``ValueError`` naming the option at fault (an unknown component, a parallelism
         above the task count, a number of workers below 1) before anything changes, and
@@ -195,6 +198,8 @@ class Nimbus(ABC):
                 if wait > 0 and not clock.is_simulating():
                     time.sleep(wait)
                 running.runner.stop()
+                for component, figures in running.runner.executor_snapshots():
+                    running.retired[component] = retire(running.retired.get(component), figures)
                 runner = self._make_runner(name, topology, conf, assign(topology, conf), running.state)
                 if previous == INACTIVE:
                     runner.set_active(False)  # before start: its spouts start deactivated
@@ -310,25 +315,26 @@ class Nimbus(ABC):
     def _sample(self, name: str) -> tuple[_Running, float, Totals]:
         running = self._get(name)
         now = clock.now()
-        totals = totals_of(running.runner.executor_snapshots())
+        totals = totals_of([*running.runner.executor_snapshots(), *running.retired.items()])
         running.history.record(now, totals)
         return running, now, totals
 
     @staticmethod
     def _info(running: _Running, status: str) -> dict[str, Any]:
         """:meth:`get_topology_info`'s dict for ``running``, with ``status``: the figures are the
-        runner's ``executor_snapshots()`` as of now (also kept for the windows of
-        :meth:`get_window_totals`)."""
+        runner's ``executor_snapshots()`` as of now with what the runners before its rebalances
+        did (also kept for the windows of :meth:`get_window_totals`), and each component's
+        current run alone (``current``)."""
         snapshots: dict[str, list[dict[str, Any]]] = {}
         pairs = running.runner.executor_snapshots()
         for component, snapshot in pairs:
             snapshots.setdefault(component, []).append(snapshot)
-        running.history.record(clock.now(), totals_of(pairs))
+        running.history.record(clock.now(), totals_of([*pairs, *running.retired.items()]))
         components = {}
         for cid, spec in running.topology.components.items():
             kind = "spout" if spec.is_spout else "bolt"
             summary = {"type": kind, "parallelism": spec.parallelism, "num_tasks": spec.num_tasks}
-            summary.update(component_summary(kind, snapshots.get(cid, [])))
+            summary.update(component_summary(kind, snapshots.get(cid, []), running.retired.get(cid)))
             summary["errors"] = running.state.errors(cid)
             components[cid] = summary
         return {

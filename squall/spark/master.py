@@ -9,7 +9,9 @@ other directly over ZeroMQ. The driver's master thread hands out the topology, c
 heartbeats, figures and errors, and relays activate/deactivate/kill, as for local processes.
 
 When any worker dies (its Python process or its executor), Spark aborts the whole barrier
-job; a worker silent for ``supervisor.worker.timeout.secs`` makes the master cancel it. The
+job; a worker silent for ``supervisor.worker.timeout.secs`` makes the master cancel it, and
+let go of the executors of that worker's host (:meth:`SparkTopologyMaster._release_executors`):
+behind a cut link Spark would count their slots as busy until ``spark.network.timeout``. The
 master then resubmits the job after a backoff (``topology.spark.restart.backoff.secs``,
 doubling up to 30 s), at most ``topology.spark.max.restarts`` times in a row (a job healthy
 for ``topology.spark.restart.reset.secs`` resets the count); past that the topology is FAILED
@@ -41,7 +43,8 @@ from squall.scheduler import Assignment, assign
 from squall.topology import StormTopology
 
 _MAX_BACKOFF_SECS = 30.0
-# How long to wait for executors to register before declaring the cluster too small.
+# How long after the application's start executors may still be registering: until then a
+# cluster too small for a topology is waited on rather than refused.
 SLOTS_WAIT_SECS = 15.0
 # How often a topology on fewer workers than requested, or waiting for a slot, looks at the
 # cluster's task slots.
@@ -106,6 +109,14 @@ def task_slots(spark_context: Any) -> int:
     return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
 
 
+def _resolved(host: str) -> str | None:
+    """``host``'s address (executors may be known by name, workers by address); None if unknown."""
+    try:
+        return socket.gethostbyname(host.strip("[]"))
+    except OSError:
+        return None
+
+
 def _job_failure(error: Exception) -> str:
     """The useful lines of a failed job's exception (Py4J's message is a JVM stack trace): the
     line a barrier task failed with itself (see :func:`barrier_worker`) when there is one."""
@@ -147,8 +158,9 @@ class SparkTopologyMaster(TopologyMaster):
     def start(self) -> None:
         needed, held = len(self.slots), sum(self._held_slots.values())
         # executors of other masters (local-cluster, standalone, YARN...) register one by one
-        wait = 0 if _EMBEDDED_MASTER.match(self._sc.master) else SLOTS_WAIT_SECS
-        deadline = time.monotonic() + wait
+        # after the application starts; on a session up for longer, the slots are all there
+        wait = 0 if _EMBEDDED_MASTER.match(self._sc.master) else SLOTS_WAIT_SECS - self._session_age()
+        deadline = time.monotonic() + max(0.0, wait)
         while (total := task_slots(self._sc)) - held < needed and time.monotonic() < deadline:
             time.sleep(0.2)
         if total - held < needed:
@@ -161,6 +173,10 @@ class SparkTopologyMaster(TopologyMaster):
                 + "; lower topology.workers or give the cluster more executors or cores"
             )
         super().start()
+
+    def _session_age(self) -> float:
+        """Seconds since the Spark application started."""
+        return time.time() - self._sc.startTime / 1000.0
 
     def _launch(self, slots: list[WorkerSlot]) -> None:
         generation, count = self.generation, len(self.slots)
@@ -206,12 +222,35 @@ class SparkTopologyMaster(TopologyMaster):
         for slot in self.slots:
             if cause is None and slot.silent_for(now) > self.silence_limit(slot):
                 cause = f"worker {slot.index} (pid {slot.pid}) silent for {slot.silent_for(now):.0f}s"
+                self._release_executors(slot.host)
         if cause is None:
             self._note_health(now)
             self._maybe_grow_back(now)
             return
         setup_error = next((s.setup_error for s in self.slots if s.setup_error), None)
         self._failed(now, f"{setup_error}\n({cause})" if setup_error else cause)
+
+    def _release_executors(self, host: str) -> None:
+        """Have Spark let go of the executors on ``host``, whose worker went silent (a cut link, a
+        frozen machine): Spark itself keeps counting their task slots, busy with the cancelled
+        job's task it cannot reach, until ``spark.network.timeout`` (120 s), and a barrier job
+        waits for free slots. Released this way they stop counting at once, and the application
+        keeps its executor target: once the host answers again, its Spark worker starts a new
+        executor and the topology grows back. Nothing on an embedded master (the driver is the
+        executor) or when the host is not known yet."""
+        if not host or _EMBEDDED_MASTER.match(self._sc.master):
+            return
+        try:
+            wanted = socket.gethostbyname(host)
+            jvm_sc, scala = self._sc._jsc.sc(), self._sc._jvm.scala.jdk.javaapi.CollectionConverters
+            ids = [e.id() for e in scala.asJava(jvm_sc.statusStore().executorList(True))
+                   if e.id() != "driver" and _resolved(e.hostPort().rsplit(":", 1)[0]) == wanted]
+            if ids:  # not replaced now (it could not be reached), nor counted as the application's failure
+                jvm_sc.schedulerBackend().killExecutors(scala.asScala(ids).toSeq(), False, False, True)
+                self.report(None, f"released Spark executor(s) {', '.join(ids)} on {host}, silent: their task "
+                                  f"slots no longer count")
+        except Exception as e:  # noqa: BLE001 - Spark's internals: at worst its own timeout applies
+            self.report(None, f"could not release the Spark executors on {host}: {type(e).__name__}: {e}")
 
     def _free_slots(self) -> int:
         """The cluster's task slots not held by this driver's other topologies (this one's own

@@ -1,8 +1,9 @@
-"""``squall ui``: Storm UI for every topology running on this machine.
+"""``squall ui``: Storm UI for every topology of a registry (this machine's, or the cluster's in
+ZooKeeper).
 
 Squall has no long-lived Nimbus: each ``squall run`` / ``squall submit`` process serves the UI
 of its own topology (:mod:`squall.ui.server`) and records the UI's address and token in its
-registry entry (:mod:`squall.control`). ``squall ui`` reads the registry: the cluster and
+registry entry (:mod:`squall.registry`). ``squall ui`` reads the registry: the cluster and
 topology summaries gather every entry's, and the routes of one topology (its pages' data, its
 POSTs, Storm UI's REST API) are relayed to the process that serves it, with that topology's
 token — which only the owner of the registry entry can read, so this UI acts with the control
@@ -28,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from squall import control
+from squall.registry import Registration, Registry
 from squall.ui import api
 from squall.ui.server import UiApp
 
@@ -37,8 +38,12 @@ RELAY_TIMEOUT_SECS = 10.0
 
 
 class MachineUi(UiApp):
-    """Storm UI for the topologies of this machine's registry (see the module's docstring);
-    ``MachineUi(token, host, port)``."""
+    """Storm UI for the topologies of ``registry`` (see the module's docstring);
+    ``MachineUi(token, host, port, registry)``. The registry is read on the server's threads."""
+
+    def __init__(self, token: str, host: str, port: int, registry: Registry) -> None:
+        super().__init__(token, host, port)
+        self.registry = registry
 
     def api_routes(self) -> list[Route]:
         get, both = ["GET"], ["GET", "POST"]
@@ -52,7 +57,7 @@ class MachineUi(UiApp):
 
     async def _relay(self, request: Request) -> Response:
         """The request, made to the UI of the topology's own process; its answer, as is."""
-        entry = _entry(request.path_params["id"])
+        entry = await run_in_threadpool(self._entry, request.path_params["id"])
         body = await request.body()
         target = entry.ui + request.url.path + (f"?{request.url.query}" if request.url.query else "")
         headers = {"Authorization": f"Bearer {entry.ui_token}"}
@@ -61,10 +66,16 @@ class MachineUi(UiApp):
         status, content = await run_in_threadpool(_fetch, target, request.method, headers, body or None)
         return Response(content, status_code=status, media_type="application/json")
 
+    def _entry(self, name: str) -> Registration:
+        entry = self.registry.lookup(name)  # NotAliveError (404) for a topology not registered
+        if entry.ui is None or entry.ui_token is None:
+            raise api.ApiError(502, f"topology {name!r} (pid {entry.pid}) serves no UI")
+        return entry
+
     async def _summaries(self) -> list[dict[str, Any]]:
         """Every topology's ``/api/v1/topology/summary`` entry (those that no longer answer left out)."""
         out = []
-        for entry in control.running_topologies():
+        for entry in await run_in_threadpool(self.registry.running):
             if entry.ui is None:
                 continue
             status, content = await run_in_threadpool(_fetch, entry.ui + "/api/v1/topology/summary", "GET",
@@ -81,7 +92,7 @@ class MachineUi(UiApp):
 
     async def _metrics(self, request: Request) -> Response:
         texts = []
-        for entry in control.running_topologies():
+        for entry in await run_in_threadpool(self.registry.running):
             if entry.ui is not None:
                 status, content = await run_in_threadpool(_fetch, entry.ui + "/metrics", "GET", {}, None)
                 if status == 200:
@@ -106,13 +117,6 @@ class _Merged:
                 if merged is not family:
                     merged.samples.extend(family.samples)
         yield from families.values()
-
-
-def _entry(name: str) -> control.Registration:
-    entry = control.lookup(name)  # NotAliveError (404) for a topology not running here
-    if entry.ui is None or entry.ui_token is None:
-        raise api.ApiError(502, f"topology {name!r} (pid {entry.pid}) serves no UI")
-    return entry
 
 
 def _fetch(url: str, method: str, headers: dict[str, str], body: bytes | None) -> tuple[int, bytes]:
