@@ -24,10 +24,11 @@ from squall import compiled, control
 from squall.command import UsageError
 from squall.command.overrides import parse_overrides, parse_spark_conf
 from squall.command.plan import format_plan
-from squall.command.serve import serve_topology
-from squall.command.spark_master import check_spark_master
+from squall.command.serve import serve_topology, serve_ui
+from squall.command.spark_master import check_spark_master, local_task_slots
+from squall.command.state import announce_state
 from squall.command.topology_file import load_topology_file
-from squall.config import checked_config, merged_config, user_config
+from squall.config import checked_config, merged_config, squall_home, user_config
 from squall.control import ControlError
 from squall.defaults import DEFAULTS
 from squall.errors import NotAliveError, TopologySetupError
@@ -54,28 +55,34 @@ def _file_topology(args: argparse.Namespace) -> tuple[str, StormTopology, dict[s
 
 def _state_location(name: str, config: dict[str, Any], checkpoint_dir: str | None) -> None:
     """Unless the config names a state provider, the state goes to SQLite files under
-    ``checkpoint_dir`` (default ~/.squall/state/NAME), so that it survives a crash and a
-    topology submitted again under the same name resumes from its last commit."""
+    ``checkpoint_dir`` (default ``state/NAME`` in :func:`~squall.config.squall_home`), so that it
+    survives a crash and a topology submitted again under the same name resumes from its last
+    commit."""
     if config.get(PROVIDER_KEY) is not None:
         if checkpoint_dir is not None:
             raise UsageError(f"--checkpoint-dir is for the default state provider, but the config sets "
                              f"{PROVIDER_KEY}={config[PROVIDER_KEY]!r}")
         return
-    path = checkpoint_dir or os.path.join("~", ".squall", "state", name)
+    path = checkpoint_dir or squall_home() / "state" / name
     config[PROVIDER_KEY] = "sqlite"
     config[PROVIDER_CONFIG_KEY] = {"path": os.path.abspath(os.path.expanduser(path))}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
+    announce_state(name, topology, config, args.fresh)
     with LocalCluster(processes=not args.in_process) as cluster:
         if args.in_process:
-            return serve_topology(cluster, name, topology, config, args.duration, "in this process", "in-process")
-        return serve_topology(cluster, name, topology, config, args.duration, "as processes", "processes")
+            return serve_topology(cluster, name, topology, config, args.duration, "in this process", "in-process",
+                                  args.fail_on_error)
+        return serve_topology(cluster, name, topology, config, args.duration, "as processes", "processes",
+                              args.fail_on_error)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
+    _check_local_slots(name, args.master, merged_config(config)["topology.workers"])
+    announce_state(name, topology, config, args.fresh)
     spark_conf = parse_spark_conf(args.spark_conf)
     py_files = _existing_files("--py-files", args.py_files, lambda f: f)
     if args.archives:
@@ -95,7 +102,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
         for path in py_files:
             cluster.spark.sparkContext.addPyFile(path)
         return serve_topology(cluster, name, topology, config, args.duration, f"as Spark tasks ({cluster.master})",
-                              mode=f"spark {cluster.master}")
+                              f"spark {cluster.master}", args.fail_on_error)
+
+
+def _check_local_slots(name: str, master: str, workers: int) -> None:
+    """UsageError, before Spark starts, when a master of this machine has fewer task slots than
+    the topology has workers (one slot each: a barrier stage runs all its tasks at once)."""
+    slots = local_task_slots(master)
+    if slots is not None and slots < workers:
+        raise UsageError(f"topology {name!r} needs {workers} Spark task slots (one per worker: topology.workers="
+                         f"{workers}) but --master {master} has {slots}; lower topology.workers or give "
+                         f"the master more (local[{workers}])")
 
 
 def _existing_files(option: str, value: str | None, path_of: Callable[[str], str]) -> list[str]:
@@ -217,11 +234,11 @@ def _monitor(args: argparse.Namespace, registry: Registry) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     """Storm's ``ui``: serve the UI of every topology of the registry until Ctrl-C."""
     token = secrets.token_hex(32)
+    port = DEFAULTS["ui.port"] if args.port is None else args.port
     with _registry(args) as registry:
-        try:
-            ui = MachineUi(token, args.host, args.port, registry).start()
-        except OSError as e:
-            raise UsageError(f"the UI cannot listen on {args.host}:{args.port}: {e.strerror}") from None
+        ui = serve_ui(lambda p: MachineUi(token, args.host, p, registry), args.host, port, args.port is not None)
+        if ui is None:
+            raise UsageError(f"the UI cannot listen on {args.host}")
         print(f"squall: UI of the topologies running {registry.where} at {ui.url}/?token={token}; Ctrl-C stops it",
               file=sys.stderr)
         try:
@@ -317,8 +334,12 @@ VERBOSE_HELP = "on an error, print its traceback too"
 DURATION_HELP = "stop after this many seconds (default: until Ctrl-C)"
 
 
+FAIL_ON_ERROR_HELP = ("exit 1 if any component reported an error (without it: only if the topology failed, or "
+                      "a component failed every tuple it got)")
+FRESH_HELP = "drop the state a stateful topology of this name committed before (saying what), and start empty"
 CHECKPOINT_DIR_HELP = ("where a topology with stateful components keeps its state (SQLite files; default "
-                       "~/.squall/state/NAME): the same NAME and PATH resume from the last commit")
+                       "$SQUALL_HOME/state/NAME, else ~/.squall/state/NAME): the same NAME and PATH resume from "
+                       "the last commit")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,11 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (value read as JSON if it parses)")
     run.add_argument("--checkpoint-dir", metavar="PATH", help=CHECKPOINT_DIR_HELP)
+    run.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    run.add_argument("--fail-on-error", action="store_true", help=FAIL_ON_ERROR_HELP)
     run.set_defaults(func=cmd_run)
     submit = subcommand("submit", "run a topology on Spark (the driver is this process)")
     submit.add_argument("file", help=FILE_HELP)
-    submit.add_argument("--master", type=_spark_master, metavar="URL",
-                        help="Spark master URL (default: local[*], Spark embedded in this process)")
+    submit.add_argument("--master", type=_spark_master, metavar="URL", default="local[*]",
+                        help="Spark master URL (default: %(default)s, Spark embedded in this process)")
     submit.add_argument("--name", help="topology name (default: the file's name)")
     submit.add_argument("--duration", type=_seconds, metavar="SECS", help=DURATION_HELP)
     submit.add_argument("--py-files", metavar="FILES",
@@ -371,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a topology config key (value read as JSON if it parses)")
     submit.add_argument("--checkpoint-dir", metavar="PATH",
                         help=CHECKPOINT_DIR_HELP + "; on a cluster, a path every executor can reach")
+    submit.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    submit.add_argument("--fail-on-error", action="store_true", help=FAIL_ON_ERROR_HELP)
     submit.set_defaults(func=cmd_submit)
     plan = subcommand("plan", "print the workers, executors and tasks a topology gets, how its links "
                               "and values are secured, and its configuration with each key's doc")
@@ -411,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui = control_command("ui", "serve Storm UI and its REST API for the running topologies (of this machine, or "
                                "of the cluster in ZooKeeper)")
     ui.add_argument("--host", default=DEFAULTS["ui.host"], help="address to listen on (default: %(default)s)")
-    ui.add_argument("--port", type=int, default=DEFAULTS["ui.port"], help="port (default: %(default)s, Storm UI's)")
+    ui.add_argument("--port", type=int, help=f"port (default: {DEFAULTS['ui.port']}, Storm UI's, else a free one)")
     ui.set_defaults(func=cmd_ui)
     activate = control_command("activate", "activate a running topology's spouts")
     activate.add_argument("name")
@@ -438,6 +463,8 @@ def _fail(error: Exception, status: int, verbose: bool) -> int:
     """Print ``error`` on one line (after its traceback if ``verbose``) and return ``status``."""
     if verbose:
         traceback.print_exception(error)
+        if getattr(error, "details", ""):  # a worker's own traceback
+            print(error.details.rstrip(), file=sys.stderr)
     print(f"squall: error: {error}", file=sys.stderr)
     return status
 

@@ -41,7 +41,10 @@ class Tracker:
 
 
 class TopologyState:
-    """Errors of every component, and the optional test hooks (tracker, emit capture)."""
+    """Errors of every component, and the optional test hooks (tracker, emit capture).
+
+    Of each component it keeps the last :data:`MAX_ERRORS_PER_COMPONENT` errors, a run of
+    identical ones folded into one entry with its ``count``, and the true count of all."""
 
     def __init__(
         self,
@@ -52,12 +55,27 @@ class TopologyState:
         self.capture = capture
         self._lock = threading.Lock()
         self._errors: dict[str, deque[dict[str, Any]]] = {}
+        self._counts: dict[str, int] = {}
 
-    def report_error(self, component: str, task: int, text: str, when: float | None = None) -> None:
+    def report_error(self, component: str, task: int, text: str, when: float | None = None,
+                     count: int = 1) -> None:
+        """Record ``count`` occurrences of the error ``text`` (the last at ``when``)."""
+        when = time.time() if when is None else when
         with self._lock:
+            self._counts[component] = self._counts.get(component, 0) + count
             errors = self._errors.setdefault(component, deque(maxlen=MAX_ERRORS_PER_COMPONENT))
-            errors.append({"error": text, "task": task, "time": time.time() if when is None else when})
+            if errors and errors[-1]["error"] == text:
+                errors[-1].update(task=task, time=when, count=errors[-1]["count"] + count)
+            else:
+                errors.append({"error": text, "task": task, "time": when, "count": count})
 
     def errors(self, component: str) -> list[dict[str, Any]]:
+        """The component's last errors, oldest first: ``error``, ``task``, ``time`` (the last
+        occurrence's), ``count``."""
         with self._lock:
             return [dict(e) for e in self._errors.get(component, ())]
+
+    def error_count(self, component: str) -> int:
+        """How many errors the component reported, all of them."""
+        with self._lock:
+            return self._counts.get(component, 0)

@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from squall.defaults import DEFAULTS, KEYS, STORM_KEYS_NOT_USED
 
 
@@ -130,11 +128,18 @@ def warn_unknown_keys(conf: Mapping[str, Any], where: str) -> None:
             log.warning("%s: config key %r is not a Squall setting: Squall does not use it", where, name)
 
 
-def user_config_path() -> Path:
-    """The user's config file, Storm's ``~/.storm/storm.yaml``: ``$SQUALL_HOME/squall.yaml``, else
-    ``~/.squall/squall.yaml``."""
+def squall_home() -> Path:
+    """Where Squall keeps what it keeps for this user: ``$SQUALL_HOME``, else ``~/.squall``.
+
+    Read on every call, so that a test can point it elsewhere by setting ``SQUALL_HOME``."""
     home = os.environ.get("SQUALL_HOME")
-    return (Path(home) if home else Path.home() / ".squall") / "squall.yaml"
+    return Path(home) if home else Path.home() / ".squall"
+
+
+def user_config_path() -> Path:
+    """The user's config file, Storm's ``~/.storm/storm.yaml``: ``squall.yaml`` in
+    :func:`squall_home`."""
+    return squall_home() / "squall.yaml"
 
 
 def user_config() -> dict[str, Any]:
@@ -148,6 +153,8 @@ def user_config() -> dict[str, Any]:
         return {}
     except OSError as e:
         raise ValueError(f"{path}: {e.strerror}") from None
+    import yaml  # here: only the commands read the user's config, and workers need not import it
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

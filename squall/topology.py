@@ -19,6 +19,7 @@ from squall.grouping import (
 from squall.spout import Spout
 from squall.stateful import StatefulComponent
 from squall.tuple import Fields
+from squall.utils import pickling
 from squall.windowing.bolt import BaseWindowedBolt
 from squall.windowing.checks import check_windowed_bolt
 from squall.windowing.executor import WindowedBoltExecutor, windowed_executor
@@ -154,7 +155,7 @@ class BoltDeclarer(_ComponentDeclarer):
         if not callable(getattr(grouping, "choose_tasks", None)):
             raise InvalidTopologyError(f"{where}: {grouping!r} has no choose_tasks(task_id, values)")
         try:
-            blob = cloudpickle.dumps(grouping)
+            blob = pickling.dumps(grouping)
         except Exception as e:
             raise InvalidTopologyError(f"{where}: grouping cannot be serialized: {e}") from e
         return self._subscribe(component, stream, GroupingSpec(CUSTOM, custom=blob))
@@ -253,7 +254,7 @@ class TopologyBuilder:
                 raise InvalidTopologyError(f"component {cid!r}: {BLOCKING_KEY!r} must be true or false, "
                                            f"got {conf[BLOCKING_KEY]!r}")
             try:
-                serialized = cloudpickle.dumps(entry.obj)
+                serialized = pickling.dumps(entry.obj)
             except Exception as e:
                 raise InvalidTopologyError(
                     f"component {cid!r} ({type(entry.obj).__name__}) cannot be serialized: {e}"

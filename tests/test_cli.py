@@ -8,13 +8,15 @@ the whole of what a user sees."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import textwrap
+import time
 
 import pytest
 
-from helpers import BasicSink, logged, record, squall_cli, summary_row
+from helpers import REPO, BasicSink, logged, record, squall_cli, summary_row
 from squall import Config, LocalCluster, Spout, TopologyBuilder, compiled
 from squall.cli import main
 from squall.command.plan import CONFIG_HEADER
@@ -98,7 +100,9 @@ def test_verbose_prints_the_traceback_before_the_line(tmp_path, capsys, flag_fir
     assert err.endswith(f"squall: error: {path}:2: NameError: name 'undefined_name' is not defined\n")
 
 
-def test_a_failed_open_still_exits_1_its_traceback_only_with_verbose(tmp_path, capsys):
+@pytest.mark.parametrize("mode", [["--in-process"], pytest.param([], marks=pytest.mark.processes)],
+                         ids=["in-process", "processes"])
+def test_a_failed_open_still_exits_1_in_one_line_its_traceback_only_with_verbose(tmp_path, capsys, mode):
     path = write(tmp_path, """
         from squall import Spout, TopologyBuilder
 
@@ -117,11 +121,14 @@ def test_a_failed_open_still_exits_1_its_traceback_only_with_verbose(tmp_path, c
         builder.set_spout("broken", Broken())
         topology = builder.create_topology()
     """)
-    assert main(["run", path, "--in-process", "--name", "broken-open"]) == 1
+    assert main(["run", path, *mode, "--name", "broken-open"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("squall: error: topology 'broken-open': ") and line.endswith(
+        "component 'broken' (task 2) failed to start: OSError: no source"), line
+    assert main(["run", path, *mode, "--name", "broken-open", "-v"]) == 1
     err = capsys.readouterr().err
-    assert "Traceback" not in err and err.startswith("squall: error: ") and "no source" in err, err
-    assert main(["run", path, "--in-process", "--name", "broken-open", "-v"]) == 1
-    assert capsys.readouterr().err.startswith("Traceback (most recent call last):\n")
+    assert err.startswith("Traceback (most recent call last):\n")
+    assert f'File "{path}", line {line_of(path, "raise OSError")}, in open' in err, err
 
 
 def test_the_command_line_user_sees_one_line_and_status_2(tmp_path):
@@ -129,6 +136,113 @@ def test_the_command_line_user_sees_one_line_and_status_2(tmp_path):
     proc = squall_cli("run", path, "--in-process", cwd=tmp_path)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"squall: error: {path}:2: SyntaxError: "
                                                                   "invalid syntax\n")
+
+
+@pytest.mark.parametrize("file_name, neighbour, culprit", [
+    ("numbers.py", None, "{path}"),  # the first hour's case: decimal, hence msgspec, imports numbers
+    ("topo.py", "queue.py", "{tmp_path}/queue.py (next to {path})"),
+    ("topo.py", "decimal", "{tmp_path}/decimal (next to {path})"),  # a package
+])
+def test_a_module_named_like_the_standard_librarys_is_refused_in_one_line_before_any_worker(
+        tmp_path, file_name, neighbour, culprit):
+    path = write(tmp_path, PLAN_FILE, file_name)
+    if neighbour == "queue.py":
+        write(tmp_path, "x = 1\n", neighbour)
+    elif neighbour is not None:
+        (tmp_path / neighbour).mkdir()
+        (tmp_path / neighbour / "__init__.py").write_text("")
+    proc = squall_cli("run", path, "--duration", "5")  # not from its directory: `python -m` would import from there
+    name = (neighbour or file_name).removesuffix(".py")
+    assert (proc.returncode, proc.stderr) == (2, f"squall: error: {culprit.format(path=path, tmp_path=tmp_path)} "
+                                                 f"has the name of the standard library's module {name!r}, which it "
+                                                 f"would replace in the workers: rename it\n")
+
+
+PICKY_FILE = """
+from squall import BasicBolt, Spout, TopologyBuilder
+
+
+class Numbers(Spout):
+    outputs = ["n"]
+
+    def open(self, conf, context, collector):
+        self.collector, self.n = collector, 0
+
+    def next_tuple(self):
+        if self.n < 3:
+            self.n += 1
+            self.collector.emit([self.n])
+
+
+class Picky(BasicBolt):
+    def execute(self, tup, collector):
+        if tup.values[0] % {every} == 0:
+            raise ValueError(f"picky about {{tup.values[0]}}")
+
+
+builder = TopologyBuilder()
+builder.set_spout("numbers", Numbers())
+builder.set_bolt("picky", Picky()).shuffle_grouping("numbers")
+topology = builder.create_topology()
+"""
+
+
+@pytest.mark.parametrize("mode", [["--in-process"], pytest.param([], marks=pytest.mark.processes)],
+                         ids=["in-process", "processes"])
+def test_a_component_failing_every_tuple_is_said_once_with_its_file_and_line_and_exits_1(tmp_path, mode):
+    path = write(tmp_path, PICKY_FILE.format(every=1), "picky.py")
+    proc = squall_cli("run", path, "--duration", "3", *mode, cwd=tmp_path)
+    err = proc.stderr
+    # the first error of its kind as it happens, its traceback naming the user's file and line
+    assert err.count("squall: error in 'picky' (task 3); further ones of this kind are counted:\n") == 1, err
+    assert f'File "{path}", line {line_of(path, "raise ValueError")}, in execute' in err, err
+    assert "<dynamic-code>" not in err
+    assert "\n3 error(s) in 'picky'; the last (task 3):" in err  # the true count
+    assert (proc.returncode, err.splitlines()[-1]) == (
+        1, "squall: topology 'picky' did no work: 'picky' failed every tuple it got; see the errors above")
+
+
+def test_other_errors_exit_0_unless_fail_on_error(tmp_path):
+    path = write(tmp_path, PICKY_FILE.format(every=2), "picky.py")
+    assert squall_cli("run", path, "--duration", "2", "--in-process", cwd=tmp_path).returncode == 0
+    strict = squall_cli("run", path, "--duration", "2", "--in-process", "--fail-on-error", cwd=tmp_path)
+    assert (strict.returncode, strict.stderr.splitlines()[-1]) == (
+        1, "squall: topology 'picky' reported 1 error(s) (--fail-on-error); see above")
+
+
+def test_squall_run_says_where_the_state_comes_from_and_fresh_drops_it(tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("the cow jumped over the moon\n" * 2000)
+    env = {**os.environ, "SQUALL_HOME": str(tmp_path / "home"), "SQUALL_WORDS_FILE": str(words)}
+    where = re.escape(str(tmp_path / "home" / "state" / "stateful_wordcount"))  # SQUALL_HOME's, by default
+    commit = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(checkpoint \d+\)"
+
+    def run(*more: str) -> str:
+        proc = squall_cli("run", os.path.join(REPO, "examples", "stateful_wordcount.py"), "--in-process",
+                          "--duration", "2", "-c", "topology.state.checkpoint.interval.ms=100", *more, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    assert re.search(rf"^squall: starting 'stateful_wordcount' with empty state in {where}$", run(), re.M)
+    assert re.search(rf"^squall: resuming 'stateful_wordcount' from the state committed at {commit} in {where} "
+                     r"\(--fresh starts over\)$", run(), re.M)
+    assert re.search(rf"^squall: --fresh: dropping the state of 'stateful_wordcount' in {where} \(committed at "
+                     rf"{commit}\)\nsquall: starting 'stateful_wordcount' with empty state in {where}$",
+                     run("--fresh"), re.M)
+    plain = squall_cli("run", write(tmp_path, PLAN_FILE), "--fresh", env=env)
+    assert (plain.returncode, plain.stderr) == (2, "squall: error: --fresh: topology 'topo' has no stateful "
+                                                   "component: it keeps no state to drop\n")
+
+
+@pytest.mark.parametrize("master, slots", [("local[1]", 1), ("local", 1), ("local-cluster[1,1,512]", 1)])
+def test_a_local_master_with_too_few_slots_is_refused_before_spark_starts(tmp_path, capsys, master, slots):
+    path = write(tmp_path, PLAN_FILE)
+    started = time.monotonic()
+    assert main(["submit", path, "--master", master, "-c", "topology.workers=2"]) == 2
+    assert capsys.readouterr().err == (f"squall: error: topology 'topo' needs 2 Spark task slots (one per worker: "
+                                       f"topology.workers=2) but --master {master} has {slots}; lower "
+                                       f"topology.workers or give the master more (local[2])\n")
+    assert time.monotonic() - started < 5  # no JVM was started
 
 
 # -- bad arguments -------------------------------------------------------------------------------------

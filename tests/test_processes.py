@@ -1302,7 +1302,7 @@ def test_unserializable_value_fails_the_tuple_and_keeps_the_worker(pcluster, tmp
                message="every point failed")
     assert sorted(read_file_lines(tmp_path / "points-spout.log")[1:]) == sorted(f"fail {i}" for i in range(n))
     assert read_file_lines(tmp_path / "points-bolt.log") == []
-    wait_until(lambda: len(component(pcluster, "nopoints", "a_points")["errors"]) == n, timeout=5,
+    wait_until(lambda: component(pcluster, "nopoints", "a_points")["error_count"] == n, timeout=5,
                message="an error per point")
     for e in component(pcluster, "nopoints", "a_points")["errors"]:
         assert "cannot be serialized" in e["error"] and "Point" in e["error"], e["error"]

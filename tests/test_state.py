@@ -206,6 +206,22 @@ def test_counts_are_exact(words_file, workers):
         assert counts_of(f"exact{workers}", topology, c) == expected_counts(words_file)
 
 
+def test_the_status_line_counts_the_users_components_and_streams_not_the_checkpoints(words_file):
+    from squall.command.report import status_line
+
+    topology, c = swc.build(words_file), conf()
+    with LocalCluster() as cluster:
+        cluster.submit_topology("status", c, topology)
+        wait_for_commit_of_all("status", topology, c, words_file)
+        info = cluster.get_topology_info("status")
+    components = info["components"]
+    assert components[CHECKPOINT_COMPONENT]["acked"] > 0  # its barriers' trees: not the user's
+    user_emitted = sum(components[cid]["streams"].get("default", {}).get("emitted", 0)
+                       for cid in ("lines", "split", "count"))
+    assert user_emitted > 0
+    assert f"| emitted {user_emitted:,} | spout acked 0 failed 0 | errors 0" in status_line(info)
+
+
 class FlakyCount(swc.WordCount):
     """Fails the prepare of its first checkpoints (task of index 0)."""
 
@@ -238,7 +254,7 @@ def test_a_failed_checkpoint_rolls_back_and_counts_stay_exact(words_file):
         wait_for_commit_of_all("flaky", topology, c, words_file)
         assert counts_of("flaky", topology, c) == expected_counts(words_file)
         errors = cluster.get_topology_info("flaky")["components"]["count"]["errors"]
-        assert len(errors) == 3 and all("refused" in e["error"] for e in errors)
+        assert sum(e["count"] for e in errors) == 3 and all("refused" in e["error"] for e in errors)
 
 
 class PutsUnstorable(swc.WordCount):

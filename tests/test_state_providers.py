@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 from redis_server import redis_client_module, redis_server  # noqa: F401  (a fixture)
-from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY, StateProvider, StateProviderError, provider_for
+from squall.state.provider import (
+    PROVIDER_CONFIG_KEY, PROVIDER_KEY, Commit, StateProvider, StateProviderError, provider_for,
+)
 from squall.testing import RedisServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -233,6 +235,27 @@ def test_committed_txid_survives_a_new_provider_object(make: MakeProvider) -> No
     assert again.committed() == 8
 
 
+def test_the_last_commit_says_which_checkpoint_and_when_and_drop_forgets_it(make: MakeProvider) -> None:
+    provider = make()
+    assert provider.last_commit() is None  # nothing there; and reading it claims nothing
+    provider.check(LAYOUT)
+    assert make().last_commit() is None  # claimed, never committed
+    store = provider.task_store("count", 0)
+    before = time.time()
+    _checkpoint(provider, store, 1, {b"a": b"1"})
+    _checkpoint(provider, store, 2, {b"a": b"2"})
+    store.close()
+    commit = make().last_commit()
+    assert commit.txid == 2 and before <= commit.at <= time.time()
+    make().drop()
+    again = make()
+    assert again.last_commit() is None
+    again.check({"other": 1})  # the location is free again, for any layout
+    assert again.task_store("other", 0).load(None) == {}
+    again.drop()
+    again.drop()  # nothing there: nothing to do
+
+
 def test_check_refuses_another_layout(make: MakeProvider) -> None:
     make().check(LAYOUT)
     with pytest.raises(StateProviderError, match=r"stateful components .*'count': 2.*'count': 3"):
@@ -252,6 +275,9 @@ def test_check_refuses_a_location_of_another_topology(make_durable: MakeProvider
         other.committed()
     with pytest.raises(StateProviderError, match="topology 'first', not of 'second'"):
         other.set_committed(1)
+    for action in (other.last_commit, other.drop):  # neither reads nor drops another topology's state
+        with pytest.raises(StateProviderError, match="topology 'first', not of 'second'"):
+            action()
     assert make_durable("first").committed() is None
 
 
@@ -347,6 +373,22 @@ def test_sqlite_files(tmp_path: Path) -> None:
     tasks = " ".join(sorted(p.name for p in (tmp_path / "state" / "tasks").glob("*.sqlite")))
     assert re.fullmatch(r"a_b~[0-9a-f]{16}-0\.sqlite count-0\.sqlite count~[0-9a-f]{16}-0\.sqlite", tasks)
     assert (tmp_path / "state" / "topology.sqlite").is_file()
+
+
+def test_a_sqlite_location_older_than_the_commit_time_gets_it_at_its_next_commit(tmp_path: Path) -> None:
+    import sqlite3
+
+    (tmp_path / "state").mkdir()
+    with sqlite3.connect(tmp_path / "state" / "topology.sqlite") as conn:  # as Squall made it before
+        conn.execute("CREATE TABLE topology (id INTEGER PRIMARY KEY CHECK (id = 0), name TEXT NOT NULL, "
+                     "layout TEXT NOT NULL, committed INTEGER)")
+        conn.execute("INSERT INTO topology VALUES (0, 'topology', ?, 5)", (json.dumps(LAYOUT, sort_keys=True),))
+    provider = _sqlite(path=str(tmp_path / "state"))
+    assert provider.last_commit() == Commit(5, None)
+    provider.check(LAYOUT)
+    provider.set_committed(6)
+    commit = _sqlite(path=str(tmp_path / "state")).last_commit()
+    assert commit.txid == 6 and commit.at is not None
 
 
 # -- Redis ---------------------------------------------------------------------------------------

@@ -319,3 +319,29 @@ def test_user_metrics_reach_the_component_page_and_the_prometheus_endpoint(clust
     assert {s.labels["task"] for s in processed} == {str(t) for t in page["taskUserMetrics"]}
     assert sum(s.value for s in families["squall_user_work_seconds"].samples
                if s.name == "squall_user_work_seconds_count" and s.labels["component"] == "metered") == 20
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["default port", "port asked for"])
+def test_a_taken_ui_port_falls_back_to_a_free_one_saying_so_only_when_it_was_asked_for(capsys, explicit):
+    import socket
+
+    from squall.command.serve import serve_ui
+    from squall.registry.local import LocalRegistry
+    from squall.ui.machine import MachineUi
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ui = serve_ui(lambda p: MachineUi(TOKEN, "127.0.0.1", p, LocalRegistry()), "127.0.0.1", port, explicit)
+        try:
+            assert ui.port not in (port, 0)
+            assert call(f"http://127.0.0.1:{ui.port}/api/v1/cluster/summary", headers=AUTH)[0] == 200
+        finally:
+            ui.stop()
+    err = capsys.readouterr().err
+    if explicit:
+        assert err.startswith(f"squall: the UI cannot listen on 127.0.0.1:{port} (Address already in use")
+        assert err.count("\n") == 1, err
+    else:
+        assert err == ""

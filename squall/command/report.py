@@ -7,16 +7,24 @@ from __future__ import annotations
 from typing import Any
 
 
+def is_system(name: str) -> bool:
+    """A component or stream of Squall's own (the ackers ``__acker``, ``__tick``, the
+    checkpoint spout ``$checkpointspout`` and its stream...), not the user's: left out of the
+    totals, as Storm UI leaves its system ones."""
+    return name.startswith(("__", "$"))
+
+
 def status_line(info: dict[str, Any]) -> str:
-    """Name, status, uptime and the totals: tuples emitted, spout trees acked and failed,
-    errors recorded."""
-    comps = info["components"].values()
-    emitted = sum(c["emitted"] for c in comps)
+    """Name, status, uptime and the totals of the user's components and streams: tuples
+    emitted, spout trees acked and failed; and the errors recorded (all of them)."""
+    comps = [c for cid, c in info["components"].items() if not is_system(cid)]
+    emitted = sum(counts["emitted"] for c in comps for stream, counts in c.get("streams", {}).items()
+                  if not is_system(stream))
     acked = sum(c["acked"] for c in comps if c["type"] == "spout")
     failed = sum(c["failed"] for c in comps if c["type"] == "spout")
-    errors = sum(len(c["errors"]) for c in comps)
+    errors = sum(c["error_count"] for c in info["components"].values())
     return (f"{info['name']} {info['status']} {info['uptime_secs']:.0f}s | emitted {emitted:,} | "
-            f"spout acked {acked:,} failed {failed:,} | errors {errors}")
+            f"spout acked {acked:,} failed {failed:,} | errors {errors:,}")
 
 
 def format_summary(info: dict[str, Any]) -> str:
@@ -35,6 +43,6 @@ def format_summary(info: dict[str, Any]) -> str:
     for cid, c in info["components"].items():
         if c["errors"]:
             last = c["errors"][-1]
-            lines.append(f"\n{len(c['errors'])} error(s) in {cid!r}; the last (task {last['task']}):\n"
+            lines.append(f"\n{c['error_count']:,} error(s) in {cid!r}; the last (task {last['task']}):\n"
                          f"{last['error'].rstrip()}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ one line. Spark 4 dropped Mesos support: ``mesos://`` is refused too.
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.parse
 
@@ -46,6 +47,20 @@ def check_spark_master(url: str) -> str:
     if url.startswith("mesos://"):
         raise ValueError(f"{url!r}: Spark 4 dropped Mesos support; expected {EXPECTED}")
     raise ValueError(f"{url!r} is not a Spark master URL; expected {EXPECTED}")
+
+
+def local_task_slots(url: str) -> int | None:
+    """The task slots a master Spark runs on this machine gives (``local``: 1, ``local[N]``: N,
+    ``local[*]``: the cores, ``local-cluster[W,C,M]``: W x C), known before Spark starts; None for
+    a cluster's master. ``url`` is one :func:`check_spark_master` took."""
+    local = _LOCAL.fullmatch(url)
+    if local is not None:
+        threads = local["threads"]
+        return 1 if threads is None else (os.cpu_count() or 1) if threads == "*" else int(threads)
+    cluster = _LOCAL_CLUSTER.fullmatch(url)
+    if cluster is not None:
+        return int(cluster[1]) * int(cluster[2])
+    return None
 
 
 def _check_standalone(url: str, master: str) -> None:

@@ -24,15 +24,19 @@ def load_topology_file(path: str) -> tuple[StormTopology, dict[str, Any]]:
     (:func:`declared_topologies`), its ``create_topology()`` and its ``config`` (a module-level
     ``config`` merged over it).
 
-    Raises :class:`UsageError`, its message one line: no such file; the file does not compile
-    or raised while it ran (:func:`_run_file`); it defines no topology, several, or something
-    else under the name."""
+    Raises :class:`UsageError`, its message one line: no such file; the file, or a module next
+    to it, has the name of a standard-library module (:func:`_refuse_shadowing`); the file does
+    not compile or raised while it ran (:func:`_run_file`); it defines no topology, several, or
+    something else under the name."""
     if not os.path.isfile(path):
         raise UsageError(f"no such file: {path}")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    directories = [os.path.dirname(os.path.abspath(path))]
     project = find_project(path)
     if project is not None:
-        sys.path.insert(0, os.path.join(project, "src"))  # where its components are, as sparse run has it
+        directories.append(os.path.join(project, "src"))  # where its components are, as sparse run has it
+    for directory in directories:
+        _refuse_shadowing(path, directory)
+        sys.path.insert(0, directory)
     namespace = _run_file(path)
     config = namespace.get("config") or {}
     if not isinstance(config, dict):
@@ -61,6 +65,21 @@ def load_topology_file(path: str) -> tuple[StormTopology, dict[str, Any]]:
             f"(found {type(topology).__name__})"
         )
     return topology, dict(config)
+
+
+def _refuse_shadowing(path: str, directory: str) -> None:
+    """UsageError naming the first module of ``directory`` (``NAME.py`` or a package) that has
+    the name of a standard-library module this process imported: the workers import from the
+    topology's directory first, so Python's own module would be replaced by it there (a
+    ``numbers.py`` breaks ``decimal``, and every worker with it)."""
+    for entry in sorted(os.listdir(directory)):
+        full = os.path.join(directory, entry)
+        name = entry[:-3] if entry.endswith(".py") and os.path.isfile(full) else (
+            entry if os.path.isfile(os.path.join(full, "__init__.py")) else None)
+        if name in sys.stdlib_module_names and name in sys.modules:
+            what = path if os.path.samefile(full, path) else f"{full} (next to {path})"
+            raise UsageError(f"{what} has the name of the standard library's module {name!r}, which it would "
+                             f"replace in the workers: rename it")
 
 
 def _run_file(path: str) -> dict[str, Any]:

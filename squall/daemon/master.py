@@ -58,7 +58,12 @@ _STOPPED_GRACE_SECS = 1.0
 
 
 class WorkerStartError(TopologySetupError):
-    """A worker could not start; the message holds the cause."""
+    """A worker could not start; the message holds the cause in a line, ``details`` the
+    worker's traceback when it sent one (what ``--verbose`` prints)."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 class WorkerSlot:
@@ -82,7 +87,8 @@ class WorkerSlot:
         self.started_at = time.monotonic()
         self.last_heartbeat = 0.0
         self.snapshots: list[schema.ExecutorReport] = []
-        self.setup_error: str | None = None
+        self.setup_error: str | None = None  # one line
+        self.setup_trace = ""  # its traceback, if the worker sent one
 
     def silent_for(self, now: float) -> float:
         """Seconds since the last sign of life (heartbeat, or launch while not ready)."""
@@ -154,7 +160,8 @@ class TopologyMaster(ABC):
                                         "(supervisor.worker.start.timeout.secs)")
                     failure = self.failure
                 if failure is not None:
-                    raise WorkerStartError(f"topology {self.name!r}: {failure}")
+                    trace = next((s.setup_trace for s in self.slots if s.setup_trace), "")
+                    raise WorkerStartError(f"topology {self.name!r}: {failure}", trace)
                 time.sleep(0.01)
         except BaseException:
             self.stop()  # Ctrl-C included: nothing of this topology is left running
@@ -360,6 +367,6 @@ class TopologyMaster(ABC):
                 slot.snapshots = message.executors
                 slot.stopped = isinstance(message, schema.Stopped)
                 for error in message.errors:
-                    self._state.report_error(error.component, error.task, error.error, error.time)
-            case schema.SetupFailed(error=error):
-                slot.setup_error = error
+                    self._state.report_error(error.component, error.task, error.error, error.time, error.count)
+            case schema.SetupFailed(error=error, trace=trace):
+                slot.setup_error, slot.setup_trace = error, trace

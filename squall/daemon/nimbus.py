@@ -336,6 +336,7 @@ class Nimbus(ABC):
             summary = {"type": kind, "parallelism": spec.parallelism, "num_tasks": spec.num_tasks}
             summary.update(component_summary(kind, snapshots.get(cid, []), running.retired.get(cid)))
             summary["errors"] = running.state.errors(cid)
+            summary["error_count"] = running.state.error_count(cid)
             components[cid] = summary
         return {
             "name": running.name,

@@ -56,6 +56,10 @@ log = logging.getLogger("squall.worker")
 _CONTROL_TICK_SECS = 0.005
 
 
+class _ComponentStartError(RuntimeError):
+    """A component's open/prepare raised: the message names the component and the cause."""
+
+
 class _ForwardingState(TopologyState):
     """Keeps errors until the next heartbeat carries them to the master."""
 
@@ -63,11 +67,17 @@ class _ForwardingState(TopologyState):
         super().__init__()
         self.unsent: list[dict[str, Any]] = []
 
-    def report_error(self, component: str, task: int, text: str, when: float | None = None) -> None:
+    def report_error(self, component: str, task: int, text: str, when: float | None = None,
+                     count: int = 1) -> None:
         when = time.time() if when is None else when
-        super().report_error(component, task, text, when)
+        super().report_error(component, task, text, when, count)
+        text = text[:schema.MAX_TEXT]
         with self._lock:
-            self.unsent.append(schema.ErrorReport(component, task, text[:schema.MAX_TEXT], when))
+            last = self.unsent[-1] if self.unsent else None
+            if last is not None and (last.component, last.error) == (component, text):  # one report for a run
+                self.unsent[-1] = schema.ErrorReport(component, task, text, when, last.count + count)
+            else:
+                self.unsent.append(schema.ErrorReport(component, task, text, when, count))
 
     def take_unsent(self) -> list[schema.ErrorReport]:
         with self._lock:
@@ -169,7 +179,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])
         if failures:
             executor, error = failures[0]
-            raise RuntimeError(
+            raise _ComponentStartError(
                 f"component {executor.component!r} (task {executor.task_ids[0]}) failed to start: "
                 f"{type(error).__name__}: {error}"
             ) from error
@@ -179,7 +189,9 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
     except _Killed:
         code = 0
     except BaseException as e:  # noqa: BLE001 - whatever it is, the master must hear the cause
-        control.send(schema.SetupFailed("".join(traceback.format_exception(e))[:schema.MAX_TEXT]))
+        summary = (str(e) if isinstance(e, _ComponentStartError) else f"{type(e).__name__}: {e}").splitlines()
+        control.send(schema.SetupFailed((summary or [type(e).__name__])[0][:schema.MAX_TEXT],
+                                        "".join(traceback.format_exception(e))[:schema.MAX_TEXT]))
         code = 1
     else:
         ready = True

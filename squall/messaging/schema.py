@@ -126,7 +126,8 @@ class ErrorReport(msgspec.Struct, frozen=True):
     component: Name
     task: int
     error: Text
-    time: float
+    time: float  # the last occurrence's
+    count: Annotated[int, msgspec.Meta(ge=1)] = 1  # identical errors in a row, reported once
 
 
 class Hello(msgspec.Struct, frozen=True, tag="hello", tag_field="type"):
@@ -144,7 +145,8 @@ class Ready(msgspec.Struct, frozen=True, tag="ready", tag_field="type"):
 
 
 class SetupFailed(msgspec.Struct, frozen=True, tag="setup_error", tag_field="type"):
-    error: Text
+    error: Text  # one line: what failed and why
+    trace: Text = ""  # the traceback, for --verbose and the topology's errors
 
 
 class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat", tag_field="type"):

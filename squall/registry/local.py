@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from squall.config import squall_home
 from squall.errors import AlreadyAliveError, NotAliveError
 from squall.registry import MALFORMED, Registration
 
@@ -33,11 +34,8 @@ _SUFFIX = ".json"
 
 
 def registry_dir() -> Path:
-    """Where running topologies are registered: ``$SQUALL_HOME/run``, else ``~/.squall/run``.
-
-    Read on every call, so a test can point it elsewhere by setting ``SQUALL_HOME``."""
-    home = os.environ.get("SQUALL_HOME")
-    return (Path(home) if home else Path.home() / ".squall") / "run"
+    """Where running topologies are registered: ``run`` in :func:`~squall.config.squall_home`."""
+    return squall_home() / "run"
 
 
 def _path(name: str) -> Path:

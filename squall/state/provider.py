@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 PROVIDER_KEY = "topology.state.provider"
@@ -73,6 +75,15 @@ class TaskStore(ABC):
         """Release what the store holds (connections, files)."""
 
 
+@dataclass(frozen=True)
+class Commit:
+    """A location's last commit: its checkpoint (txid) and when it was committed (epoch
+    seconds; None for a commit recorded before Squall kept the time)."""
+
+    txid: int
+    at: float | None
+
+
 class StateProvider(ABC):
     """The stores of one topology's tasks, plus the topology's committed txid."""
 
@@ -109,7 +120,25 @@ class StateProvider(ABC):
 
     @abstractmethod
     def set_committed(self, txid: int) -> None:
-        """Durably record ``txid`` as committed: the commit point of a checkpoint."""
+        """Durably record ``txid`` as committed, with the time: the commit point of a checkpoint."""
+
+    def last_commit(self) -> Commit | None:
+        """What the topology will resume from, read before :meth:`check` (which it does not do):
+        the last commit at the location, or None if there is none (a new location, or one never
+        committed to). Raises :class:`StateProviderError` if the location cannot be reached or
+        holds another topology's state. This default knows no time: override it."""
+        try:
+            txid = self.committed()
+        except StateProviderError:  # not claimed yet: nothing committed (another's: check says so)
+            return None
+        return None if txid is None else Commit(txid, None)
+
+    def drop(self) -> None:
+        """Forget the topology's state at the location (``squall run --fresh``), before
+        :meth:`check`; nothing if there is none. Raises :class:`StateProviderError` if the
+        location holds another topology's state, or if the provider cannot drop (this default)."""
+        raise StateProviderError(f"state provider {self.name!r} at {self.location} cannot drop state: "
+                                 "remove it by hand, or use another location")
 
     def close(self) -> None:
         """Release what the provider holds."""
@@ -123,7 +152,7 @@ class _MemoryLocation:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.layout: dict[str, int] | None = None
-        self.committed: int | None = None
+        self.committed: Commit | None = None
         # (component, task) -> [base txid, base, prepared txid, puts, deletes]
         self.tasks: dict[tuple[str, int], list[Any]] = {}
 
@@ -205,12 +234,22 @@ class InMemoryStateProvider(StateProvider):
         return _MemoryTaskStore(self._location(), (component, task))
 
     def committed(self) -> int | None:
-        return self._location().committed
+        commit = self._location().committed
+        return None if commit is None else commit.txid
 
     def set_committed(self, txid: int) -> None:
         location = self._location()
         with location.lock:
-            location.committed = txid
+            location.committed = Commit(txid, time.time())
+
+    def last_commit(self) -> Commit | None:
+        with _MEMORY_LOCK:
+            location = _MEMORY.get(self.topology_name)
+        return None if location is None else location.committed
+
+    def drop(self) -> None:
+        with _MEMORY_LOCK:
+            _MEMORY.pop(self.topology_name, None)
 
 
 def name_mismatch(provider: StateProvider, found: str | None) -> str:

@@ -10,7 +10,8 @@ taken again).
 
 Keys (``P`` is the key prefix, ``T`` is ``P:task:<component id>:<task id>``)::
 
-    P:topology      hash: name, layout (JSON: component id -> number of tasks), committed (txid)
+    P:topology      hash: name, layout (JSON: component id -> number of tasks), committed (txid),
+                    committed_at (epoch seconds)
     T:base          hash: the task's committed state, key -> value
     T:prepared      hash: the puts of the prepared delta
     T:deleted       set:  the deletes of the prepared delta
@@ -34,12 +35,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from squall.state.provider import (
-    StateProvider, StateProviderError, TaskStore, prepared_is_committed, name_mismatch, verify_claim,
+    Commit, StateProvider, StateProviderError, TaskStore, prepared_is_committed, name_mismatch, verify_claim,
 )
 
 from squall.connectors.redis_client import redis_address, redis_settings
@@ -96,12 +98,12 @@ end
 return redis.call('HMGET', KEYS[1], 'name', 'layout')
 """
 
-# KEYS[1]: P:topology. Record ARGV[2] as the committed txid if the location is claimed for
-# topology ARGV[1]; return the name it is claimed for (nil: none).
+# KEYS[1]: P:topology. Record ARGV[2] as the committed txid, committed at ARGV[3], if the
+# location is claimed for topology ARGV[1]; return the name it is claimed for (nil: none).
 _SET_COMMITTED = """
 local name = redis.call('HGET', KEYS[1], 'name')
 if name == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'committed', ARGV[2])
+  redis.call('HSET', KEYS[1], 'committed', ARGV[2], 'committed_at', ARGV[3])
 end
 return name
 """
@@ -261,9 +263,26 @@ class RedisStateProvider(StateProvider):
 
     def set_committed(self, txid: int) -> None:
         found = self._client.run(f"committing txid {txid}", _SET_COMMITTED, [self._topology_key],
-                                 [self.topology_name, txid])
+                                 [self.topology_name, txid, repr(time.time())])
         if found is None or found.decode() != self.topology_name:
             raise StateProviderError(name_mismatch(self, found and found.decode()))
+
+    def last_commit(self) -> Commit | None:
+        with self._client.errors("reading the last commit"):
+            name, committed, at = self._client.get().hmget(self._topology_key, ["name", "committed", "committed_at"])
+        if name is None:
+            return None
+        if name.decode() != self.topology_name:
+            raise StateProviderError(name_mismatch(self, name.decode()))
+        return None if committed is None else Commit(int(committed), None if at is None else float(at))
+
+    def drop(self) -> None:
+        self.last_commit()  # raises if the location is another topology's
+        with self._client.errors("dropping the state"):
+            client = self._client.get()
+            keys = [self._topology_key, *client.scan_iter(match=f"{self._prefix}:task:*", count=1000)]
+            for i in range(0, len(keys), 1000):
+                client.delete(*keys[i:i + 1000])
 
     def close(self) -> None:
         self._client.close()

@@ -12,7 +12,7 @@ durable provider; Python's own ``sqlite3``, nothing to install or run).
 
 Layout of ``path``::
 
-    topology.sqlite                        the claim (topology name, layout) and the committed txid
+    topology.sqlite                        the claim (topology name, layout), the committed txid and its time
     tasks/<component>-<task>.sqlite        one task's store: its base, prepared delta and their txids
 
 One file per task, so that the workers' tasks never wait on each other's write lock, and a
@@ -27,14 +27,16 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from squall.state.provider import (
-    StateProvider, StateProviderError, TaskStore, prepared_is_committed, name_mismatch, verify_claim,
+    Commit, StateProvider, StateProviderError, TaskStore, prepared_is_committed, name_mismatch, verify_claim,
 )
 
 # How long a transaction waits for another process's write lock on the same file before it
@@ -48,9 +50,12 @@ CREATE TABLE IF NOT EXISTS topology (
     id INTEGER PRIMARY KEY CHECK (id = 0),  -- one row: the location's claim
     name TEXT NOT NULL,
     layout TEXT NOT NULL,                   -- JSON: stateful component id -> number of tasks
-    committed INTEGER                       -- the committed txid; NULL before the first commit
+    committed INTEGER,                      -- the committed txid; NULL before the first commit
+    committed_at REAL                       -- when (epoch seconds); NULL before, or in older files
 );
 """
+# a location made before committed_at existed gets it on first use
+_ADD_COMMITTED_AT = "ALTER TABLE topology ADD COLUMN committed_at REAL"
 
 _TASK_SCHEMA = """
 CREATE TABLE IF NOT EXISTS base (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
@@ -249,7 +254,7 @@ class SqliteStateProvider(StateProvider):
         with self._topology.transaction("claiming the location for this topology") as conn:
             row = conn.execute("SELECT name, layout FROM topology").fetchone()
             if row is None:
-                conn.execute("INSERT INTO topology VALUES (0, ?, ?, NULL)",
+                conn.execute("INSERT INTO topology (id, name, layout) VALUES (0, ?, ?)",
                              (self.topology_name, json.dumps(layout, sort_keys=True)))
             else:
                 verify_claim(self, row[0], json.loads(row[1]), layout)
@@ -278,7 +283,38 @@ class SqliteStateProvider(StateProvider):
             found = row[0] if row else None
             if found != self.topology_name:
                 raise StateProviderError(name_mismatch(self, found))
-            conn.execute("UPDATE topology SET committed = ?", (txid,))
+            try:
+                conn.execute("UPDATE topology SET committed = ?, committed_at = ?", (txid, time.time()))
+            except sqlite3.OperationalError:  # an older location: no committed_at yet
+                conn.execute(_ADD_COMMITTED_AT)
+                conn.execute("UPDATE topology SET committed = ?, committed_at = ?", (txid, time.time()))
+
+    def last_commit(self) -> Commit | None:
+        if not (self._path / "topology.sqlite").exists():  # reading must not create the location
+            return None
+        with self._topology.transaction("reading the last commit", write=False) as conn:
+            try:
+                row = conn.execute("SELECT name, committed, committed_at FROM topology").fetchone()
+            except sqlite3.OperationalError:  # an older location: no committed_at
+                row = conn.execute("SELECT name, committed, NULL FROM topology").fetchone()
+        if row is None:
+            return None
+        if row[0] != self.topology_name:
+            raise StateProviderError(name_mismatch(self, row[0]))
+        return None if row[1] is None else Commit(row[1], row[2])
+
+    def drop(self) -> None:
+        if not (self._path / "topology.sqlite").exists():
+            return
+        self.last_commit()  # raises if the location is another topology's
+        self._topology.close()
+        try:
+            if (self._path / "tasks").exists():
+                shutil.rmtree(self._path / "tasks")
+            for suffix in ("", "-wal", "-shm"):
+                (self._path / f"topology.sqlite{suffix}").unlink(missing_ok=True)
+        except OSError as e:
+            raise StateProviderError(f"{self._where}: cannot drop the state: {e}") from e
 
     def close(self) -> None:
         self._topology.close()
