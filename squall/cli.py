@@ -28,7 +28,7 @@ from squall.command.serve import serve_topology, serve_ui
 from squall.command.spark_master import check_spark_master, local_task_slots
 from squall.command.state import announce_state
 from squall.command.topology_file import load_topology_file
-from squall.config import checked_config, merged_config, squall_home, user_config
+from squall.config import checked_config, merged_config, run_log_dir, squall_home, user_config
 from squall.control import ControlError
 from squall.defaults import DEFAULTS
 from squall.errors import NotAliveError, TopologySetupError
@@ -81,7 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
-    _check_local_slots(name, args.master, merged_config(config)["topology.workers"])
+    merged = merged_config(config)
+    _check_local_slots(name, args.master, merged["topology.workers"])
     announce_state(name, topology, config, args.fresh)
     spark_conf = parse_spark_conf(args.spark_conf)
     py_files = _existing_files("--py-files", args.py_files, lambda f: f)
@@ -92,8 +93,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         from squall.spark import JavaNotFoundError, SparkCluster, SparkSetupError
     except ImportError as e:
         raise UsageError(str(e)) from e
+    # the JVM's start-up notices and Spark's log: in a file, unless -v (Squall says what fails, in a line)
+    driver_log = None if args.verbose else str(run_log_dir(name, merged["topology.logs.retained"]) / "spark-driver.log")
+    if driver_log is not None:
+        print(f"squall: Spark's own log goes to {driver_log} (-v shows it here)", file=sys.stderr)
     try:
-        cluster = SparkCluster(args.master, spark_conf=spark_conf)
+        cluster = SparkCluster(args.master, spark_conf=spark_conf, driver_log=driver_log)
     except (JavaNotFoundError, SparkSetupError) as e:
         raise UsageError(str(e)) from e
     with cluster:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import shutil
+import time
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -134,6 +137,21 @@ def squall_home() -> Path:
     Read on every call, so that a test can point it elsewhere by setting ``SQUALL_HOME``."""
     home = os.environ.get("SQUALL_HOME")
     return Path(home) if home else Path.home() / ".squall"
+
+
+def run_log_dir(name: str, retained: int) -> Path:
+    """A new directory for the logs of one run of topology ``name``: ``logs/NAME/RUN`` in
+    :func:`squall_home` (RUN: the start time to the nanosecond and the pid: runs sort by age).
+    Only the ``retained`` newest runs' directories are kept: older ones are removed here."""
+    parent = squall_home() / "logs" / urllib.parse.quote(name, safe="")
+    parent.mkdir(parents=True, exist_ok=True)
+    now = time.time_ns()
+    run = parent / f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(now // 10**9))}.{now % 10**9:09d}-{os.getpid()}"
+    run.mkdir()
+    older = sorted(p for p in parent.iterdir() if p.is_dir() and p != run)
+    for old in older[:max(0, len(older) + 1 - retained)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return run
 
 
 def user_config_path() -> Path:

@@ -28,7 +28,15 @@ class Spout(Component):
       after ``topology.message.timeout.secs``) follows. Without ``msg_id`` nothing follows.
     * An exception from ``next_tuple``, ``ack`` or ``fail`` is recorded as an error of
       the component; the executor goes on.
+    * :attr:`keeps_position` says whether a restart resumes from where the input was
+      committed; stateful bolts fed by a spout that does not are warned about at submit.
     """
+
+    #: True when, after a restart, the spout resumes where its input was committed (a broker's
+    #: offsets or acknowledgements, files archived once acked, its position in checkpointed
+    #: state) rather than reading it again from its start: a stateful bolt downstream of a spout
+    #: that does not would count the input twice on top of its restored state.
+    keeps_position: bool = False
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         """Called once in the worker before any other method."""

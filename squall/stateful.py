@@ -69,6 +69,8 @@ class StatefulSpout(Spout, StatefulComponent):
     :meth:`init_state`, seek the source to the position the state holds.
     """
 
+    keeps_position = True
+
 
 IStatefulBolt = StatefulBolt
 IStatefulComponent = StatefulComponent

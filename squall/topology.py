@@ -44,6 +44,7 @@ class ComponentSpec:
     inputs: types.MappingProxyType  # (source component, stream) -> GroupingSpec
     outputs: types.MappingProxyType  # stream id -> StreamSpec
     stateful: bool = False  # a StatefulComponent: its tasks have state in each checkpoint
+    keeps_position: bool = False  # a spout that resumes where its input was committed (Spout.keeps_position)
 
     @property
     def is_spout(self) -> bool:
@@ -269,6 +270,7 @@ class TopologyBuilder:
                 inputs=types.MappingProxyType(dict(inputs)),
                 outputs=types.MappingProxyType(outputs[cid]),
                 stateful=isinstance(entry.obj, StatefulComponent),
+                keeps_position=bool(getattr(entry.obj, "keeps_position", False)),
             )
         return StormTopology(types.MappingProxyType(specs))
 

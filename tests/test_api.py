@@ -628,6 +628,22 @@ def test_get_topology_info_shape_and_counts(cluster):
     wait_until(lambda: cluster.get_topology_info("shape")["uptime_secs"] > first, 5)
 
 
+def test_uptime_counts_from_when_the_workers_are_ready_not_from_submit(cluster):
+    class SlowToOpen(Spout):
+        outputs = ["n"]
+
+        def open(self, conf, context, collector):
+            time.sleep(1.5)  # a connection, a cache to warm: start-up, not uptime
+
+        def next_tuple(self):
+            pass
+
+    builder = TopologyBuilder()
+    builder.set_spout("slow", SlowToOpen())
+    cluster.submit_topology("slow-start", Config(), builder.create_topology())
+    assert cluster.get_topology_info("slow-start")["uptime_secs"] < 1.0
+
+
 def test_get_topology_info_records_errors(cluster):
     feeder, builder = feeder_builder(["value"], "feeder")
     builder.set_bolt("boom", BoomBolt("kaboom-123")).shuffle_grouping("feeder")

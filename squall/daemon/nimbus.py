@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from squall.checkpoint_spout import CHECKPOINT_COMPONENT
 from squall.cluster_state import TopologyState
 from squall.config import checked_config
 from squall.daemon.stats_history import StatsHistory, Totals, totals_of
@@ -144,6 +145,7 @@ class Nimbus(ABC):
                 self._topologies.pop(name, None)
             reporter.stop(final_report=False)
             raise
+        running.started = running.history.started = clock.now()  # uptime counts from the workers' readiness
         if reporter:
             # through ``running``: a rebalance replaces the runner
             reporter.start(lambda: running.runner.executor_snapshots(), lambda: running.runner.workers_info())
@@ -376,7 +378,8 @@ def _rebalanced(running: _Running, num_workers: int | None,
 def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_process: bool) -> None:
     """A checkpointed topology needs ackers and an interval below the message timeout (a
     checkpoint is a tracked tuple), and a state provider every worker can reach, whose location
-    holds no other topology's state."""
+    holds no other topology's state. A stateful bolt fed by a spout that keeps no position gets
+    a warning (``squall.nimbus``)."""
     where = f"topology {name!r} has stateful components {sorted(topology.state_layout)}"
     if conf["topology.acker.executors"] == 0:
         raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so 'topology.acker.executors' "
@@ -397,3 +400,29 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
         provider.check(topology.state_layout)
     finally:
         provider.close()
+    for bolt, spout in _inputs_read_again(topology):
+        log.warning("topology %r: stateful bolt %r is fed by spout %r, which keeps no position (Spout.keeps_position): "
+                    "after a restart it reads its input again, on top of the state the bolt restores; make it a "
+                    "StatefulSpout, or read from a broker", name, bolt, spout)
+
+
+def _inputs_read_again(topology: StormTopology) -> list[tuple[str, str]]:
+    """(stateful bolt, spout upstream of it that keeps no position), for each such pair."""
+    components = topology.components
+    pairs = []
+    for bolt, spec in components.items():
+        if not spec.stateful or spec.is_spout:
+            continue
+        seen, todo = set(), [source for source, _ in spec.inputs]
+        while todo:
+            source = todo.pop()
+            if source in seen or source not in components or source == CHECKPOINT_COMPONENT:
+                continue  # the checkpoint spout and __system feed every stateful bolt: not its input
+            seen.add(source)
+            upstream = components[source]
+            if upstream.is_spout:
+                if not upstream.keeps_position:
+                    pairs.append((bolt, source))
+            else:
+                todo.extend(s for s, _ in upstream.inputs)
+    return sorted(pairs)

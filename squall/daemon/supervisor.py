@@ -22,12 +22,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
 
 from squall.cluster_state import TopologyState
+from squall.config import run_log_dir
 from squall.daemon.master import TopologyMaster, WorkerSlot
 from squall.messaging.security import keys_json
 from squall.scheduler import Assignment
@@ -76,7 +76,7 @@ class ProcessSupervisor(TopologyMaster):
     def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState) -> None:
         super().__init__(name, topology, conf, assignment, state)
-        self.log_dir = tempfile.mkdtemp(prefix=f"squall-{name}-")
+        self.log_dir = str(run_log_dir(name, conf["topology.logs.retained"]))
         self._relays: list[threading.Thread] = []  # copying the workers' output to the logs
         self._procs: dict[int, subprocess.Popen] = {}
         self._failed_starts = [0] * len(self.slots)

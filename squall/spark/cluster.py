@@ -50,7 +50,7 @@ class SparkSetupError(RuntimeError):
     """Spark cannot run Squall's topologies as configured; the message says what to change."""
 
 
-def start_session(master: str, spark_conf: dict[str, str]) -> Any:
+def start_session(master: str, spark_conf: dict[str, str], driver_log: str | None = None) -> Any:
     """A new SparkSession for Squall: Java found (:func:`ensure_java`), Squall's settings
     under ``spark_conf``. Before the driver's JVM starts it sets, for the whole process:
 
@@ -63,6 +63,9 @@ def start_session(master: str, spark_conf: dict[str, str]) -> Any:
       every interface: 127.0.0.1 for masters on this machine, else the driver's
       ``spark.driver.bindAddress`` or ``spark.driver.host``. With neither of those, the
       driver's UI is off unless ``spark.ui.enabled`` asks for it.
+
+    The driver JVM's own output (its start-up notices, Spark's log) goes to the file
+    ``driver_log`` when given, else to this process's.
 
     Raises :class:`SparkSetupError` for dynamic allocation, or if a SparkContext already runs
     in this process."""
@@ -89,7 +92,11 @@ def start_session(master: str, spark_conf: dict[str, str]) -> Any:
             # process: it exits when its stdin, a pipe from here, closes.
             settings = SparkConf(loadDefaults=False).setMaster(master).setAppName(name)
             settings.setAll((key, str(value)) for key, value in conf.items())
-            SparkContext._gateway = launch_gateway(settings, popen_kwargs={"start_new_session": True})
+            popen: dict[str, Any] = {"start_new_session": True}
+            if driver_log is not None:
+                output = open(driver_log, "ab")  # the JVM writes to it for the life of this process
+                popen.update(stdout=output, stderr=output)
+            SparkContext._gateway = launch_gateway(settings, popen_kwargs=popen)
             SparkContext._jvm = SparkContext._gateway.jvm
     builder = SparkSession.builder.master(master).appName(name)
     for key, value in conf.items():
@@ -192,6 +199,7 @@ class SparkCluster(Nimbus):
     (``local[N]``, ``local-cluster[N,cores,memMB]``, ``spark://host:port``, ``yarn``, ...)
     and ``spark_conf`` adds Spark settings. Or pass an existing ``SparkSession`` as
     ``spark`` (then neither of the others): it is left running at :meth:`shutdown`.
+    ``driver_log``: a file for the output of the driver's JVM (default: this process's).
 
     Each topology is one Spark job whose barrier stage has one task per worker
     (``topology.workers``), so the cluster needs that many free task slots; workers listen
@@ -206,12 +214,13 @@ class SparkCluster(Nimbus):
     """
 
     def __init__(self, master: str | None = None, spark: Any = None,
-                 spark_conf: dict[str, Any] | None = None) -> None:
+                 spark_conf: dict[str, Any] | None = None, driver_log: str | None = None) -> None:
         if spark is not None and (master is not None or spark_conf):
             raise ValueError("SparkCluster: pass either an existing SparkSession (spark) or master/spark_conf")
         super().__init__()
         self._owns_session = spark is None
-        self.spark = spark if spark is not None else start_session(master or DEFAULT_MASTER, spark_conf or {})
+        self.spark = (spark if spark is not None
+                      else start_session(master or DEFAULT_MASTER, spark_conf or {}, driver_log))
         self._sc = self.spark.sparkContext
         if self._sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
             if self._owns_session:  # enabled in spark-defaults.conf

@@ -295,7 +295,7 @@ def _error(view: TopologyView, error: dict[str, Any]) -> dict[str, Any]:
     host, port = _task_location(view, error["task"])
     return {"error": error["error"], "errorTime": int(error["time"] * 1000), "errorHost": host, "errorPort": port,
             "errorLapsedSecs": max(0, int(time.time() - error["time"])), "errorWorkerLogLink": "",
-            "task": error["task"]}
+            "task": error["task"], "count": error.get("count", 1)}
 
 
 def visualization(view: TopologyView, window: int | None) -> dict[str, Any]:

@@ -200,7 +200,9 @@ function drawTopology(page) {
   fill("topology-stats", table([["Window", "windowPretty", true], ["Emitted", "emitted"], ["Transferred", "transferred"],
                                 ["Complete latency (ms)", "completeLatency"], ["Acked", "acked"], ["Failed", "failed"]],
                                page.topologyStats));
-  const error = c => c.lastError ? `${c.errorHost}:${c.errorPort}, ${ago(c.errorLapsedSecs)}` : "";
+  // an error's message: the last unindented line of its traceback (the exception), not where it ran
+  const message = text => text.trim().split("\n").filter(line => line && !/^\s/.test(line)).pop() || "";
+  const error = c => c.lastError ? `${message(c.lastError)} (${ago(c.errorLapsedSecs)})` : "";
   const anchor = id => el("a", {id: `component-${id}`, href: `/api/v1/topology/${encodeURIComponent(page.id)}/component/${encodeURIComponent(id)}`}, id);
   fill("spouts", table([["Id", s => anchor(s.spoutId), true], ["Executors", "executors"], ["Tasks", "tasks"],
                         ["Emitted", "emitted"], ["Transferred", "transferred"],
@@ -214,7 +216,8 @@ function drawTopology(page) {
                        ["Last error", error, true]],
                       page.bolts, b => ({"data-component": b.boltId})));
   fill("errors", page.lastErrors.length
-    ? table([["Component", "component", true], ["Task", "task"], ["Where", e => `${e.errorHost}:${e.errorPort}`, true],
+    ? table([["Component", "component", true], ["Task", "task"], ["Count", "count"],
+             ["Where", e => `${e.errorHost}:${e.errorPort}`, true],
              ["When", e => new Date(e.errorTime).toLocaleString(), true],
              ["Error", e => el("div", {class: "error-text"}, e.error), true]], page.lastErrors)
     : el("p", {}, "None."));
