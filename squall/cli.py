@@ -35,7 +35,7 @@ from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
 from squall.registry import Registry, RegistryError, open_registry
 from squall.scheduler import assign
-from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY
+from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY, StateProviderError
 from squall.topology import StormTopology
 from squall.ui.machine import MachineUi
 from squall.utils.time import format_duration, parse_seconds
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (UsageError, ValueError, NotAliveError, ControlError, RegistryError) as e:
         return _fail(e, 2, args.verbose)
-    except TopologySetupError as e:
+    except (TopologySetupError, StateProviderError) as e:  # the topology could not start: its state, its open
         return _fail(e, 1, args.verbose)
 
 

@@ -245,6 +245,21 @@ def test_a_local_master_with_too_few_slots_is_refused_before_spark_starts(tmp_pa
     assert time.monotonic() - started < 5  # no JVM was started
 
 
+def test_a_state_store_out_of_reach_is_one_line_and_status_1(tmp_path):
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = closed.getsockname()[1]
+        proc = squall_cli("run", os.path.join(REPO, "examples", "stateful_wordcount.py"), "--in-process",
+                          "--duration", "2", "-c", "topology.state.provider=redis",
+                          "-c", f'topology.state.provider.config={{"port": {port}, "timeout_secs": 1}}',
+                          env={**os.environ, "SQUALL_HOME": str(tmp_path)})
+    assert proc.returncode == 1, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"squall: error: state provider 'redis': cannot reach Redis at 127.0.0.1:{port}: "), line
+
+
 # -- bad arguments -------------------------------------------------------------------------------------
 
 

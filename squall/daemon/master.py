@@ -254,14 +254,16 @@ class TopologyMaster(ABC):
         """How long ``slot`` may stay silent: the start timeout until ready, then the worker timeout."""
         return self._conf["supervisor.worker.timeout.secs" if slot.ready else "supervisor.worker.start.timeout.secs"]
 
-    def report(self, slot: WorkerSlot | None, text: str) -> None:
-        """Log ``text`` and record it as an error of the user components of ``slot`` (of every
-        worker when None), where get_topology_info shows it."""
+    def report(self, slot: WorkerSlot | None, text: str, details: str = "") -> None:
+        """Log ``text`` (one line) and record it, with ``details`` (a traceback) under it, as an
+        error of the user components of ``slot`` (of every worker when None), where
+        get_topology_info shows it."""
         log.warning("topology %r: %s", self.name, text)
+        recorded = f"{text}\n{details}".rstrip()
         for worker in self._assignment.workers if slot is None else [self._assignment.workers[slot.index]]:
             for executor in worker.executors:
                 if not executor.component.startswith("__"):
-                    self._state.report_error(executor.component, executor.tasks[0], text)
+                    self._state.report_error(executor.component, executor.tasks[0], recorded)
 
     # -- the master thread -------------------------------------------------------------------
 

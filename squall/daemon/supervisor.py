@@ -158,13 +158,14 @@ class ProcessSupervisor(TopologyMaster):
                      or f"exited with code {code} before it was ready; its output:\n{_log_tail(self._log_path(slot))}")
             if self.starting or self._failed_starts[slot.index] >= MAX_FAILED_STARTS:
                 self._given_up.add(slot.index)
-                self.report(slot, f"worker {slot.index} (pid {pid}) cannot start; not restarting it: {cause}\n"
-                                  f"{slot.setup_trace}".rstrip())
-                if self.starting:
+                if self.starting:  # the submission fails with it: said once, there
                     self.failure = f"worker {slot.index} could not start: {cause}"
+                else:
+                    self.report(slot, f"worker {slot.index} (pid {pid}) cannot start; not restarting it: {cause}",
+                                slot.setup_trace)
                 return
-            self.report(slot, f"worker {slot.index} (pid {pid}) failed to start; restarting it: {cause}\n"
-                              f"{slot.setup_trace}".rstrip())
+            self.report(slot, f"worker {slot.index} (pid {pid}) failed to start; restarting it: {cause}",
+                        slot.setup_trace)
         else:
             self._failed_starts[slot.index] = 0
             self.report(slot, f"worker {slot.index} (pid {pid}, port {slot.port}) died with exit code {code}; "
