@@ -345,3 +345,24 @@ def test_a_taken_ui_port_falls_back_to_a_free_one_saying_so_only_when_it_was_ask
         assert err.count("\n") == 1, err
     else:
         assert err == ""
+
+
+def test_the_topology_totals_leave_the_checkpoint_spouts_barriers_out(cluster, tmp_path):
+    import os
+    import sys
+
+    from squall.checkpoint_spout import CHECKPOINT_COMPONENT
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import stateful_wordcount as swc
+
+    words = swc.make_input(str(tmp_path / "words.txt"), 500)
+    cluster.submit_topology("stateful", {"topology.state.checkpoint.interval.ms": 100}, swc.build(words))
+    wait_until(lambda: cluster.get_topology_info("stateful")["components"][CHECKPOINT_COMPONENT]["acked"] > 2,
+               message="checkpoints acked")
+    with UiServer(cluster, TOKEN, port=0) as server:
+        status, page, _ = call(f"{server.url}/api/v1/topology/stateful", headers=AUTH)
+    assert status == 200
+    # the file spout's tuples are untracked (its checkpoints make it reliable): no spout tree the user's
+    assert [(s["windowPretty"], s["acked"]) for s in page["topologyStats"] if s["window"] == ":all-time"] == \
+        [("All time", 0)]

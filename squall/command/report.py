@@ -6,20 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def is_system(name: str) -> bool:
-    """A component or stream of Squall's own (the ackers ``__acker``, ``__tick``, the
-    checkpoint spout ``$checkpointspout`` and its stream...), not the user's: left out of the
-    totals, as Storm UI leaves its system ones."""
-    return name.startswith(("__", "$"))
+from squall.component import is_system_id
 
 
 def status_line(info: dict[str, Any]) -> str:
     """Name, status, uptime and the totals of the user's components and streams: tuples
     emitted, spout trees acked and failed; and the errors recorded (all of them)."""
-    comps = [c for cid, c in info["components"].items() if not is_system(cid)]
+    comps = [c for cid, c in info["components"].items() if not is_system_id(cid)]
     emitted = sum(counts["emitted"] for c in comps for stream, counts in c.get("streams", {}).items()
-                  if not is_system(stream))
+                  if not is_system_id(stream))
     acked = sum(c["acked"] for c in comps if c["type"] == "spout")
     failed = sum(c["failed"] for c in comps if c["type"] == "spout")
     errors = sum(c["error_count"] for c in info["components"].values())

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import squall
+from squall.component import is_system_id
 from squall.config import config_table
 from squall.daemon.stats_history import ALL_TIME, COUNTERS, WINDOWS, window_pretty
 from squall.topology import StormTopology
@@ -120,7 +121,7 @@ def _stream_counts(view: TopologyView, window: int | None, spouts: bool) -> dict
     ``window``, and the spouts' complete latency: Storm's ``topologyStats`` element."""
     sums = dict.fromkeys(COUNTERS, 0.0)
     for cid, spec in view.topology.components.items():
-        if cid.startswith("__") or (spouts and not spec.is_spout):
+        if is_system_id(cid) or (spouts and not spec.is_spout):  # the checkpoint spout's barriers are not the user's
             continue
         for key, value in _figures(view, window, cid).items():
             sums[key] += value
