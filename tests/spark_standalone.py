@@ -120,11 +120,16 @@ def spark_unavailable_reason() -> str | None:
     """Why a standalone cluster can't be started here, or None if it can."""
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed"
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
-    if java is None or not os.access(java, os.X_OK):
+    if java_executable() is None:
         return "no Java runtime (spark-class runs $JAVA_HOME/bin/java, else java on PATH)"
     return None
+
+
+def java_executable() -> str | None:
+    """$JAVA_HOME/bin/java, else java on PATH, as spark-class and Debian's scripts pick it; None if neither runs."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    return java if java is not None and os.access(java, os.X_OK) else None
 
 
 @contextlib.contextmanager

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import socket
 import subprocess
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rabbitmq_server import _free_port
+from spark_standalone import java_executable
 from redis_server import require
 from squall.testing import wait_until
 
@@ -34,8 +34,7 @@ def require_zookeeper() -> str:
         require("Debian's zookeeper package", "apt-get install zookeeper")
     if importlib.util.find_spec("kazoo") is None:
         require("the kazoo client package", "pip install 'squall[zookeeper]' (or '.[test]')")
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    java = java_executable()
     if java is None:
         require("a Java runtime", "apt-get install default-jre-headless")
     return java

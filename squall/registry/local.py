@@ -26,7 +26,7 @@ from typing import Any
 
 from squall.config import squall_home
 from squall.errors import AlreadyAliveError, NotAliveError
-from squall.registry import MALFORMED, Registration
+from squall.registry import MALFORMED, Registration, process_alive
 
 log = logging.getLogger("squall.registry")
 
@@ -41,16 +41,6 @@ def registry_dir() -> Path:
 def _path(name: str) -> Path:
     # any topology name maps to one safe file name ("/" included), and back
     return registry_dir() / (urllib.parse.quote(name, safe="") + _SUFFIX)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's
-        return True
-    return True
 
 
 def _read(path: Path) -> Registration | None:
@@ -92,7 +82,7 @@ def _write(path: Path, entry: Registration) -> None:
 def _drop_if_stale(path: Path) -> None:
     with _locked():
         existing = _read(path)  # read again: it may have been replaced since
-        if existing is None or not _alive(existing.pid):
+        if existing is None or not process_alive(existing.pid):
             with contextlib.suppress(OSError):  # e.g. another user's file in a shared directory
                 path.unlink(missing_ok=True)
 
@@ -107,7 +97,7 @@ class LocalRegistry:
         path = _path(entry.name)
         with _locked():
             existing = _read(path)
-            if existing is not None and _alive(existing.pid):
+            if existing is not None and process_alive(existing.pid):
                 raise AlreadyAliveError(
                     f"topology {entry.name!r} is already running on this machine (pid {existing.pid}); "
                     f"'squall kill {entry.name}' stops it"
@@ -136,7 +126,7 @@ class LocalRegistry:
         live = []
         for path in paths:
             entry = _read(path)
-            if entry is not None and _alive(entry.pid):
+            if entry is not None and process_alive(entry.pid):
                 live.append(entry)
             else:
                 _drop_if_stale(path)
@@ -145,7 +135,7 @@ class LocalRegistry:
     def lookup(self, name: str) -> Registration:
         path = _path(name)
         entry = _read(path)
-        if entry is None or not _alive(entry.pid):
+        if entry is None or not process_alive(entry.pid):
             with contextlib.suppress(OSError):  # another user's registry: nothing of it is ours to drop
                 if path.exists():
                     _drop_if_stale(path)

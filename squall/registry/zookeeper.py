@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from squall.errors import AlreadyAliveError, NotAliveError
-from squall.registry import MALFORMED, ZOOKEEPER_SERVERS, Registration, RegistryError
+from squall.registry import MALFORMED, ZOOKEEPER_SERVERS, Registration, RegistryError, process_alive
 
 try:
     from kazoo.client import KazooClient
@@ -185,15 +185,7 @@ class ZooKeeperRegistry:
     @staticmethod
     def _stale(entry: Registration) -> bool:
         """An entry of this host whose process is gone (killed before its session expired)."""
-        if entry.host != socket.gethostname():
-            return False
-        try:
-            os.kill(entry.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass
-        return False
+        return entry.host == socket.gethostname() and not process_alive(entry.pid)
 
     def publish_ui(self, name: str, url: str, token: str) -> None:
         path = self._path("storms", name)
