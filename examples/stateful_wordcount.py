@@ -38,10 +38,11 @@ WORDS = ("the cow jumped over the moon an apple a day keeps the doctor away four
 def make_input(path: str, lines: int, seed: int = 7) -> str:
     """Write ``lines`` lines of random words to ``path`` (same seed, same file)."""
     rng = random.Random(seed)
-    with open(path + ".tmp", "w") as f:
+    temp = f"{path}.{os.getpid()}.tmp"  # processes making the same file at once (tests two at a time) each write their own
+    with open(temp, "w") as f:
         for _ in range(lines):
             f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) + "\n")
-    os.replace(path + ".tmp", path)
+    os.replace(temp, path)
     return path
 
 
