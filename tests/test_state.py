@@ -10,11 +10,13 @@ count) over a small file made here; its committed state is read with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -364,6 +366,39 @@ def test_plain_reliable_spout_gets_acks_after_the_commit_and_fails_on_rollback(t
         lines = log.read_text().splitlines()
         assert lines[-2:] == ["pre_rollback", "init_state ['a']"]
         assert feeder.acked == ["a"]
+
+
+class LateCheckpointProvider(InMemoryStateProvider):
+    """Holds the checkpoint spout's ``open`` (its first ``committed``) until ``started()`` is
+    true, for at most a second: the spouts' first tuples would go before the first barrier."""
+
+    started: Any = None
+
+    def committed(self):
+        started, LateCheckpointProvider.started = LateCheckpointProvider.started, None
+        if started is not None:
+            with contextlib.suppress(TimeoutError):
+                wait_until(started, timeout=1.0, interval=0.01)
+        return super().committed()
+
+
+def test_a_start_fails_no_tuple_of_a_plain_reliable_spout(tmp_path, monkeypatch):
+    """Storm holds a stateful bolt's tuples until its state is initialised: a start replays
+    nothing, so no failure shows (it once showed "failed 200" at every start)."""
+    feeder = FeederSpout(["n"])
+    for n in range(500):  # waiting when the topology starts
+        feeder.feed([n], msg_id=n)
+    monkeypatch.setattr(LateCheckpointProvider, "started", lambda: len(feeder._channel.queue) < 500)
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", feeder)
+    builder.set_bolt("keys", Hooked(str(tmp_path / "hooks.log")), 2).shuffle_grouping("numbers")
+    c = conf(**{"topology.state.provider": f"{__name__}:LateCheckpointProvider"})
+    c.set_num_workers(2).set_max_spout_pending(200)
+    with LocalCluster() as cluster:
+        cluster.submit_topology("start", c, builder.create_topology())
+        wait_until(lambda: len(feeder.acked) == 500, message="every number acked")
+        assert feeder.failed == []
+        assert cluster.get_topology_info("start")["components"]["numbers"]["failed"] == 0
 
 
 def test_a_stateful_bolt_fed_by_a_spout_that_keeps_no_position_is_warned_about_at_submit(caplog, words_file):

@@ -215,9 +215,9 @@ class DirectorySpout(Spout):
 
     def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         if not os.path.isdir(self.source_dir):
-            raise FileNotFoundError(f"DirectorySpout: source directory {self.source_dir!r} does not exist")
-        for d in (self.archive_dir, self.bad_dir, self.lock_dir):
-            os.makedirs(d, exist_ok=True)
+            raise FileNotFoundError(f"DirectorySpout: source directory {self.source_dir!r} does not exist: "
+                                    f"create it, or check source_dir=")
+        _make_dirs("DirectorySpout", archive_dir=self.archive_dir, bad_dir=self.bad_dir, lock_dir=self.lock_dir)
         self.collector = collector
         self.task = (f"{getattr(context, 'topology_name', '')}:{context.get_this_component_id()}:"
                      f"{context.get_this_task_id()}")
@@ -717,6 +717,15 @@ _EXTENSIONS = {"jsonl": ".jsonl", "csv": ".csv", "parquet": ".parquet"}
 _CSV_TYPES = (str, int, float, bool, type(None))
 
 
+def _make_dirs(connector: str, **settings: str) -> None:
+    """Create the directories of ``settings`` (setting name -> path); a failure names the setting."""
+    for setting, path in settings.items():
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise type(e)(f"{connector}: cannot create {setting} {path!r}: {e.strerror}") from e
+
+
 class FileBolt(Bolt):
     """Writes its inputs to rotated files; acks them once synced (see the module docstring)."""
 
@@ -745,7 +754,7 @@ class FileBolt(Bolt):
         return {"topology.tick.tuple.freq.secs": min(ticks)} if ticks else None
 
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
-        os.makedirs(self.output_dir, exist_ok=True)
+        _make_dirs("FileBolt", output_dir=self.output_dir)
         self.collector = collector
         self.component = context.get_this_component_id()
         self.base = f"{self.prefix}{self.component}-{context.get_this_task_id()}-"

@@ -214,8 +214,10 @@ def _check_reachable(client: Any, servers: str, where: str, timeout_ms: float) -
     try:
         return client.list_topics(timeout=timeout_ms / 1000)
     except KafkaException as e:
-        raise KafkaConnectorError(f"{where}: cannot reach Kafka at {servers} within {timeout_ms:g} ms: "
-                                  f"{e.args[0] if e.args else e}") from e
+        error = e.args[0] if e.args else e
+        raise KafkaConnectorError(f"{where}: cannot reach Kafka at {servers} within {timeout_ms:g} ms "
+                                  f"({getattr(error, 'str', error.__str__)()}): check bootstrap_servers, and "
+                                  f"that the brokers run") from e
 
 
 def _missing(metadata: Any, topic: str) -> Any:
@@ -226,17 +228,34 @@ def _missing(metadata: Any, topic: str) -> Any:
     return found.error
 
 
+class _LibrdkafkaLog:
+    """Where librdkafka's own log lines go (confluent-kafka calls ``log(level, format, *args)``):
+    at DEBUG, since its errors also reach ``error_cb`` (:class:`_Outage`), which logs an outage
+    once, where librdkafka logs every reconnection attempt."""
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        log.debug(msg, *args)
+
+
+_LIBRDKAFKA_LOG = _LibrdkafkaLog()
+
+
 class _Outage:
-    """Logs the first error of an outage and its end, not every error in between."""
+    """Logs the first error of an outage and its end, not every error in between. Until
+    ``opened`` is set, errors are only counted: ``open`` raises naming the cause if the cluster
+    stays out of reach."""
 
     def __init__(self, where: str, metrics: dict[str, Any]) -> None:
         self.where, self.metrics, self.down = where, metrics, False
+        self.opened = False
 
     def error(self, error: Any) -> None:
         from confluent_kafka import KafkaError
 
         self.metrics["errors"] += 1
-        if getattr(error, "fatal", lambda: False)():
+        if not self.opened:
+            log.debug("%s: Kafka error while opening: %s", self.where, error)
+        elif getattr(error, "fatal", lambda: False)():
             log.error("%s: fatal Kafka error: %s", self.where, error)
         elif not self.down:
             self.down = True
@@ -314,7 +333,8 @@ class KafkaSpout(Spout):
         c = self.config
         self._collector = collector
         component = context.get_this_component_id()
-        what = ", ".join(c.topics) if c.topics else f"pattern {c.pattern!r}"
+        what = (f"topic{'s' * (len(c.topics) > 1)} {', '.join(map(repr, c.topics))}" if c.topics
+                else f"pattern {c.pattern!r}")
         self._where = f"{type(self).__name__} {component!r}: {what} group {c.group_id!r} at {c.bootstrap_servers}"
         self.metrics = self._zero_metrics()
         self._outage = _Outage(self._where, self.metrics)
@@ -331,11 +351,13 @@ class KafkaSpout(Spout):
         self._consumer = Consumer(settings)
         try:
             metadata = _check_reachable(self._consumer, c.bootstrap_servers, self._where, c.open_timeout_ms)
+            self._outage.opened = True
             auto_created = str(settings.get("allow.auto.create.topics", "false")).lower() == "true"
             for topic in c.topics or ():
                 reason = _missing(metadata, topic)
                 if reason is not None and not auto_created:
-                    raise KafkaConnectorError(f"{self._where}: topic {topic!r} does not exist ({reason})")
+                    raise KafkaConnectorError(f"{self._where}: topic {topic!r} does not exist ({reason}): create "
+                                             f"it, or check topics=")
             self._start(metadata)
         except Exception:
             self._consumer.close()
@@ -349,7 +371,7 @@ class KafkaSpout(Spout):
             "group.id": c.group_id,
             "auto.offset.reset": "latest" if c.first_poll_offset_strategy.endswith("LATEST") else "earliest",
             "enable.auto.commit": c.processing_guarantee == NO_GUARANTEE,
-            "logger": log,
+            "logger": _LIBRDKAFKA_LOG,
             "error_cb": self._outage.error,
         }
         if c.processing_guarantee == NO_GUARANTEE:
@@ -854,11 +876,12 @@ class KafkaBolt(Bolt):
         self._where = f"KafkaBolt {self._component!r} at {self.bootstrap_servers}"
         self.metrics = self._zero_metrics()
         self._outage = _Outage(self._where, self.metrics)
-        settings = {"bootstrap.servers": self.bootstrap_servers, "acks": "all", "logger": log,
+        settings = {"bootstrap.servers": self.bootstrap_servers, "acks": "all", "logger": _LIBRDKAFKA_LOG,
                     "error_cb": self._outage.error, **self.producer_config}
         self._producer = Producer(settings)
         try:
             _check_reachable(self._producer, self.bootstrap_servers, self._where, self.open_timeout_ms)
+            self._outage.opened = True
         except Exception:
             self._producer.flush(0)
             raise

@@ -57,7 +57,8 @@ a broker that cannot be reached fails the submission with an error naming the co
 -------------------------------------
 
 Publishes every input tuple to ``exchange`` (``""``: the default exchange, routing by queue
-name) with ``routing_key`` (a str, or a callable of the tuple); ``mapper(tup)`` gives the body
+name; any other must exist: ``prepare`` checks, and a missing one fails it naming the exchange)
+with ``routing_key`` (a str, or a callable of the tuple); ``mapper(tup)`` gives the body
 (``bytes`` or ``str``, encoded as UTF-8) or ``(body, properties)`` (``properties``: a dict of
 ``BasicProperties`` fields, or a ``BasicProperties``); default: the tuple's first value.
 ``persistent=True`` (default) sets ``delivery_mode=2`` unless the properties say otherwise.
@@ -121,9 +122,16 @@ class _Connection:
             blocked_connection_timeout=self.timeout * 6)
         try:
             return pika.BlockingConnection(params)
+        except pika.exceptions.ProbableAuthenticationError as e:
+            raise RabbitMQConnectorError(f"{what}: RabbitMQ at {self.address} refused user {self.username!r}'s "
+                                         f"login: check username= and password=") from e
+        except pika.exceptions.ProbableAccessDeniedError as e:
+            raise RabbitMQConnectorError(f"{what}: RabbitMQ at {self.address} refused vhost {self.virtual_host!r} "
+                                         f"to user {self.username!r} ({_innermost(e)}): check virtual_host= and "
+                                         f"the user's permissions") from e
         except pika.exceptions.AMQPError as e:
             raise RabbitMQConnectorError(f"{what}: cannot reach RabbitMQ at {self.address} (vhost "
-                                         f"{self.virtual_host!r}): {type(e).__name__}: {e!r}") from e
+                                         f"{self.virtual_host!r}): {_innermost(e)}") from e
 
     def open(self, what: str, setup: Callable[[Any], None]) -> tuple[Any, Any]:
         """``(connection, channel)``, ``setup(channel)`` done; the connection closed if it raised."""
@@ -135,6 +143,20 @@ class _Connection:
             _close_quietly(connection)
             raise
         return connection, channel
+
+
+def _innermost(error: BaseException) -> str:
+    """The cause pika wraps in its connection errors (e.g. "Connection refused"), as words."""
+    while True:
+        inner = getattr(error, "exception", None)  # pika's connection workflow wraps the socket's error
+        if inner is None and error.args and isinstance(error.args[0], BaseException):
+            inner = error.args[0]
+        if not isinstance(inner, BaseException):
+            break
+        error = inner
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
 
 
 def _connection_errors() -> tuple[type[BaseException], ...]:
@@ -354,8 +376,22 @@ class RabbitMQBolt(Bolt):
         self._connect()
 
     def _connect(self) -> None:
-        self._connection, self._channel = self._conn.open(
-            self._where, lambda channel: channel.confirm_delivery() if self.confirm else None)
+        self._connection, self._channel = self._conn.open(self._where, self._setup)
+
+    def _setup(self, channel: Any) -> None:
+        import pika
+
+        if self.exchange:  # the default exchange ("") always exists
+            try:
+                channel.exchange_declare(self.exchange, passive=True)
+            except pika.exceptions.ChannelClosedByBroker as e:
+                if e.reply_code == 404:
+                    raise RabbitMQConnectorError(f"{self._where}: exchange {self.exchange!r} does not exist (in "
+                                                 f"vhost {self._conn.virtual_host!r}); declare it first") from e
+                raise RabbitMQConnectorError(f"{self._where}: checking exchange {self.exchange!r} failed: "
+                                             f"{e.reply_code} {e.reply_text}") from e
+        if self.confirm:
+            channel.confirm_delivery()
 
     def cleanup(self) -> None:
         _disconnect(self)

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
 from squall.connectors import Backoff, Route, SpoutStreams, require
-from squall.connectors.redis_client import redis_address, redis_settings
+from squall.connectors.redis_client import connect_failure, redis_address, redis_settings
 from squall.spout import Spout
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class _Connection:
             client.ping()
         except redis.RedisError as e:
             client.close()
-            raise RedisConnectorError(f"{what}: cannot reach Redis at {self.address}: {e}") from e
+            raise RedisConnectorError(f"{what}: {connect_failure(self.address, e, self.password)}") from e
         return client
 
 

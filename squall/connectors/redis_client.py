@@ -25,3 +25,15 @@ def redis_settings(host: str, port: int, unix_socket_path: str | None, db: int, 
         "socket_timeout": timeout_secs, "socket_connect_timeout": timeout_secs,
         "retry": Retry(NoBackoff(), 0), **more,
     }
+
+
+def connect_failure(address: str, error: Exception, password: str | None) -> str:
+    """Why a client could not talk to Redis at ``address``, in words that name the fix: a
+    refused or missing password is not "cannot reach"."""
+    import redis
+
+    if isinstance(error, redis.AuthenticationError):
+        if password is None:  # the server's words are about AUTH and HELLO: no help here
+            return f"Redis at {address} requires a password: give password="
+        return f"Redis at {address} refused the password ({error}): check password="
+    return f"cannot reach Redis at {address}: {error} (is redis-server running there?)"

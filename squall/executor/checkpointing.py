@@ -27,8 +27,9 @@ every task has processed what that spout task emitted before it.
 
 Until an INITSTATE or ROLLBACK has reached its executor since its worker started, a task
 fails every PREPARE and COMMIT (a restarted worker lost tuples, which no checkpoint may leave
-out), and a stateful spout emits nothing (what it emitted would be rolled back, and replayed
-through the bolts that are not stateful).
+out), and a spout task emits nothing: what it emitted would be rolled back and failed by the
+recovery (a start would show replays as failures), and a stateful spout's would be replayed
+through the bolts that are not stateful.
 """
 
 from __future__ import annotations

@@ -120,7 +120,9 @@ class SpoutExecutor(Executor):
             self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
             if states is not None:
                 states.init()
-            self._unrecovered = frozenset(stateful)  # they wait for the first INITSTATE or ROLLBACK
+            # every task waits for the first INITSTATE or ROLLBACK (Storm buffers the bolts' tuples
+            # until then instead): what it emitted before would be rolled back, failed and replayed
+            self._unrecovered = frozenset(self.spouts)
             if self.worker.restarted:
                 self.checkpointing.request_recovery()
         if self.active:

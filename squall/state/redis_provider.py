@@ -44,7 +44,7 @@ from squall.state.provider import (
     Commit, StateProvider, StateProviderError, TaskStore, prepared_is_committed, name_mismatch, verify_claim,
 )
 
-from squall.connectors.redis_client import redis_address, redis_settings
+from squall.connectors.redis_client import connect_failure, redis_address, redis_settings
 
 try:
     import redis
@@ -228,7 +228,8 @@ class RedisStateProvider(StateProvider):
         try:
             self._client.get().ping()
         except redis.RedisError as e:
-            raise StateProviderError(f"state provider {self.name!r}: cannot reach Redis at {self.address}: {e}") from e
+            raise StateProviderError(f"state provider {self.name!r}: "
+                                     f"{connect_failure(self.address, e, self._settings['password'])}") from e
         found = self._client.run("claiming the location for this topology", _CLAIM, [self._topology_key],
                                  [self.topology_name, json.dumps(layout, sort_keys=True)])
         if found is not None:
