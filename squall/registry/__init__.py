@@ -19,7 +19,6 @@ its UI) while it runs. Two registries hold those entries:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -110,17 +109,6 @@ class Registry(Protocol):
     def close(self) -> None:
         """Release the registry's connection; the entries of this process stay registered
         only as long as the local registry's files (ZooKeeper's are ephemeral)."""
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this machine is alive (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's
-        return True
-    return True
 
 
 class RegistryError(RuntimeError):

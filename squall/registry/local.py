@@ -26,7 +26,8 @@ from typing import Any
 
 from squall.config import squall_home
 from squall.errors import AlreadyAliveError, NotAliveError
-from squall.registry import MALFORMED, Registration, process_alive
+from squall.registry import MALFORMED, Registration
+from squall.utils.processes import process_alive
 
 log = logging.getLogger("squall.registry")
 

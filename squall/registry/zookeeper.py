@@ -35,7 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from squall.errors import AlreadyAliveError, NotAliveError
-from squall.registry import MALFORMED, ZOOKEEPER_SERVERS, Registration, RegistryError, process_alive
+from squall.registry import MALFORMED, ZOOKEEPER_SERVERS, Registration, RegistryError
+from squall.utils.processes import process_alive
 
 try:
     from kazoo.client import KazooClient

@@ -15,17 +15,18 @@ import shutil
 import site
 import sys
 import sysconfig
-import tempfile
 import uuid
 import zipfile
 from typing import Any
 
 from squall.cluster_state import TopologyState
+from squall.config import squall_home
 from squall.daemon.nimbus import Nimbus
 from squall.scheduler import Assignment
 from squall.spark.java import ensure_java
 from squall.spark.master import SparkTopologyMaster
 from squall.topology import StormTopology
+from squall.utils.processes import process_dir
 
 DEFAULT_MASTER = "local[*]"
 _LOCAL_MASTER = re.compile(r"local(\[.*\])?$|local-cluster\[.*\]$")
@@ -226,7 +227,8 @@ class SparkCluster(Nimbus):
             if self._owns_session:  # enabled in spark-defaults.conf
                 self.spark.stop()
             raise SparkSetupError(_DYNAMIC_ALLOCATION)
-        self._ship_dir = tempfile.mkdtemp(prefix="squall-pyfiles-")
+        # under SQUALL_HOME, not /tmp: a driver killed leaves it, the next one removes it
+        self._ship_dir = str(process_dir(squall_home() / "spark" / "pyfiles"))
         self._stopped = False
 
     @property
