@@ -3,18 +3,27 @@ driven by Selenium, against a UiServer on 127.0.0.1 over the example word count.
 
 The topology page must list every component, draw every edge with its stream and grouping,
 show figures that rise while the topology runs, and deactivate the spouts from its button
-(after the confirmation). A screenshot of the page is saved in ``test-artifacts/``.
+(after the confirmation). On a stateful topology (a ``$checkpoint`` stream beside each
+``default`` one), every label of the graph must be clear of the others, the plots' legends clear
+of the plots, their axes in human numbers, errors folded, and a browser without the token must
+find the controls disabled and a note saying how to get it. Screenshots of the pages are saved
+in ``test-artifacts/``.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import pathlib
+import re
 import shutil
+import time
+from typing import Any
 
 import pytest
 
-from squall import Config
+from squall import BasicBolt, Config, TopologyBuilder
+from squall.stateful import StatefulBolt, StatefulSpout
 from squall.testing import wait_until
 from squall.ui.server import UiServer
 
@@ -43,6 +52,7 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1400,2400"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # get_log("browser") sees every error
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -84,8 +94,8 @@ def test_the_topology_page_shows_the_topology_and_its_deactivate_button_stops_th
         first = shown_emitted()
         wait_until(lambda: shown_emitted() > first, timeout=15, message="the page's figures rising")
         wait_until(lambda: browser.execute_script(
-            "return document.querySelectorAll('#plot-throughput polyline').length") == 1, timeout=15,
-            message="the throughput plot drawn")
+            "return [...document.querySelectorAll('#plot-throughput polyline')].map(p => p.dataset.series)")
+            == ["emitted", "acked"], timeout=15, message="the throughput plot drawn")
 
         browser.find_element(By.ID, "deactivate").click()
         browser.switch_to.alert.accept()  # "Deactivate topology wc?"
@@ -113,4 +123,185 @@ def test_the_topology_page_shows_the_topology_and_its_deactivate_button_stops_th
         splits = [e for w in cluster.get_topology_info(NAME)["workers"] for e in w["executors"]
                   if e["component"] == "split"]
         assert len(splits) == 4
+        # the new workers count from 0: the page says so beside the totals of the whole life
+        wait_until(lambda: browser.execute_script(
+            "const p = document.getElementById('current-run'); return !p.hidden && p.textContent"),
+            timeout=15, message="the figures since the rebalance shown")
         assert [e for e in browser.get_log("browser") if e["source"] == "javascript"] == []
+
+
+# -- a stateful topology ---------------------------------------------------------------------------
+
+SENTENCES = ("the cow jumped over the moon", "an apple a day keeps the doctor away", "four score and seven years ago")
+STATEFUL = "stateful-page"  # the memory state provider keys by name: not test_ui_rest's "stateful"
+
+
+class Sentences(StatefulSpout):
+    """Sentences at ``per_sec``, its position in its state."""
+
+    outputs = ["sentence"]
+
+    def __init__(self, per_sec: float) -> None:
+        self.per_sec = per_sec
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def init_state(self, state: Any) -> None:
+        self.state, self.next = state, state.get("next", 0)
+        self.started, self.first = time.monotonic(), self.next
+
+    def next_tuple(self) -> None:
+        due = self.first + int((time.monotonic() - self.started) * self.per_sec)
+        for n in range(self.next, min(due, self.next + 50)):
+            self.collector.emit([SENTENCES[n % len(SENTENCES)]])
+            self.next = n + 1
+        self.state.put("next", self.next)
+
+
+class Split(BasicBolt):
+    """Words; every 200th sentence reports one of two errors in turn, so that the component's
+    list of errors interleaves them."""
+
+    outputs = ["word"]
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.seen = 0
+
+    def execute(self, tup: Any, collector: Any) -> None:
+        self.seen += 1
+        if self.seen % 200 == 0:
+            try:
+                if self.seen % 400:
+                    raise ValueError("a sentence without a verb")
+                raise KeyError("no such word")
+            except (ValueError, KeyError) as e:
+                collector.report_error(e)
+        for word in tup.values[0].split():
+            collector.emit([word])
+
+
+class Count(StatefulBolt):
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def init_state(self, state: Any) -> None:
+        self.counts = state
+
+    def execute(self, tup: Any) -> None:
+        self.counts.put(tup.values[0], self.counts.get(tup.values[0], 0) + 1)
+        self.collector.ack(tup)
+
+
+def _stateful_topology() -> Any:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", Sentences(per_sec=2000))
+    builder.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
+    builder.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    return builder.create_topology()
+
+
+def _overlapping(boxes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The pairs of ``boxes`` (each ``what`` and a DOMRect's x, y, width, height) that overlap."""
+    def meet(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        return (a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"]
+                and a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
+    return [(a["what"], b["what"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if meet(a, b)]
+
+
+def _save_full_page(browser: Any, name: str) -> None:
+    """A screenshot of the whole page, below the window's fold too (Chromium's own capture)."""
+    size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / name).write_bytes(base64.b64decode(shot["data"]))
+
+
+# every label of the graph (edges' and components'), every legend entry and plot area, as one
+# snapshot: the page redraws itself every 2 s, so separate calls could see different drawings
+PAGE_BOXES = """
+const box = (what, e) => { const r = e.getBoundingClientRect();
+                           return {what, x: r.x, y: r.y, width: r.width, height: r.height}; };
+return {
+  labels: [...document.querySelectorAll('#graph g[data-edge]')].map(g => box(
+             `${g.dataset.edge} ${g.dataset.stream}`, g.querySelector('text')))
+    .concat([...document.querySelectorAll('#graph g[data-component] text')].map(t => box(t.textContent, t))),
+  paths: [...document.querySelectorAll('#graph g[data-edge] path')].map(p => p.getAttribute('d')),
+  legends: [...document.querySelectorAll('.plots .legend span')].map(s => box(`legend ${s.dataset.series}`, s)),
+  plots: [...document.querySelectorAll('.plots rect.plot-area')].map(r => box(`plot ${r.closest('svg').id}`, r)),
+  ticks: [...document.querySelectorAll('.plots text.y-tick')].map(t => t.textContent),
+};
+"""
+
+
+def test_a_stateful_topologys_page_is_legible_and_read_only_without_the_token(cluster, browser):
+    cluster.submit_topology(STATEFUL, {"topology.state.checkpoint.interval.ms": 200}, _stateful_topology())
+    with UiServer(cluster, TOKEN, port=0) as ui:
+        browser.get(f"{ui.url}/topology.html?id={STATEFUL}")  # no token: the page may read, not act
+        script = browser.execute_script
+
+        edges = ("return [...document.querySelectorAll('#graph g[data-edge]')]"
+                 ".map(g => [g.dataset.edge, g.dataset.stream, g.dataset.grouping])")
+        wait_until(lambda: {tuple(e) for e in script(edges)} == {
+            ("$checkpointspout->sentences", "$checkpoint", "all"),
+            ("sentences->split", "default", "shuffle"), ("sentences->split", "$checkpoint", "all"),
+            ("split->count", "default", "fields"), ("split->count", "$checkpoint", "all")},
+            timeout=15, interval=0.1, message="the graph with the checkpoint stream beside each default one")
+        wait_until(lambda: script("return document.querySelectorAll('.plots polyline').length") == 5, timeout=20,
+                   interval=0.1, message="every line of the plots drawn")
+
+        page = script(PAGE_BOXES)
+        assert len(set(page["paths"])) == len(page["paths"]) == 5, "parallel edges drawn as distinct curves"
+        assert len(page["labels"]) == 5 + 2 * 4  # an edge's label; a component's id and its figure
+        assert _overlapping(page["labels"]) == []
+        assert {b["what"] for b in page["legends"]} == {"legend emitted", "legend acked", "legend complete",
+                                                      "legend split", "legend count"}
+        assert [(a, b) for a, b in _overlapping(page["legends"] + page["plots"]) if "legend" in a] == []
+        assert page["ticks"] and all(re.fullmatch(r"\d+(\.\d+)?[kMG]?", t) for t in page["ticks"]), page["ticks"]
+        assert script("return [human(21600), human(1.2e6), human(0.25), human(480)]") == \
+            ["21.6k", "1.2M", "0.25", "480"]
+
+        # the errors list: each error once with its count, though split's own list alternates them
+        wait_until(lambda: len(cluster.get_topology_info(STATEFUL)["components"]["split"]["errors"]) > 2,
+                   timeout=20, interval=0.1, message="split's errors interleaved")
+
+        def errors() -> list[list[Any]]:
+            return script("return [...document.querySelectorAll('#errors tr[data-error-component=split]')].map("
+                          "r => [r.querySelector('summary').textContent, +r.querySelector('td.count').textContent])")
+
+        wait_until(lambda: len(rows := errors()) == 2 and sum(count for _, count in rows) > 2, timeout=20,
+                   interval=0.1, message="split's errors folded")
+        assert sorted(headline for headline, _ in errors()) == ["KeyError: 'no such word'",
+                                                                "ValueError: a sentence without a verb"]
+        # the last error in the table: its exception line (not the traceback's header) and its age
+        last = script("return document.querySelector(\"#bolts tr[data-component='split'] td:last-child\").textContent")
+        assert re.fullmatch(r"(ValueError: a sentence without a verb|KeyError: 'no such word') "
+                            r"\((just now|\d+s ago|\d+m( \d+s)? ago)\)", last), last
+
+        # without the token: the controls are disabled, and the note says where the token is
+        assert script("return [...document.querySelectorAll('button.control')].map(b => [b.id, b.disabled])") == [
+            ["activate", True], ["deactivate", True], ["rebalance", True], ["kill", True]]
+        note = script("const n = document.getElementById('token-note'); "
+                      "return n.offsetParent !== null && n.textContent")
+        assert note and "token" in note and "squall run" in note
+        _save_full_page(browser, "ui-stateful-topology-page.png")
+
+        # the system components: out of the tables and totals, unless asked for
+        spouts = "return [...document.querySelectorAll('#spouts tr[data-component]')].map(r => r.dataset.component)"
+        assert script(spouts) == ["sentences"]
+        browser.find_element("id", "sys").click()
+        wait_until(lambda: script(spouts) == ["$checkpointspout", "sentences"], timeout=15, interval=0.1,
+                   message="the checkpoint spout listed")
+        assert "sys=true" in browser.current_url
+        _save_full_page(browser, "ui-stateful-topology-page-sys.png")
+        assert script("return document.getElementById('message').textContent") == ""
+
+        # with the token: the controls are there, the note is not
+        browser.get(f"{ui.url}/?token={TOKEN}")
+        browser.get(f"{ui.url}/topology.html?id={STATEFUL}")
+        assert script("return [...document.querySelectorAll('button.control')].every(b => !b.disabled)")
+        assert script("return document.getElementById('token-note').offsetParent") is None
+        assert [e for e in browser.get_log("browser") if e["source"] == "javascript"
+                or (e["level"] == "SEVERE" and "favicon.ico" not in e["message"])] == []

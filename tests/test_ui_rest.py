@@ -362,7 +362,15 @@ def test_the_topology_totals_leave_the_checkpoint_spouts_barriers_out(cluster, t
                message="checkpoints acked")
     with UiServer(cluster, TOKEN, port=0) as server:
         status, page, _ = call(f"{server.url}/api/v1/topology/stateful", headers=AUTH)
-    assert status == 200
+        status_sys, page_sys, _ = call(f"{server.url}/api/v1/topology/stateful?sys=true", headers=AUTH)
+        status_bad, bad, _ = call(f"{server.url}/api/v1/topology/stateful?sys=yes", headers=AUTH)
+    assert status == status_sys == 200
     # the file spout's tuples are untracked (its checkpoints make it reliable): no spout tree the user's
     assert [(s["windowPretty"], s["acked"]) for s in page["topologyStats"] if s["window"] == ":all-time"] == \
         [("All time", 0)]
+    assert [s["spoutId"] for s in page["spouts"]] == ["lines"]
+    # Storm UI's "Show System Stats": the checkpoint spout's trees count, and it is listed
+    assert [s["spoutId"] for s in page_sys["spouts"]] == [CHECKPOINT_COMPONENT, "lines"]
+    assert page_sys["topologyStats"][-1]["acked"] >= page_sys["spouts"][0]["acked"] > 0
+    assert status_bad == 400 and "sys" in bad["errorMessage"] and "'yes'" in bad["errorMessage"]
+    assert page["currentRun"] == []  # no worker restarted, no rebalance

@@ -24,7 +24,7 @@ from typing import Any
 import squall
 from squall.component import is_system_id
 from squall.config import config_table
-from squall.daemon.stats_history import ALL_TIME, COUNTERS, WINDOWS, window_pretty
+from squall.daemon.stats_history import ALL_TIME, COUNTERS, FINE_SECS, WINDOWS, window_pretty
 from squall.topology import StormTopology
 
 
@@ -116,12 +116,14 @@ def _figures(view: TopologyView, window: int | None, component: str) -> dict[str
     return dict(zip(COUNTERS, values)) if values else dict.fromkeys(COUNTERS, 0.0)
 
 
-def _stream_counts(view: TopologyView, window: int | None, spouts: bool) -> dict[str, Any]:
+def _stream_counts(view: TopologyView, window: int | None, spouts: bool, sys: bool) -> dict[str, Any]:
     """Emitted, transferred, acked and failed of the topology's spouts (or all components) in
-    ``window``, and the spouts' complete latency: Storm's ``topologyStats`` element."""
+    ``window``, and the spouts' complete latency: Storm's ``topologyStats`` element. Squall's own
+    components count only with ``sys`` (Storm UI's "Show System Stats"): the checkpoint spout's
+    barriers are not the user's tuples."""
     sums = dict.fromkeys(COUNTERS, 0.0)
     for cid, spec in view.topology.components.items():
-        if is_system_id(cid) or (spouts and not spec.is_spout):  # the checkpoint spout's barriers are not the user's
+        if (is_system_id(cid) and not sys) or (spouts and not spec.is_spout):
             continue
         for key, value in _figures(view, window, cid).items():
             sums[key] += value
@@ -171,13 +173,14 @@ def _component_entry(view: TopologyView, cid: str, window: int | None) -> dict[s
     return entry
 
 
-def _window_stats(view: TopologyView, cid: str | None) -> list[dict[str, Any]]:
-    """One element per Storm window: the topology's (``cid`` None) or one component's counts."""
+def _window_stats(view: TopologyView, cid: str | None, sys: bool = False) -> list[dict[str, Any]]:
+    """One element per Storm window: the topology's (``cid`` None; Squall's components with
+    ``sys``) or one component's counts."""
     out = []
     for window in WINDOWS:
         if cid is None:
-            f = _stream_counts(view, window, spouts=True)
-            every = _stream_counts(view, window, spouts=False)
+            f = _stream_counts(view, window, spouts=True, sys=sys)
+            every = _stream_counts(view, window, spouts=False, sys=sys)
             f["emitted"], f["transferred"] = every["emitted"], every["transferred"]
         else:
             f = _figures(view, window, cid)
@@ -211,28 +214,57 @@ def _workers(view: TopologyView) -> list[dict[str, Any]]:
     return out
 
 
-def topology_page(view: TopologyView, window: int | None) -> dict[str, Any]:
-    """``GET /api/v1/topology/:id?window=...``."""
+def topology_page(view: TopologyView, window: int | None, sys: bool = False) -> dict[str, Any]:
+    """``GET /api/v1/topology/:id?window=...&sys=...``: with ``sys`` (Storm UI's "Show System
+    Stats"), Squall's own components (:func:`~squall.component.is_system_id`) are in the totals
+    and the tables too."""
     conf = view.conf
-    user = [cid for cid in view.topology.components if not cid.startswith("__")]
+    shown = [cid for cid in view.topology.components if sys or not is_system_id(cid)]
     return {
         **topology_summary_entry(view),
         "window": _window_param(window), "windowHint": window_pretty(window),
         "msgTimeout": conf.get("topology.message.timeout.secs"),
         "debug": bool(conf.get("topology.debug", False)), "samplingPct": 0.0,
         "schedulerDisplayResource": False,
-        "topologyStats": _window_stats(view, None),
-        "spouts": [_component_entry(view, cid, window) for cid in user if view.topology.components[cid].is_spout],
-        "bolts": [_component_entry(view, cid, window) for cid in user
+        "topologyStats": _window_stats(view, None, sys),
+        "spouts": [_component_entry(view, cid, window) for cid in shown if view.topology.components[cid].is_spout],
+        "bolts": [_component_entry(view, cid, window) for cid in shown
                   if not view.topology.components[cid].is_spout],
         "workers": _workers(view),
         "configuration": {key: _redacted(key, value) for key, value in sorted(conf.items())},
-        # Squall's additions: each key's doc, and the last errors of every component
+        # Squall's additions: each key's doc, the last errors of the components, and their
+        # current run's figures where a worker restart or a rebalance made them differ
         "configurationDocs": [{**row, "value": _redacted(row["key"], row["value"])} for row in config_table(conf)],
-        "lastErrors": sorted(({"component": cid, **_error(view, e)} for cid in user
-                              for e in view.info["components"][cid].get("errors", [])),
-                             key=lambda e: e["errorTime"], reverse=True)[:20],
+        "lastErrors": _last_errors(view, shown),
+        "currentRun": _current_run(view, shown),
     }
+
+
+def _last_errors(view: TopologyView, components: list[str]) -> list[dict[str, Any]]:
+    """The 20 latest errors of ``components``, newest first; the same text of the same component
+    is one entry (its latest occurrence, with the count of all) however the component's list
+    interleaves it with others."""
+    folded: dict[tuple[str, str], dict[str, Any]] = {}
+    for cid in components:
+        for error in view.info["components"][cid].get("errors", []):  # oldest first: the last one seen wins
+            key, entry = (cid, error["error"]), {"component": cid, **_error(view, error)}
+            if key in folded:
+                entry["count"] += folded[key]["count"]
+            folded[key] = entry
+    return sorted(folded.values(), key=lambda e: e["errorTime"], reverse=True)[:20]
+
+
+def _current_run(view: TopologyView, components: list[str]) -> list[dict[str, Any]]:
+    """Emitted, transferred, acked and failed of each of ``components`` since its last worker
+    restart or rebalance, for those where these differ from the counts of the whole life."""
+    keys = ("emitted", "transferred", "acked", "failed")
+    out = []
+    for cid in components:
+        summary = view.info["components"][cid]
+        now = summary.get("current")
+        if now and any(now[k] != summary[k] for k in keys):
+            out.append({"component": cid, **{k: now[k] for k in keys}})
+    return out
 
 
 def component_page(view: TopologyView, cid: str, window: int | None) -> dict[str, Any]:
@@ -321,22 +353,34 @@ def visualization(view: TopologyView, window: int | None) -> dict[str, Any]:
     return out
 
 
+#: The shortest interval a point of the live plots covers.
+MIN_INTERVAL_SECS = FINE_SECS / 2
+
+
 def series(view: TopologyView, recent: list[tuple[float, dict[str, tuple[float, ...]]]]) -> dict[str, Any]:
     """``GET /api/v1/topology/:id/series`` (Squall's; what the live plots draw): per interval
     between consecutive samples of the last ten minutes, ``t`` (seconds before now, <= 0), the
-    spouts' acked tuples/s and complete latency, and per component ``emitted`` and ``executed``
-    tuples/s, ``capacity`` (time in execute over the interval, per executor) and ``latency`` (ms:
-    complete for spouts, process for bolts)."""
+    user's spouts' emitted and acked tuples/s and complete latency, and per component ``emitted``
+    and ``executed`` tuples/s, ``capacity`` (time in execute over the interval, per executor) and
+    ``latency`` (ms: complete for spouts, process for bolts)."""
     executors: dict[str, int] = {}
     for _, executor in _executors(view):
         executors[executor["component"]] = executors.get(executor["component"], 0) + 1
     user = [cid for cid in view.topology.components if not cid.startswith("__")]
+    # the user's spouts: the checkpoint spout's barriers are no throughput, as in the totals
+    spouts = [cid for cid in user if view.topology.components[cid].is_spout and not is_system_id(cid)]
     now = recent[-1][0] if recent else 0.0
+    # every read of the topology may add a sample, and a rate over a sliver of time is noise
+    # (the executors' counters move in steps): intervals of at least MIN_INTERVAL_SECS
+    samples: list[tuple[float, dict[str, tuple[float, ...]]]] = []
+    for sample in recent:
+        if len(samples) > 1 and sample[0] - samples[-1][0] < MIN_INTERVAL_SECS:
+            samples[-1] = sample  # the last interval, stretched to this sample
+        elif not samples or sample[0] - samples[-1][0] >= MIN_INTERVAL_SECS:
+            samples.append(sample)
     points = []
-    for (t0, before), (t1, after) in zip(recent, recent[1:]):
+    for (t0, before), (t1, after) in zip(samples, samples[1:]):
         secs = t1 - t0
-        if secs <= 0:
-            continue
         components = {}
         for cid in user:
             zero = (0.0,) * len(COUNTERS)
@@ -348,11 +392,10 @@ def series(view: TopologyView, recent: list[tuple[float, dict[str, tuple[float, 
                 "latency": float(_ms(d["complete_secs"], d["complete_count"]) if spout
                                  else _ms(d["process_secs"], d["process_count"])),
             }
-        spouts = [cid for cid in user if view.topology.components[cid].is_spout]
         acked = sum(components[cid]["acked"] for cid in spouts)
         latency = [components[cid]["latency"] for cid in spouts if components[cid]["acked"]]
-        points.append({"t": round(t1 - now, 3), "acked": acked,
-                       "completeLatency": max(latency, default=0.0), "components": components})
+        points.append({"t": round(t1 - now, 3), "emitted": sum(components[cid]["emitted"] for cid in spouts),
+                       "acked": acked, "completeLatency": max(latency, default=0.0), "components": components})
     return {"points": points}
 
 

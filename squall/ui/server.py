@@ -170,7 +170,8 @@ class UiApp:
         return response
 
     def _page(self, file: str) -> Callable[[Request], Any]:
-        """A page, with the CSRF token its POSTs send when the browser holds the cookie."""
+        """A page, with the CSRF token its POSTs send when the browser holds the cookie (empty
+        otherwise, which tells the page that its controls would be refused)."""
         template = (STATIC / file).read_text()
 
         async def page(request: Request) -> Response:
@@ -233,7 +234,7 @@ class UiServer(UiApp):
         return _json(api.topology_summary(self._views()))
 
     async def _topology(self, request: Request) -> Response:
-        return _json(api.topology_page(self._view(request.path_params["id"]), _window(request)))
+        return _json(api.topology_page(self._view(request.path_params["id"]), _window(request), _sys(request)))
 
     async def _component(self, request: Request) -> Response:
         view = self._view(request.path_params["id"])
@@ -296,6 +297,14 @@ def _window(request: Request) -> int | None:
         return parse_window(request.query_params.get("window"))
     except ValueError as e:
         raise api.ApiError(400, str(e)) from None
+
+
+def _sys(request: Request) -> bool:
+    """Storm UI's ``sys`` parameter: whether Squall's own components count (default false)."""
+    value = request.query_params.get("sys", "false")
+    if value not in ("true", "false"):
+        raise api.ApiError(400, f"sys must be true or false, got {value!r}")
+    return value == "true"
 
 
 def _wait_time(value: str) -> float:

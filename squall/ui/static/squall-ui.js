@@ -56,8 +56,15 @@ function fill(id, node) {
   target.replaceChildren(node);
 }
 
+// an age in its two largest units: "12s ago", "3m 5s ago", "2h 10m ago", "4d 1h ago"
 function ago(secs) {
-  return secs === null || secs === undefined ? "" : `${secs}s ago`;
+  if (secs === null || secs === undefined) return "";
+  const parts = [[Math.floor(secs / 86400), "d"], [Math.floor(secs / 3600) % 24, "h"],
+                 [Math.floor(secs / 60) % 60, "m"], [secs % 60, "s"]];
+  const first = parts.findIndex(([n]) => n > 0);
+  if (first < 0) return "just now";
+  return parts.slice(first, first + 2).filter(([n], i) => i === 0 || n > 0).map(([n, unit]) => `${n}${unit}`)
+    .join(" ") + " ago";
 }
 
 // -- the topology list ------------------------------------------------------------------------
@@ -92,50 +99,122 @@ function capacityColour(capacity) {
   return "#8fd19e";
 }
 
+// the box of `text` as drawn in `target` (an <svg> of the page): labels are sized to fit it
+function textWidth(target, text) {
+  const probe = svg("text", {x: 0, y: 0, visibility: "hidden"}, text);
+  target.append(probe);
+  const width = probe.getBBox().width;
+  probe.remove();
+  return width;
+}
+
+function overlaps(a, b) {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+}
+
+function grow(box, by) {
+  return {x: box.x - by, y: box.y - by, width: box.width + 2 * by, height: box.height + 2 * by};
+}
+
+// An edge's curve: {d, at(t)}. Edges between the same two components (a stateful topology's
+// `$checkpoint` beside `default`) are bowed apart by `offset`, so that each keeps its own label.
+function edgeCurve(a, b, W, H, offset, sign) {
+  if (a === b) {  // a component reading itself: a loop over its box, one size per stream
+    const h = 30 + Math.abs(offset) * 2;
+    const x0 = a.x + W * 0.65, x1 = a.x + W * 0.35, y = a.y;
+    const at = t => ({x: (1 - t) ** 2 * (1 + 2 * t) * x0 + t * t * (3 - 2 * t) * x1, y: y - 3 * (1 - t) * t * h});
+    return {d: `M ${x0} ${y} C ${x0} ${y - h} ${x1} ${y - h} ${x1} ${y}`, at};
+  }
+  // leave by the side that faces the target, arrive by the side that faces the source
+  let p0, p2;
+  if (a.x !== b.x) {
+    const forward = b.x > a.x;
+    p0 = {x: forward ? a.x + W : a.x, y: a.y + H / 2};
+    p2 = {x: forward ? b.x : b.x + W, y: b.y + H / 2};
+  } else {
+    const down = b.y > a.y;
+    p0 = {x: a.x + W / 2, y: down ? a.y + H : a.y};
+    p2 = {x: b.x + W / 2, y: down ? b.y : b.y + H};
+  }
+  const dx = p2.x - p0.x, dy = p2.y - p0.y, length = Math.hypot(dx, dy);
+  // the normal of the group's first edge's direction (sign -1 for edges the other way), so
+  // that A->B and B->A bow to different sides
+  const nx = -dy / length * sign, ny = dx / length * sign;
+  p0 = {x: p0.x + nx * offset * 0.4, y: p0.y + ny * offset * 0.4};
+  p2 = {x: p2.x + nx * offset * 0.4, y: p2.y + ny * offset * 0.4};
+  const c = {x: (p0.x + p2.x) / 2 + nx * offset * 2, y: (p0.y + p2.y) / 2 + ny * offset * 2};
+  const at = t => ({x: (1 - t) ** 2 * p0.x + 2 * (1 - t) * t * c.x + t * t * p2.x,
+                    y: (1 - t) ** 2 * p0.y + 2 * (1 - t) * t * c.y + t * t * p2.y});
+  return {d: `M ${p0.x} ${p0.y} Q ${c.x} ${c.y} ${p2.x} ${p2.y}`, at};
+}
+
 function drawGraph(graph) {
   const target = document.getElementById("graph");
+  target.replaceChildren();
   const ids = Object.keys(graph);
   const depth = {};
   const depthOf = (id, seen = new Set()) => {
     if (depth[id] !== undefined) return depth[id];
     if (seen.has(id)) return 0;  // a cycle: place it where it was met
     seen.add(id);
-    const inputs = graph[id][":inputs"].filter(i => graph[i[":component"]]);
+    const inputs = graph[id][":inputs"].filter(i => graph[i[":component"]] && i[":component"] !== id);
     depth[id] = inputs.length ? 1 + Math.max(...inputs.map(i => depthOf(i[":component"], seen))) : 0;
     return depth[id];
   };
   ids.forEach(id => depthOf(id));
+  const edges = ids.flatMap(id => graph[id][":inputs"].filter(i => graph[i[":component"]]).map(i => (
+    {from: i[":component"], to: id, stream: i[":stream"], grouping: i[":grouping"],
+     label: `${i[":stream"]} · ${i[":grouping"]}`})));
+  // boxes as wide as the longest id, columns apart by the longest edge label
+  const W = Math.max(130, ...ids.map(id => textWidth(target, id) + 20)), H = 44, DY = 80, SPREAD = 20;
+  const DX = W + Math.max(100, ...edges.map(e => textWidth(target, e.label) + 40));
+  const groups = {};  // the edges between two components, either way
+  for (const e of edges) (groups[[e.from, e.to].sort().join("\n")] ||= []).push(e);
+  const loops = Object.values(groups).filter(g => g[0].from === g[0].to).map(g => g.length);
+  const top = 20 + (loops.length ? 40 + SPREAD * Math.max(...loops) : 0);
   const columns = {};
   ids.forEach(id => (columns[depth[id]] = columns[depth[id]] || []).push(id));
   const pos = {};
-  const W = 130, H = 44, DX = 230, DY = 80;
   let rows = 1;
   for (const [d, members] of Object.entries(columns)) {
-    members.forEach((id, i) => (pos[id] = {x: 20 + d * DX, y: 20 + i * DY}));
+    members.forEach((id, i) => (pos[id] = {x: 20 + d * DX, y: top + i * DY}));
     rows = Math.max(rows, members.length);
   }
-  const width = 40 + (Object.keys(columns).length - 1) * DX + W, height = 40 + (rows - 1) * DY + H;
-  target.setAttribute("width", Math.max(width, 300));
+  const width = Math.max(40 + (Object.keys(columns).length - 1) * DX + W, 300), height = top + 20 + (rows - 1) * DY + H;
+  target.setAttribute("width", width);
   target.setAttribute("height", height);
-  target.setAttribute("viewBox", `0 0 ${Math.max(width, 300)} ${height}`);
+  target.setAttribute("viewBox", `0 0 ${width} ${height}`);
   const marker = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 6,
                                 markerHeight: 6, orient: "auto-start-reverse"});
   marker.append(svg("path", {d: "M 0 0 L 10 5 L 0 10 z", fill: "#555"}));
   const defs = svg("defs");
   defs.append(marker);
-  target.replaceChildren(defs);
-  for (const id of ids) {
-    for (const input of graph[id][":inputs"]) {
-      const from = pos[input[":component"]], to = pos[id];
-      if (!from) continue;
-      const g = svg("g", {"data-edge": `${input[":component"]}->${id}`, "data-stream": input[":stream"],
-                          "data-grouping": input[":grouping"]});
-      const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x, y2 = to.y + H / 2;
-      g.append(svg("line", {x1, y1, x2, y2, stroke: "#555", "marker-end": "url(#arrow)"}));
-      g.append(svg("text", {x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 4, "text-anchor": "middle"},
-                   `${input[":stream"]} · ${input[":grouping"]}`));
+  target.append(defs);
+  // a label goes where it overlaps no box and no label placed before it: the middle of its
+  // curve, else the first free point towards either end
+  const taken = ids.map(id => grow({x: pos[id].x, y: pos[id].y, width: W, height: H}, 2));
+  const spots = [0.5, 0.4, 0.6, 0.3, 0.7, 0.22, 0.78];
+  for (const group of Object.values(groups)) {
+    group.forEach((e, i) => {
+      const offset = (i - (group.length - 1) / 2) * SPREAD;
+      const curve = edgeCurve(pos[e.from], pos[e.to], W, H, e.from === e.to ? i * SPREAD / 2 : offset,
+                              e.from === group[0].from ? 1 : -1);
+      const g = svg("g", {"data-edge": `${e.from}->${e.to}`, "data-stream": e.stream, "data-grouping": e.grouping});
+      const box = svg("rect", {class: "label-box", rx: 3});
+      const text = svg("text", {"text-anchor": "middle", "dominant-baseline": "central"}, e.label);
+      g.append(svg("path", {d: curve.d, fill: "none", stroke: "#555", "marker-end": "url(#arrow)"}), box, text);
       target.append(g);
-    }
+      let placed;
+      for (const t of spots) {
+        const p = curve.at(t);
+        text.setAttribute("x", p.x);
+        text.setAttribute("y", p.y);
+        placed = grow(text.getBBox(), 2);
+        if (!taken.some(other => overlaps(placed, other))) break;
+      }
+      taken.push(placed);
+      for (const [k, v] of Object.entries(placed)) box.setAttribute(k, v);
+    });
   }
   for (const id of ids) {
     const node = graph[id], p = pos[id];
@@ -152,42 +231,84 @@ function drawGraph(graph) {
   }
 }
 
-// one line per series: [{name, points: [[t, value]]}]; t in seconds before now (<= 0)
+const NUMBER = new Intl.NumberFormat("en", {maximumSignificantDigits: 3, useGrouping: false});
+
+// an axis number as people write it: 0.25, 480, 21.6k, 1.2M
+function human(value) {
+  const size = Math.abs(value);
+  const [scale, suffix] = size >= 1e9 ? [1e9, "G"] : size >= 1e6 ? [1e6, "M"] : size >= 1e3 ? [1e3, "k"] : [1, ""];
+  return NUMBER.format(value / scale) + suffix;
+}
+
+// 0 and up to five round steps (1, 2, 2.5 or 5 times a power of ten) up to at least `max` (> 0)
+function roundTicks(max) {
+  const raw = max / 5, power = 10 ** Math.floor(Math.log10(raw)), f = raw / power;
+  const step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * power;
+  return Array.from({length: Math.ceil(max / step - 1e-9) + 1}, (_, i) => i * step);
+}
+
+// seconds before now as a tick label: "-45s", "-2m", "-1m 30s"
+function before(secs) {
+  const m = Math.floor(secs / 60), s = Math.round(secs % 60);
+  return secs ? `-${m ? `${m}m` : ""}${m && s ? " " : ""}${s ? `${s}s` : ""}` : "now";
+}
+
+const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+
+// one line per series: [{name, points: [[t, value]]}]; t in seconds before now (<= 0). The
+// legend is the figure's caption, under the plot, so that it never hides a line.
 function lineChart(id, title, series, unit) {
   const target = document.getElementById(id);
   const W = +target.getAttribute("width"), H = +target.getAttribute("height");
-  const left = 62, right = 10, top = 20, bottom = 24;
+  const left = 48, right = 14, top = 22, bottom = 22;
   const all = series.flatMap(s => s.points);
   const tMin = Math.min(-60, ...all.map(p => p[0]));
-  const vMax = Math.max(1e-9, ...all.map(p => p[1])) * 1.1;
+  const yTicks = roundTicks(Math.max(0, ...all.map(p => p[1])) || 1);
+  const vMax = yTicks[yTicks.length - 1];
   const x = t => left + (t - tMin) / (0 - tMin) * (W - left - right);
   const y = v => H - bottom - v / vMax * (H - top - bottom);
-  const colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+  const tStep = [10, 15, 30, 60, 120, 300, 600].find(s => -tMin / s <= 5) || 600;
   const nodes = [svg("text", {x: left, y: 14}, `${title} (${unit})`),
-                 svg("line", {x1: left, y1: H - bottom, x2: W - right, y2: H - bottom, stroke: "#999"}),
-                 svg("line", {x1: left, y1: top, x2: left, y2: H - bottom, stroke: "#999"}),
-                 svg("text", {x: left - 4, y: top + 4, "text-anchor": "end"}, vMax.toPrecision(3)),
-                 svg("text", {x: left - 4, y: H - bottom, "text-anchor": "end"}, "0"),
-                 svg("text", {x: left, y: H - 6}, `${Math.round(tMin)}s`),
-                 svg("text", {x: W - right, y: H - 6, "text-anchor": "end"}, "now")];
+                 svg("rect", {class: "plot-area", x: left, y: top, width: W - left - right, height: H - top - bottom,
+                              fill: "none", stroke: "#999"})];
+  for (const v of yTicks) {
+    nodes.push(svg("line", {class: "grid", x1: left, y1: y(v), x2: W - right, y2: y(v)}),
+               svg("text", {class: "y-tick", x: left - 4, y: y(v) + 4, "text-anchor": "end"}, human(v)));
+  }
+  for (let t = 0; t >= tMin; t -= tStep) {
+    nodes.push(svg("text", {class: "x-tick", x: x(t), y: H - 6, "text-anchor": t ? "middle" : "end"}, before(-t)));
+  }
+  const legend = [];
   series.forEach((s, i) => {
     if (!s.points.length) return;
-    const colour = colours[i % colours.length];
+    const colour = COLOURS[i % COLOURS.length];
     nodes.push(svg("polyline", {fill: "none", stroke: colour, "stroke-width": 1.5, "data-series": s.name,
                                 points: s.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ")}));
-    nodes.push(svg("text", {x: W - right - 4, y: top + 12 * (i + 1), "text-anchor": "end", fill: colour}, s.name));
+    legend.push(el("span", {"data-series": s.name}, el("i", {style: `background: ${colour}`}), s.name));
   });
   target.replaceChildren(...nodes);
+  target.parentElement.querySelector(".legend").replaceChildren(...legend);
 }
 
 function drawPlots(points, page) {
   const bolts = page.bolts.map(b => b.boltId);
-  lineChart("plot-throughput", "Spouts' acked tuples/s", [{name: "acked", points: points.map(p => [p.t, p.acked])}],
+  lineChart("plot-throughput", "Spouts' throughput", [{name: "emitted", points: points.map(p => [p.t, p.emitted])},
+                                                       {name: "acked", points: points.map(p => [p.t, p.acked])}],
             "tuples/s");
   lineChart("plot-latency", "Complete latency", [{name: "complete", points: points.map(p => [p.t, p.completeLatency])}],
             "ms");
-  lineChart("plot-capacity", "Capacity", bolts.map(b => ({name: b, points: points.map(p => [p.t, p.components[b].capacity])})),
+  lineChart("plot-capacity", "Capacity",
+            bolts.map(b => ({name: b, points: points.filter(p => p.components[b])
+                                                  .map(p => [p.t, p.components[b].capacity])})),
             "0..1");
+}
+
+// an error's headline: its first line, unless that is a traceback's header; then the exception,
+// the traceback's last unindented line
+function headline(text) {
+  const lines = text.trim().split("\n");
+  if (!lines[0].startsWith("Traceback (most recent call last)")) return lines[0];
+  return lines.filter(line => line && !/^\s/.test(line)).pop();
 }
 
 function drawTopology(page) {
@@ -200,9 +321,12 @@ function drawTopology(page) {
   fill("topology-stats", table([["Window", "windowPretty", true], ["Emitted", "emitted"], ["Transferred", "transferred"],
                                 ["Complete latency (ms)", "completeLatency"], ["Acked", "acked"], ["Failed", "failed"]],
                                page.topologyStats));
-  // an error's message: the last unindented line of its traceback (the exception), not where it ran
-  const message = text => text.trim().split("\n").filter(line => line && !/^\s/.test(line)).pop() || "";
-  const error = c => c.lastError ? `${message(c.lastError)} (${ago(c.errorLapsedSecs)})` : "";
+  const since = document.getElementById("current-run");
+  since.hidden = !page.currentRun.length;
+  since.textContent = "Since the last worker restart or rebalance: " + page.currentRun.map(
+    c => `${c.component} emitted ${c.emitted}, acked ${c.acked}, failed ${c.failed}`).join("; ");
+  const error = c => c.lastError
+    ? el("span", {title: c.lastError}, `${headline(c.lastError)} (${ago(c.errorLapsedSecs)})`) : "";
   const anchor = id => el("a", {id: `component-${id}`, href: `/api/v1/topology/${encodeURIComponent(page.id)}/component/${encodeURIComponent(id)}`}, id);
   fill("spouts", table([["Id", s => anchor(s.spoutId), true], ["Executors", "executors"], ["Tasks", "tasks"],
                         ["Emitted", "emitted"], ["Transferred", "transferred"],
@@ -215,11 +339,14 @@ function drawTopology(page) {
                        ["Process latency (ms)", "processLatency"], ["Acked", "acked"], ["Failed", "failed"],
                        ["Last error", error, true]],
                       page.bolts, b => ({"data-component": b.boltId})));
+  // each error once, with its count: the exception in sight, the traceback a click away
   fill("errors", page.lastErrors.length
-    ? table([["Component", "component", true], ["Task", "task"], ["Count", "count"],
+    ? table([["Component", "component", true], ["Count", "count"], ["Last task", "task"],
              ["Where", e => `${e.errorHost}:${e.errorPort}`, true],
-             ["When", e => new Date(e.errorTime).toLocaleString(), true],
-             ["Error", e => el("div", {class: "error-text"}, e.error), true]], page.lastErrors)
+             ["Last seen", e => el("span", {title: new Date(e.errorTime).toLocaleString()}, ago(e.errorLapsedSecs)),
+              true],
+             ["Error", e => el("details", {class: "error-text"}, el("summary", {}, headline(e.error)), e.error), true]],
+            page.lastErrors, e => ({"data-error-component": e.component}))
     : el("p", {}, "None."));
   fill("workers", table([["Host", "host", true], ["Port", "port"], ["Pid", "pid"], ["Executors", "executorsTotal"],
                          ["Tasks per component", w => Object.entries(w.componentNumTasks).map(([c, n]) => `${c}: ${n}`).join(", "), true]],
@@ -229,13 +356,20 @@ function drawTopology(page) {
                               page.configurationDocs, r => (r.changed ? {class: "changed"} : {})));
 }
 
+// refreshes asked for, and the latest drawn: one answering after a later one (the old `sys`
+// after a click on its box) draws nothing
+let requested = 0, drawn = 0;
+
 async function refreshTopology() {
+  const ticket = ++requested;
   const base = `/api/v1/topology/${encodeURIComponent(topologyId)}`;
-  const win = document.getElementById("window").value;
+  const win = document.getElementById("window").value, sys = document.getElementById("sys").checked;
   try {
-    const [page, graph, series] = await Promise.all([getJSON(`${base}?window=${encodeURIComponent(win)}`),
+    const [page, graph, series] = await Promise.all([getJSON(`${base}?window=${encodeURIComponent(win)}&sys=${sys}`),
                                                      getJSON(`${base}/visualization?window=${encodeURIComponent(win)}`),
                                                      getJSON(`${base}/series`)]);
+    if (ticket < drawn) return;
+    drawn = ticket;
     drawTopology(page);
     drawGraph(graph);
     drawPlots(series.points, page);
@@ -257,6 +391,18 @@ async function act(operation, question) {
 }
 
 function startTopologyPage() {
+  // the server writes the CSRF token into the page only when the browser's cookie holds this
+  // UI's token: without it the page can read, and the controls would only be refused
+  const signedIn = CSRF !== "";
+  for (const button of document.querySelectorAll("button.control")) button.disabled = !signedIn;
+  document.getElementById("token-note").hidden = signedIn;
+  const sys = document.getElementById("sys");
+  sys.checked = params.get("sys") === "true";
+  sys.onchange = () => {  // kept in the address, so that a reload or a shared link shows the same
+    params.set("sys", sys.checked);
+    history.replaceState(null, "", `?${params}`);
+    refreshTopology();
+  };
   document.getElementById("activate").onclick = () => act("activate", `Activate topology ${topologyId}?`);
   document.getElementById("deactivate").onclick = () => act("deactivate", `Deactivate topology ${topologyId}?`);
   document.getElementById("kill").onclick = () => {
