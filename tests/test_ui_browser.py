@@ -43,7 +43,7 @@ pytestmark = [
 
 
 @pytest.fixture
-def browser():
+def browser(tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -53,7 +53,10 @@ def browser():
                 "--window-size=1400,2400"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # get_log("browser") sees every error
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # its temporary files (with --disable-dev-shm-usage, its shared memory too) in the test's
+    # directory: Chromium leaves some org.chromium.Chromium.* behind in /tmp otherwise
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": str(tmp_path)})
+    driver = webdriver.Chrome(service=service, options=options)
     try:
         yield driver
     finally:
