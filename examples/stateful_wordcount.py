@@ -11,7 +11,8 @@ checkpoint, the spout seeks back to the offset committed with the counts, and th
 are exactly those of a run without the crash. Stop it and run it again under the same name:
 it resumes from the last commit.
 
-Run it (the state goes to ~/.squall/state/stateful_wordcount unless --checkpoint-dir says):
+Run it (the state goes to $SQUALL_HOME/state/stateful_wordcount, SQUALL_HOME defaulting to
+~/.squall, unless --checkpoint-dir says):
 
     squall run examples/stateful_wordcount.py --duration 20
     python examples/stateful_wordcount.py          # the committed counts, top 10
@@ -128,10 +129,11 @@ config = Config().set_num_workers(2)
 if __name__ == "__main__":
     from collections import Counter
 
+    from squall.config import squall_home
     from squall.testing import committed_state
 
     name = sys.argv[1] if len(sys.argv) > 1 else "stateful_wordcount"
-    path = os.path.expanduser(os.path.join("~", ".squall", "state", name))
+    path = str(squall_home() / "state" / name)  # where squall run keeps it by default
     conf = {**config, "topology.state.provider": "sqlite", "topology.state.provider.config": {"path": path}}
     counts: Counter = Counter()
     for task_counts in committed_state(name, topology, "count", conf).values():

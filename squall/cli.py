@@ -1,5 +1,5 @@
-"""The ``squall`` command: ``run``, ``submit``, ``plan``, ``list``, ``kill``, ``activate``,
-``deactivate`` and ``--version``. Its arguments, and one ``cmd_*`` per subcommand calling the
+"""The ``squall`` command: ``run``, ``submit``, ``plan``, ``list``, ``kill``, ``rebalance``,
+``monitor``, ``ui``, ``activate``, ``deactivate`` and ``--version``. Its arguments, and one ``cmd_*`` per subcommand calling the
 jobs of :mod:`squall.command`.
 
 Bad input — a topology file that does not compile or raises, a bad argument or setting —

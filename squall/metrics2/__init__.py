@@ -3,7 +3,7 @@
 ``register_histogram``, ``register_meter``, ``register_timer``), reported per task and per
 component in ``get_topology_info``, handed to metrics consumers
 (``topology.metrics.consumer.register``) and exposed to Prometheus
-(:mod:`squall.metrics2.prometheus`, the ``ui`` extra)."""
+(:mod:`squall.metrics2.prometheus`)."""
 
 from squall.metrics2.consumer import (
     ConsumerContext, DataPoint, LoggingMetricsConsumer, MetricsConsumer, MetricsReporter, TaskInfo,
