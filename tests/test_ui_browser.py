@@ -17,6 +17,7 @@ import os
 import pathlib
 import re
 import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -43,7 +44,7 @@ pytestmark = [
 
 
 @pytest.fixture
-def browser(tmp_path):
+def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -53,14 +54,19 @@ def browser(tmp_path):
                 "--window-size=1400,2400"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # get_log("browser") sees every error
-    # its temporary files (with --disable-dev-shm-usage, its shared memory too) in the test's
-    # directory: Chromium leaves some org.chromium.Chromium.* behind in /tmp otherwise
-    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": str(tmp_path)})
-    driver = webdriver.Chrome(service=service, options=options)
+    # its temporary files (with --disable-dev-shm-usage, its shared memory too) in a directory
+    # removed afterwards: Chromium leaves some org.chromium.Chromium.* behind otherwise. A short
+    # path: it makes unix sockets there (108 bytes at most), too long under pytest's tmp_path
+    temp = tempfile.mkdtemp(prefix="squall-chromium-")
     try:
-        yield driver
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": temp}),
+                                  options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_the_topology_page_shows_the_topology_and_its_deactivate_button_stops_the_spouts(cluster, browser):
