@@ -3,40 +3,76 @@
 Write spouts and bolts, join them with stream groupings into a topology — with a
 ``TopologyBuilder`` or declared as a ``Topology`` subclass — and run it with Storm's guarantees
 (acking, timeouts, replay) on this machine or on a Spark cluster.
+
+The names below load on first use (PEP 562): ``import squall.tuple`` or ``from squall import
+Bolt`` loads no daemon, transport or cluster; ``from squall import LocalCluster`` does.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from squall.compiled import install_source_finder
 
 install_source_finder()  # before any other squall module is imported: it decides compiled or pure
 
-from squall.bolt import BasicBolt, Bolt
-from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from squall.component import OutputFieldsDeclarer
-from squall.config import Config
-from squall.context import TopologyContext
-from squall.dsl import Grouping, Topology
-from squall.errors import (
-    AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SecurityError,
-    SerializationError, TopologySetupError,
-)
-from squall.grouping import CustomStreamGrouping, GlobalStreamId
-from squall.local_cluster import LocalCluster
-from squall.multilang import ShellBolt, ShellSpout
-from squall.spout import Spout
-from squall.state import KeyValueState
-from squall.stateful import IStatefulBolt, StatefulBolt, StatefulComponent, StatefulSpout
-from squall.topology import StormTopology, TopologyBuilder
-from squall.tuple import Fields, Tuple, Values
-from squall.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "AlreadyAliveError", "BaseWindowedBolt", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "Count",
-    "CustomStreamGrouping", "Duration", "EmitError", "FailedException", "Fields", "GlobalStreamId", "Grouping",
-    "IStatefulBolt", "InvalidTopologyError", "KeyValueState", "LocalCluster", "NotAliveError", "OutputCollector",
-    "OutputFieldsDeclarer", "SecurityError", "SerializationError", "ShellBolt", "ShellSpout", "Spout",
-    "SpoutOutputCollector", "StatefulBolt", "StatefulComponent", "StatefulSpout", "StatefulWindowedBolt",
-    "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError", "Tuple", "TupleWindow",
-    "Values", "__version__",
-]
+#: public name -> the module that defines it
+_EXPORTS = {
+    **dict.fromkeys(["BasicBolt", "Bolt"], "squall.bolt"),
+    **dict.fromkeys(["BasicOutputCollector", "OutputCollector", "SpoutOutputCollector"], "squall.collector"),
+    "OutputFieldsDeclarer": "squall.component",
+    "Config": "squall.config",
+    "TopologyContext": "squall.context",
+    **dict.fromkeys(["Grouping", "Topology"], "squall.dsl"),
+    **dict.fromkeys(["AlreadyAliveError", "EmitError", "FailedException", "InvalidTopologyError", "NotAliveError",
+                     "SecurityError", "SerializationError", "TopologySetupError"], "squall.errors"),
+    **dict.fromkeys(["CustomStreamGrouping", "GlobalStreamId"], "squall.grouping"),
+    "LocalCluster": "squall.local_cluster",
+    **dict.fromkeys(["ShellBolt", "ShellSpout"], "squall.multilang"),
+    "Spout": "squall.spout",
+    "KeyValueState": "squall.state",
+    **dict.fromkeys(["IStatefulBolt", "StatefulBolt", "StatefulComponent", "StatefulSpout"], "squall.stateful"),
+    **dict.fromkeys(["StormTopology", "TopologyBuilder"], "squall.topology"),
+    **dict.fromkeys(["Fields", "Tuple", "Values"], "squall.tuple"),
+    **dict.fromkeys(["BaseWindowedBolt", "Count", "Duration", "StatefulWindowedBolt", "TupleWindow"],
+                    "squall.windowing"),
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+if TYPE_CHECKING:  # what type checkers and IDEs see (tests/test_api.py checks it matches _EXPORTS)
+    from squall.bolt import BasicBolt, Bolt
+    from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+    from squall.component import OutputFieldsDeclarer
+    from squall.config import Config
+    from squall.context import TopologyContext
+    from squall.dsl import Grouping, Topology
+    from squall.errors import (
+        AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SecurityError,
+        SerializationError, TopologySetupError,
+    )
+    from squall.grouping import CustomStreamGrouping, GlobalStreamId
+    from squall.local_cluster import LocalCluster
+    from squall.multilang import ShellBolt, ShellSpout
+    from squall.spout import Spout
+    from squall.state import KeyValueState
+    from squall.stateful import IStatefulBolt, StatefulBolt, StatefulComponent, StatefulSpout
+    from squall.topology import StormTopology, TopologyBuilder
+    from squall.tuple import Fields, Tuple, Values
+    from squall.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'squall' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -3,8 +3,13 @@ LocalCluster's lifecycle and introspection, and the ``squall`` command."""
 
 from __future__ import annotations
 
+import ast
 import collections
+import importlib
+import pathlib
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -147,6 +152,38 @@ class TickCounter(Bolt):
 
 def events(key, kind=None):
     return [e for e in logged(key) if kind is None or e[0] == kind]
+
+
+# -- the package ------------------------------------------------------------------------
+
+
+def test_the_api_loads_no_runtime_and_the_runtime_loads_on_first_use():
+    """``squall``'s names load on first use (PEP 562): the API alone pulls in no daemon,
+    executor or transport, and no zmq."""
+    script = """if True:
+        import sys
+        import squall.tuple
+        from squall import Bolt, Config, Spout, TopologyBuilder
+        runtime = ("squall.daemon", "squall.executor", "squall.messaging", "squall.local_cluster", "zmq")
+        print(sorted(m for m in sys.modules if m.startswith(runtime)))
+        from squall import LocalCluster
+        print("squall.daemon.nimbus" in sys.modules, LocalCluster.__module__)
+    """
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.splitlines() == ["[]", "True squall.local_cluster"], proc.stdout + proc.stderr
+
+
+def test_every_public_name_is_what_type_checkers_see():
+    """``squall.__all__`` resolves, each name to the object its ``TYPE_CHECKING`` import names."""
+    tree = ast.parse(pathlib.Path(squall.__file__).read_text())
+    checked = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    seen = {alias.name: node.module for node in checked.body for alias in node.names}
+    assert sorted(seen) == sorted(name for name in squall.__all__ if name != "__version__")
+    for name, module in seen.items():
+        assert getattr(squall, name) is getattr(importlib.import_module(module), name), name
+    assert set(squall.__all__) <= set(dir(squall))
+    with pytest.raises(AttributeError, match="module 'squall' has no attribute 'Bolts'"):
+        squall.Bolts  # noqa: B018
 
 
 # -- Fields / Values --------------------------------------------------------------------
