@@ -41,9 +41,18 @@ _EXPORTS = {
                     "squall.windowing"),
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "AlreadyAliveError", "BaseWindowedBolt", "BasicBolt", "BasicOutputCollector", "Bolt", "Config", "Count",
+    "CustomStreamGrouping", "Duration", "EmitError", "FailedException", "Fields", "GlobalStreamId", "Grouping",
+    "IStatefulBolt", "InvalidTopologyError", "KeyValueState", "LocalCluster", "NotAliveError", "OutputCollector",
+    "OutputFieldsDeclarer", "SecurityError", "SerializationError", "ShellBolt", "ShellSpout", "Spout",
+    "SpoutOutputCollector", "StatefulBolt", "StatefulComponent", "StatefulSpout", "StatefulWindowedBolt",
+    "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError", "Tuple", "TupleWindow",
+    "Values", "__version__",
+]
 
-if TYPE_CHECKING:  # what type checkers and IDEs see (tests/test_api.py checks it matches _EXPORTS)
+# what type checkers and IDEs see; tests/test_api.py checks that it, __all__ and _EXPORTS agree
+if TYPE_CHECKING:
     from squall.bolt import BasicBolt, Bolt
     from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
     from squall.component import OutputFieldsDeclarer

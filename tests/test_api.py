@@ -178,7 +178,7 @@ def test_every_public_name_is_what_type_checkers_see():
     tree = ast.parse(pathlib.Path(squall.__file__).read_text())
     checked = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
     seen = {alias.name: node.module for node in checked.body for alias in node.names}
-    assert sorted(seen) == sorted(name for name in squall.__all__ if name != "__version__")
+    assert sorted(seen) == sorted(squall._EXPORTS) == sorted(name for name in squall.__all__ if name != "__version__")
     for name, module in seen.items():
         assert getattr(squall, name) is getattr(importlib.import_module(module), name), name
     assert set(squall.__all__) <= set(dir(squall))
