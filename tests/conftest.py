@@ -12,10 +12,6 @@ from squall import LocalCluster
 from squall.testing import simulated_time
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "simulated_time: the test's cluster runs under squall.testing.simulated_time")
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _private_squall_home(tmp_path_factory):
     """Topologies started by the tests register in a registry of their own (squall list),

@@ -10,7 +10,9 @@ every test by the autouse fixture in ``conftest.py``.
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +23,39 @@ from squall import BasicBolt, Bolt, Spout, TopologyBuilder
 from squall.testing import FeederSpout, wait_until
 
 WAIT = 5.0
+#: a port of 127.0.0.1 where nothing listens (tcpmux): "unreachable" without the race of a port
+#: found free a moment ago
+CLOSED_PORT = 1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports of 127.0.0.1 free now, for servers that must be told their port
+    before they start (a restarted worker or broker binds the same one again). Chosen below the
+    kernel's ephemeral range, so no outgoing connection is given one meanwhile (a client
+    reconnecting to a stopped server could otherwise connect to itself there), and outside
+    Storm's default slots 6700-6703."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    rng, socks, ports = random.Random(), [], []
+    try:
+        while len(ports) < n and len(socks) < 200 * n:
+            port = rng.randrange(10_000, ephemeral_low)
+            if 6700 <= port <= 6703 or port in ports:
+                continue
+            s = socket.socket()
+            socks.append(s)  # held until all are chosen: distinct
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            ports.append(port)
+        if len(ports) == n:
+            return ports
+        raise RuntimeError(f"fewer than {n} free ports between 10000 and {ephemeral_low}")
+    finally:
+        for s in socks:
+            s.close()
 
 
 def squall_cli(*args: str, cwd=REPO, env: dict[str, str] | None = None,

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -24,28 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers import free_ports
 from redis_server import require
 
 SERVER_PATHS = ("/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/sbin/rabbitmq-server")
 START_TIMEOUT = 60.0
-
-
-def _free_port() -> int:
-    """A free port below the kernel's ephemeral range. The broker restarts on the same ports, and
-    while it is down a client reconnecting to an ephemeral port can be given that very port as its
-    own (TCP self-connect), so that the broker could not listen there again (eaddrinuse)."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_low = int(f.read().split()[0])
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(10_000, ephemeral_low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port between 10000 and {ephemeral_low}")
 
 
 def pika_module():
@@ -67,7 +48,7 @@ class RabbitMQServer:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.node = f"squall-test-{uuid.uuid4().hex[:10]}@localhost"
-        self.port, self.dist_port, self.epmd_port = _free_port(), _free_port(), _free_port()
+        self.port, self.dist_port, self.epmd_port = free_ports(3)
         self.process: subprocess.Popen | None = None
         self.epmd_pids: set[int] = set()
         home = self.directory / "home"

@@ -47,7 +47,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+
+from helpers import free_ports
 
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT_S = 60.0
@@ -253,7 +254,7 @@ def _start(
     conf_dir, worker_dir = base / "conf", base / "work"
     for directory in (conf_dir, worker_dir):
         directory.mkdir(parents=True)
-    master_port, master_ui_port, worker_ui_port = _free_ports(3)
+    master_port, master_ui_port, worker_ui_port = free_ports(3)
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPARK_")}
     env.update(
         SPARK_HOME=home,
@@ -384,15 +385,6 @@ def _start_time(pid: int) -> int | None:
     """Start time of a live (non-zombie) process, None if it is gone."""
     stat = _read_stat(pid)
     return None if stat is None or stat[0] in ("Z", "X") else stat[2]
-
-
-def _free_ports(count: int) -> list[int]:
-    # Hold all sockets open until every port is chosen, so the ports are distinct.
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((LOOPBACK, 0))
-        return [sock.getsockname()[1] for sock in socks]
 
 
 def _decode_proc_address(field: str) -> tuple[str, int]:

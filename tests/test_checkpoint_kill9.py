@@ -65,7 +65,7 @@ from squall.state.provider import StateProvider, provider_for
 from squall.testing import RedisServer, committed_state, wait_until
 from squall.topology import StormTopology
 from test_connectors_kafka import PARTITIONS
-from test_processes import free_ports
+from helpers import free_ports
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's bolts; workers import it too

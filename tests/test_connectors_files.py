@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from helpers import logged, record, stays
+from helpers import free_ports, logged, record, stays
 from squall import Bolt, Config, LocalCluster, TopologyBuilder
 from squall.connectors import MissingExtraError
 from squall.connectors.files import DirectorySpout, FileBolt, SizeRotation, TimeRotation
@@ -363,18 +363,6 @@ class LoggingSink(Bolt):
     def execute(self, tup):
         os.write(self.fd, (tup.values[0] + "\n").encode())
         self.collector.ack(tup)
-
-
-def free_ports(n):
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @pytest.mark.processes

@@ -5,7 +5,6 @@ bad records, an unreachable cluster) and the bolt's delivery-confirmed acks."""
 from __future__ import annotations
 
 import logging
-import socket
 import time
 import uuid
 from collections import Counter
@@ -13,7 +12,8 @@ from collections import Counter
 import pytest
 
 from helpers import (
-    KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream, logged, received, record, stays,
+    CLOSED_PORT, KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream,
+    logged, received, record, stays,
 )
 from kafka_mock import kafka_cluster  # noqa: F401  (a fixture)
 from squall import Bolt, TopologyBuilder
@@ -301,19 +301,11 @@ def test_at_most_once_commits_before_emitting(cluster, kafka_cluster, names, off
     assert sorted(logged("held")) == list(range(20))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_an_unreachable_cluster_fails_the_submission_naming_it(cluster):
-    port = _free_port()
+    port = CLOSED_PORT
     spout = KafkaSpout(KafkaSpoutConfig(f"127.0.0.1:{port}", topics=["t"], group_id="g", open_timeout_ms=1500))
-    started = time.monotonic()
     with pytest.raises(TopologySetupError) as e:
         cluster.submit_topology("unreachable", {}, _topology(spout, RecordSink("n")))
-    assert time.monotonic() - started < 10
     assert f"127.0.0.1:{port}" in str(e.value) and "'spout'" in str(e.value)
 
 

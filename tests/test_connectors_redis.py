@@ -5,15 +5,14 @@ store and lookup bolts."""
 from __future__ import annotations
 
 import logging
-import socket
-import time
 import uuid
 from collections import Counter
 
 import pytest
 
 from helpers import (
-    KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream, logged, received, record,
+    CLOSED_PORT, KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream,
+    logged, received, record,
 )
 from redis_server import redis_client_module, redis_server, require  # noqa: F401  (a fixture)
 from squall import Bolt, LocalCluster, TopologyBuilder
@@ -231,19 +230,11 @@ def test_an_entry_failing_more_than_max_retries_is_given_up_on_the_error_stream(
     assert error["values"][0] == entry and "given up" in error["values"][1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_an_unreachable_redis_fails_the_submission_naming_it(cluster):
-    port = _free_port()
+    port = CLOSED_PORT
     spout = RedisStreamSpout("s", "g", port=port, timeout=500)
-    started = time.monotonic()
     with pytest.raises(TopologySetupError) as e:
         cluster.submit_topology("unreachable", {}, _topology(spout, RecordSink("ids")))
-    assert time.monotonic() - started < 10
     assert f"127.0.0.1:{port}" in str(e.value) and "'spout'" in str(e.value)
 
 

@@ -33,7 +33,7 @@ from collections import Counter
 
 import pytest
 
-from helpers import CountingSpout, squall_cli
+from helpers import CountingSpout, free_ports, squall_cli
 
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder, TopologySetupError
 from squall.testing import complete_topology, read_tuples, wait_until
@@ -44,26 +44,6 @@ WORKER_MODULE = b"squall.daemon.worker_process"
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` free ports outside Storm's default slots (6700-6703) and the kernel's ephemeral
-    range, so that topologies of concurrently running test sessions never share a port."""
-    ports: list[int] = []
-    socks = []
-    while len(ports) < n:
-        port = random.randrange(20000, 30000)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            s.close()
-            continue
-        socks.append(s)
-        ports.append(port)
-    for s in socks:
-        s.close()
-    return ports
 
 
 def pconf(extra: dict | None = None, workers: int = 2) -> Config:

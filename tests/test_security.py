@@ -24,12 +24,11 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 
 import msgpack
 import pytest
 import zmq
-from test_processes import LineLog, free_ports, gone, pconf, read_lines
+from test_processes import LineLog, gone, pconf, read_lines
 
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder
 from squall.control import ControlServer

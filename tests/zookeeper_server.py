@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rabbitmq_server import _free_port
+from helpers import free_ports
 from spark_standalone import java_executable
 from redis_server import require
 from squall.testing import wait_until
@@ -49,7 +49,7 @@ class ZooKeeperServer:
     def __init__(self, directory: Path, host: str = "127.0.0.1", port: int | None = None) -> None:
         self.java = require_zookeeper()
         self.directory = Path(directory)
-        self.host, self.port = host, port or _free_port()
+        self.host, self.port = host, port or free_ports(1)[0]
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
         self.config = self.directory / "zoo.cfg"
         self.config.write_text(f"tickTime=500\ndataDir={self.directory / 'data'}\nclientPort={self.port}\n"
