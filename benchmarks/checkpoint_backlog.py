@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squall import Config, LocalCluster, TopologyBuilder
-from squall.checkpoint_spout import CHECKPOINT_COMPONENT
+from squall.system_ids import CHECKPOINT_COMPONENT
 from squall.connectors.files import StatefulDirectorySpout
 from squall.state.sqlite_provider import SqliteStateProvider
 

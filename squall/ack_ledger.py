@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from squall.acker import ACK_BATCH, ACK_INIT, ACKED_BATCH, acker_for
+from squall.acker import acker_for
 from squall.messaging.tuple_batch import AckBatch
+from squall.system_ids import ACK_BATCH, ACK_INIT, ACKED_BATCH
 
 if TYPE_CHECKING:
     from squall.executor.transfer import ExecutorTransfer

@@ -1,6 +1,6 @@
 """The acker: tracks every spout tuple's tree with one 64-bit XOR (Storm's ``Acker``).
 
-Streams (all on component ``__acker`` or towards it):
+Streams (all on component ``__acker`` or towards it; their ids are in :mod:`squall.system_ids`):
 
 * ``__ack_init`` (id, init-val, spout-task) from a spout that emitted a tracked tuple;
 * ``__ack_ack`` (id, ack-val) from a bolt acking a tuple of tree ``id``;
@@ -22,39 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from squall.tuple import Fields, StreamSource
+from squall.system_ids import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT
 from squall.utils.rand import rand_bits
 from squall.utils.rotating_map import RotatingMap
-
-ACKER_COMPONENT = "__acker"
-ACK_INIT = "__ack_init"
-ACK_ACK = "__ack_ack"
-ACK_FAIL = "__ack_fail"
-ACK_RESET_TIMEOUT = "__ack_reset_timeout"
-# Many of these in one tuple (between workers they travel as the typed AckBatch and
-# CompletedBatch of squall.messaging.tuple_batch, which the receive path turns into these):
-# to an acker, {root: (ack-val, spout task or None)}: inits (with their spout task) and acks;
-ACK_BATCH = "__ack_batch"
-# to a spout task, [root, ...]: the trees that completed.
-ACKED_BATCH = "__ack_acked"
-# not the acker's: a restarted task asks the checkpoint spout for a rollback (see
-# squall.executor.checkpointing); a system stream so that every component may send it
-CHECKPOINT_RECOVER = "__checkpoint_recover"
-
-SYSTEM_STREAM_FIELDS = {
-    ACK_INIT: Fields("id", "init-val", "spout-task"),
-    ACK_ACK: Fields("id", "ack-val"),
-    ACK_FAIL: Fields("id"),
-    ACK_RESET_TIMEOUT: Fields("id"),
-    CHECKPOINT_RECOVER: Fields("task"),
-    ACK_BATCH: Fields("acks"),
-    ACKED_BATCH: Fields("ids"),
-}
-
-
-def system_sources(component: str) -> dict[str, StreamSource]:
-    """The StreamSource of every system stream ``component`` may send."""
-    return {stream: StreamSource(component, stream, fields) for stream, fields in SYSTEM_STREAM_FIELDS.items()}
 
 
 def acker_for(root: int, acker_tasks: list[int]) -> int:

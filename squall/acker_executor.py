@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from squall.acker import ACK_ACK, ACKED_BATCH, Acker
+from squall.acker import Acker
 from squall.executor.bolt_executor import BoltExecutor
 from squall.executor.executor import Control
 from squall.messaging.tuple_batch import CompletedBatch
+from squall.system_ids import ACK_ACK, ACKED_BATCH
 
 
 class AckerExecutor(BoltExecutor):

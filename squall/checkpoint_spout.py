@@ -38,11 +38,10 @@ from typing import Any
 
 from squall.spout import Spout
 from squall.state.provider import StateProvider, provider_for
+from squall.system_ids import CHECKPOINT_STREAM
 
 log = logging.getLogger("squall.checkpoint")
 
-CHECKPOINT_COMPONENT = "$checkpointspout"
-CHECKPOINT_STREAM = "$checkpoint"
 CHECKPOINT_FIELDS = ["txid", "action", "id"]
 INTERVAL_KEY = "topology.state.checkpoint.interval.ms"
 

@@ -17,13 +17,14 @@ A collector sees its executor through :class:`CollectorHost` only.
 from __future__ import annotations
 
 import time
-from threading import get_ident
 from collections.abc import Callable, Iterable
+from threading import get_ident
 from typing import TYPE_CHECKING, Any, Protocol
 
 from squall.ack_ledger import combine_ack
-from squall.acker import ACK_FAIL, ACK_RESET_TIMEOUT, RootIds
+from squall.acker import RootIds
 from squall.errors import EmitError
+from squall.system_ids import ACK_FAIL, ACK_RESET_TIMEOUT
 from squall.tuple import Tuple
 from squall.utils.rand import rand_bits
 

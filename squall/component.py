@@ -14,13 +14,6 @@ if TYPE_CHECKING:
     from squall.spec import StreamRef
 
 
-def is_system_id(name: str) -> bool:
-    """A component or stream of Squall's own, not the user's: the ackers and their streams
-    (``__``, as Storm's ``Utils.isSystemId``) and the checkpoint spout and stream (``$``). Totals
-    meant for the user (the live line, the UI's topology figures) leave them out."""
-    return name.startswith(("__", "$"))
-
-
 def check_id(what: str, value: Any) -> None:
     """Component and stream ids are non-empty strings; those starting with ``__`` are Squall's."""
     from squall.errors import InvalidTopologyError

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from squall.acker import ACKER_COMPONENT
+from squall.system_ids import ACKER_COMPONENT
 from squall.topology import StormTopology
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import cloudpickle
 
 from squall.bolt import BasicBolt, Bolt
-from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_FIELDS, CHECKPOINT_STREAM, CheckpointSpout
+from squall.checkpoint_spout import CHECKPOINT_FIELDS, CheckpointSpout
 from squall.component import BLOCKING_KEY, Component, OutputFieldsDeclarer, check_id
 from squall.errors import InvalidTopologyError
 from squall.grouping import (
@@ -18,6 +18,7 @@ from squall.grouping import (
 )
 from squall.spout import Spout
 from squall.stateful import StatefulComponent
+from squall.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.tuple import Fields
 from squall.utils import pickling
 from squall.windowing.bolt import BaseWindowedBolt

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from squall.system_ids import SYSTEM_COMPONENT, SYSTEM_STREAM_FIELDS, TICK_STREAM
+
 
 class Fields(Sequence[str]):
     """An ordered list of unique field names, with O(1) name-to-index lookup.
@@ -183,6 +185,9 @@ class StreamSource:
         self.fields = fields
 
 
-SYSTEM_COMPONENT = "__system"
-TICK_STREAM = "__tick"
 TICK_SOURCE = StreamSource(SYSTEM_COMPONENT, TICK_STREAM, Fields("rate_secs"))
+
+
+def system_sources(component: str) -> dict[str, StreamSource]:
+    """The StreamSource of every system stream ``component`` may send."""
+    return {stream: StreamSource(component, stream, Fields(*fields)) for stream, fields in SYSTEM_STREAM_FIELDS.items()}

@@ -49,7 +49,7 @@ import squall.checkpoint_spout
 import squall.executor.inflight
 import squall.executor.spout_executor
 from squall import Fields, TopologyBuilder
-from squall.checkpoint_spout import CHECKPOINT_COMPONENT
+from squall.system_ids import CHECKPOINT_COMPONENT
 from squall.cluster_state import TopologyState
 from squall.config import checked_config
 from squall.daemon.worker import Worker

@@ -56,7 +56,7 @@ import pytest
 from kafka_mock import kafka_cluster  # noqa: F401  (a fixture)
 from redis_server import redis_server  # noqa: F401  (a fixture)
 from squall import LocalCluster, TopologyBuilder
-from squall.checkpoint_spout import CHECKPOINT_COMPONENT
+from squall.system_ids import CHECKPOINT_COMPONENT
 from squall.config import merged_config
 from squall.connectors.files import StatefulDirectorySpout
 from squall.connectors.kafka import KafkaSpoutConfig, StatefulKafkaSpout

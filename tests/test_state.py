@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from squall import BasicBolt, Config, InvalidTopologyError, LocalCluster, TopologyBuilder
-from squall.checkpoint_spout import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
+from squall.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.grouping import ALL
 from squall.state import InMemoryStateProvider, StateProviderError
 from squall.stateful import StatefulBolt, StatefulSpout

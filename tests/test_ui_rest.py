@@ -351,7 +351,7 @@ def test_the_topology_totals_leave_the_checkpoint_spouts_barriers_out(cluster, t
     import os
     import sys
 
-    from squall.checkpoint_spout import CHECKPOINT_COMPONENT
+    from squall.system_ids import CHECKPOINT_COMPONENT
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     import stateful_wordcount as swc

@@ -14,7 +14,8 @@ import random
 import pytest
 
 from squall.ack_ledger import RoundAcks
-from squall.acker import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT, Acker, acker_for
+from squall.acker import Acker, acker_for
+from squall.system_ids import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT
 
 SPOUT_TASK = 5
 

@@ -36,7 +36,8 @@ import pytest
 
 from helpers import Sink
 from squall import Bolt, Spout, TopologyBuilder
-from squall.acker import ACK_BATCH, ACKER_COMPONENT, acker_for
+from squall.acker import acker_for
+from squall.system_ids import ACKER_COMPONENT, ACK_BATCH
 from squall.cluster_state import TopologyState
 from squall.collector import BasicOutputCollector
 from squall.component import OutputFieldsDeclarer

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from squall.component import is_system_id
+from squall.system_ids import is_system_id
 
 
 def status_line(info: dict[str, Any]) -> str:

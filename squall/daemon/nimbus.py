@@ -24,7 +24,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from squall.checkpoint_spout import CHECKPOINT_COMPONENT
 from squall.cluster_state import TopologyState
 from squall.config import checked_config
 from squall.daemon.stats_history import StatsHistory, Totals, totals_of
@@ -34,6 +33,7 @@ from squall.metrics import component_summary, retire
 from squall.metrics2.consumer import MetricsReporter
 from squall.scheduler import Assignment, assign
 from squall.state.provider import StateProviderError, provider_for
+from squall.system_ids import CHECKPOINT_COMPONENT
 from squall.topology import StormTopology
 from squall.utils import time as clock
 from squall.windowing.checks import check_topology_windows

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.ack_ledger import RoundAcks
-from squall.acker import ACKER_COMPONENT, system_sources
 from squall.acker_executor import AckerExecutor
 from squall.cluster_state import TopologyState
 from squall.daemon.worker_receive import WorkerReceive
@@ -39,8 +38,9 @@ from squall.executor.spout_executor import SpoutExecutor
 from squall.executor.worker_context import WorkerContext
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
+from squall.system_ids import ACKER_COMPONENT
 from squall.topology import StormTopology
-from squall.tuple import StreamSource
+from squall.tuple import StreamSource, system_sources
 from squall.utils import gc_tuning
 from squall.utils.batch_queue import BatchQueue, Bell
 from squall.utils.time import Timer

@@ -23,14 +23,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from squall.acker import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT
-from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.cluster_state import TopologyState
 from squall.messaging import tuple_batch
 from squall.messaging.schema import MalformedMessage
 from squall.messaging.transport import Transport
 from squall.scheduler import Assignment
 from squall.serialization import Serializer
+from squall.system_ids import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT, CHECKPOINT_STREAM
 from squall.tuple import StreamSource, Tuple
 from squall.utils.batch_queue import BatchQueue
 

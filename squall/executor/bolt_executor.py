@@ -8,12 +8,12 @@ from typing import Any
 
 from squall.ack_ledger import combine_ack
 from squall.bolt import BasicBolt, Bolt
-from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.collector import BasicOutputCollector, OutputCollector
 from squall.errors import FailedException
 from squall.executor.checkpointing import Checkpointing, TaskStates
 from squall.executor.executor import Control, Executor
 from squall.stateful import StatefulComponent
+from squall.system_ids import CHECKPOINT_STREAM
 from squall.tuple import TICK_SOURCE, Tuple
 
 

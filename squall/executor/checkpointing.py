@@ -37,13 +37,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from squall.acker import ACK_ACK, ACK_FAIL, CHECKPOINT_RECOVER
-from squall.checkpoint_spout import (
-    CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, COMMIT, MARK, PREPARE, RECOVERY_ACTIONS,
-)
+from squall.checkpoint_spout import COMMIT, MARK, PREPARE, RECOVERY_ACTIONS
 from squall.serialization import Serializer
 from squall.state.key_value_state import KeyValueState
 from squall.state.provider import provider_for
+from squall.system_ids import ACK_ACK, ACK_FAIL, CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM
 from squall.tuple import Tuple
 
 if TYPE_CHECKING:

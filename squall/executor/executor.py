@@ -25,8 +25,6 @@ import traceback
 from typing import Any
 
 from squall.ack_ledger import AckLedger
-from squall.acker import system_sources
-from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.context import TopologyContext
 from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
@@ -34,7 +32,8 @@ from squall.executor.worker_context import WorkerContext
 from squall.metrics import ExecutorStats, component_metrics
 from squall.metrics2.registry import MetricRegistry
 from squall.scheduler import ExecutorAssignment
-from squall.tuple import Tuple
+from squall.system_ids import CHECKPOINT_STREAM
+from squall.tuple import Tuple, system_sources
 
 
 class Control:

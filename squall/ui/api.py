@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import squall
-from squall.component import is_system_id
 from squall.config import config_table
 from squall.daemon.stats_history import ALL_TIME, COUNTERS, FINE_SECS, WINDOWS, window_pretty
+from squall.system_ids import is_system_id
 from squall.topology import StormTopology
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.errors import InvalidTopologyError
+from squall.system_ids import CHECKPOINT_STREAM
 from squall.windowing.config import Count, Duration, WindowConfig
 
 if TYPE_CHECKING:

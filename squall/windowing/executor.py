@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from squall.bolt import Bolt
-from squall.checkpoint_spout import CHECKPOINT_STREAM
 from squall.errors import InvalidTopologyError
 from squall.stateful import StatefulComponent
+from squall.system_ids import CHECKPOINT_STREAM
 from squall.tuple import StreamSource, Tuple
 from squall.utils import time as clock
 from squall.windowing.bolt import (
