@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import squall
 from squall import compiled, control
+from squall.assignment import assign
 from squall.command import UsageError
 from squall.command.overrides import parse_overrides, parse_spark_conf
 from squall.command.plan import format_plan
@@ -34,7 +35,6 @@ from squall.defaults import DEFAULTS
 from squall.errors import NotAliveError, TopologySetupError
 from squall.local_cluster import LocalCluster
 from squall.registry import Registry, RegistryError, open_registry
-from squall.scheduler import assign
 from squall.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY, StateProviderError
 from squall.topology import StormTopology
 from squall.ui.machine import MachineUi

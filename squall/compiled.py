@@ -50,7 +50,7 @@ DATA_PATH_MODULES: tuple[str, ...] = (
     "squall.executor.executor",
     "squall.executor.bolt_executor",
     "squall.executor.spout_executor",
-    "squall.executor.scheduler",
+    "squall.executor.threads",
     "squall.daemon.worker_receive",
 )
 NO_EXTENSIONS_ENV = "SQUALL_NO_EXTENSIONS"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from squall.assignment import Assignment
 from squall.metrics2.metrics import Counter, Gauge, Histogram, Meter, Metric, Timer
 from squall.metrics2.registry import MetricRegistry
-from squall.scheduler import Assignment
 from squall.topology import StormTopology
 from squall.tuple import Fields
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from squall.assignment import Assignment
 from squall.cluster_state import TopologyState
 from squall.daemon.nimbus import Nimbus
 from squall.daemon.supervisor import ProcessSupervisor
 from squall.daemon.worker import Worker
 from squall.errors import TopologySetupError
 from squall.messaging.local import LocalTransport
-from squall.scheduler import Assignment
 from squall.topology import StormTopology
 
 # How long submit_topology waits for every open/prepare to return (in-process workers).

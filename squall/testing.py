@@ -35,15 +35,15 @@ from typing import Any
 
 import cloudpickle
 
+from squall.assignment import assign
 from squall.cluster_state import TopologyState, Tracker
+from squall.config import merged_config
 from squall.dsl import Topology, as_storm_topology
 from squall.errors import InvalidTopologyError
-from squall.config import merged_config
 from squall.local_cluster import LocalCluster
-from squall.scheduler import assign
 from squall.serialization import Serializer
-from squall.state.provider import provider_for
 from squall.spout import Spout
+from squall.state.provider import provider_for
 from squall.topology import ComponentSpec, StormTopology
 from squall.tuple import Fields
 from squall.utils.time import advance_time, simulated_time

@@ -56,7 +56,7 @@ from squall.daemon.worker import Worker
 from squall.executor.executor import Control
 from squall.messaging.incarnation import Incarnations, incarnation
 from squall.messaging.transport import Transport
-from squall.scheduler import assign
+from squall.assignment import assign
 from squall.serialization import Serializer
 from squall.state.provider import InMemoryStateProvider
 from squall.stateful import StatefulSpout

@@ -18,7 +18,7 @@ from squall.command import UsageError
 from squall.command.topology_file import load_topology_file
 from squall.component import Component  # noqa: F401 - named in the declarations under test
 from squall.config import merged_config
-from squall.scheduler import assign
+from squall.assignment import assign
 from squall.testing import FeederSpout, complete_topology, multiset_eq, read_tuples, wait_until
 
 # -- components ----------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from squall.executor.executor import Executor
 from squall.messaging import tuple_batch
 from squall.messaging.local import LocalTransport
 from squall.messaging.tuple_batch import AckBatch, TupleGroup
-from squall.scheduler import Assignment, assign
+from squall.assignment import Assignment, assign
 from squall.tuple import Tuple
 
 FIELDS = ["word", "n"]

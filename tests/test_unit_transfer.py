@@ -25,7 +25,7 @@ from squall.config import merged_config
 from squall.errors import SerializationError
 from squall.executor.transfer import ExecutorTransfer
 from squall.executor.worker_context import WorkerContext
-from squall.scheduler import assign
+from squall.assignment import assign
 from squall.serialization import Serializer
 from squall.tuple import Fields, StreamSource, Tuple
 from squall.utils.batch_queue import BatchQueue, Bell

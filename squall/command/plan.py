@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from squall import compiled
+from squall.assignment import Assignment
 from squall.config import Config, config_table
-from squall.scheduler import Assignment
 
 
 def format_plan(assignment: Assignment, conf: dict[str, Any]) -> str:

@@ -39,13 +39,13 @@ from typing import Any
 import cloudpickle
 import zmq
 
+from squall.assignment import Assignment
 from squall.cluster_state import TopologyState
 from squall.errors import TopologySetupError
 from squall.messaging import schema
 from squall.messaging.security import LinkKeys, LinkSecurity
 from squall.messaging.zmq_transport import LOOPBACK
 from squall.metrics import carry_over, current_run
-from squall.scheduler import Assignment
 from squall.topology import StormTopology
 
 log = logging.getLogger("squall.master")

@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from squall.assignment import Assignment, assign
 from squall.cluster_state import TopologyState
 from squall.config import checked_config
 from squall.daemon.stats_history import StatsHistory, Totals, totals_of
@@ -31,7 +32,6 @@ from squall.dsl import Topology, as_storm_topology
 from squall.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from squall.metrics import component_summary, retire
 from squall.metrics2.consumer import MetricsReporter
-from squall.scheduler import Assignment, assign
 from squall.state.provider import StateProviderError, provider_for
 from squall.system_ids import CHECKPOINT_COMPONENT
 from squall.topology import StormTopology

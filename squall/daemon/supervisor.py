@@ -26,11 +26,11 @@ import threading
 import time
 from typing import Any
 
+from squall.assignment import Assignment
 from squall.cluster_state import TopologyState
 from squall.config import run_log_dir
 from squall.daemon.master import TopologyMaster, WorkerSlot
 from squall.messaging.security import keys_json
-from squall.scheduler import Assignment
 from squall.topology import StormTopology
 
 log = logging.getLogger("squall.supervisor")

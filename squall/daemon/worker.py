@@ -1,7 +1,7 @@
 """A worker: the executors of one worker slot plus its receive and transfer paths.
 
 * **Executors** consume their incoming queues; one cooperative thread runs them all,
-  except blocking ones, which have a thread each (see :mod:`squall.executor.scheduler`).
+  except blocking ones, which have a thread each (see :mod:`squall.executor.threads`).
 * **Transfer path** (:mod:`squall.daemon.worker_transfer`): batches bound for other
   workers, packed and handed to the transport.
 * **Receive path** (:mod:`squall.daemon.worker_receive`): payloads from other workers,
@@ -28,16 +28,16 @@ from typing import Any
 
 from squall.ack_ledger import RoundAcks
 from squall.acker_executor import AckerExecutor
+from squall.assignment import Assignment
 from squall.cluster_state import TopologyState
 from squall.daemon.worker_receive import WorkerReceive
 from squall.daemon.worker_transfer import BACKLOG_RETRY_SECS, WorkerTransfer
 from squall.executor.bolt_executor import BoltExecutor
 from squall.executor.executor import Control, Executor
-from squall.executor.scheduler import CooperativeThread, ExecutorThread
 from squall.executor.spout_executor import SpoutExecutor
+from squall.executor.threads import CooperativeThread, ExecutorThread
 from squall.executor.worker_context import WorkerContext
 from squall.messaging.transport import Transport
-from squall.scheduler import Assignment
 from squall.system_ids import ACKER_COMPONENT
 from squall.topology import StormTopology
 from squall.tuple import StreamSource, system_sources
@@ -163,7 +163,7 @@ class Worker:
 
     def _is_blocking(self, component: str) -> bool:
         """Whether ``component``'s executors get a thread of their own (see
-        :mod:`squall.executor.scheduler`)."""
+        :mod:`squall.executor.threads`)."""
         if not self.conf["topology.worker.cooperative"]:
             return True
         spec = self.topology.components.get(component)
@@ -206,7 +206,7 @@ class Worker:
     def _hand_off_stuck_calls(self) -> None:
         """The watchdog (timer thread): a cooperative thread inside one executor call since the
         previous look keeps that executor alone; its other executors, and the data path, go to
-        a new cooperative thread (see squall.executor.scheduler)."""
+        a new cooperative thread (see squall.executor.threads)."""
         for runner in [r for r in self._runners if isinstance(r, CooperativeThread)]:
             stuck = runner.stuck_call()
             others = runner.hand_off(stuck) if stuck is not None else None
@@ -298,7 +298,7 @@ def _ack_sender(executors: list[Executor]) -> Executor:
 
 class _DataPath:
     """The worker's transfer and receive paths as its cooperative thread runs them (see
-    :class:`squall.executor.scheduler.WorkerIO`)."""
+    :class:`squall.executor.threads.WorkerIO`)."""
 
     def __init__(self, worker: Worker, ack_sender: Executor) -> None:
         self._ack_sender = ack_sender  # whose send path the round's combined acks take

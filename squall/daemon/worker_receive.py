@@ -23,11 +23,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from squall.assignment import Assignment
 from squall.cluster_state import TopologyState
 from squall.messaging import tuple_batch
 from squall.messaging.schema import MalformedMessage
 from squall.messaging.transport import Transport
-from squall.scheduler import Assignment
 from squall.serialization import Serializer
 from squall.system_ids import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT, CHECKPOINT_STREAM
 from squall.tuple import StreamSource, Tuple

@@ -6,7 +6,7 @@
   is :mod:`squall.acker_executor`, next to the algorithm);
 * :mod:`~squall.executor.route` (groupings per emitting task and stream) and
   :mod:`~squall.executor.transfer` (outboxes, batches, hand-off: Storm's ``ExecutorTransfer``);
-* :mod:`~squall.executor.scheduler`: the worker's cooperative thread and the threads of
+* :mod:`~squall.executor.threads`: the worker's cooperative thread and the threads of
   blocking executors;
 * :mod:`~squall.executor.worker_context`: what executors see of their worker.
 """

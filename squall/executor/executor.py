@@ -3,7 +3,7 @@
 An executor owns one incoming :class:`~squall.utils.batch_queue.BatchQueue` whose elements
 are batches of tuples or :class:`Control` messages, and a send path
 (:class:`~squall.executor.transfer.ExecutorTransfer`). It does not own a thread: a runner
-(:mod:`squall.executor.scheduler`) calls, from one thread,
+(:mod:`squall.executor.threads`) calls, from one thread,
 
 1. :meth:`Executor.start_up` once: the tasks' objects are made and ``open``/``prepare``
    called;
@@ -25,13 +25,13 @@ import traceback
 from typing import Any
 
 from squall.ack_ledger import AckLedger
+from squall.assignment import ExecutorAssignment
 from squall.context import TopologyContext
 from squall.executor.route import StreamRoute, build_routes
 from squall.executor.transfer import ExecutorTransfer
 from squall.executor.worker_context import WorkerContext
 from squall.metrics import ExecutorStats, component_metrics
 from squall.metrics2.registry import MetricRegistry
-from squall.scheduler import ExecutorAssignment
 from squall.system_ids import CHECKPOINT_STREAM
 from squall.tuple import Tuple, system_sources
 
@@ -117,12 +117,12 @@ class Executor:
     def progress(self) -> int:
         """A count that grows while the executor gets work done (tuples executed; a spout's
         emits): the worker's watchdog reads it from another thread (see
-        squall.executor.scheduler)."""
+        squall.executor.threads)."""
         return self.stats.executed
 
     def move_to_this_thread(self) -> None:
         """The calling thread runs this started executor from now on (a runner that took it
-        over from another; see squall.executor.scheduler)."""
+        over from another; see squall.executor.threads)."""
         self.queue.consumer = threading.get_ident()
 
     def request_stop(self) -> None:

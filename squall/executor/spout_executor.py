@@ -16,13 +16,13 @@ import time
 from typing import Any
 
 from squall.ack_ledger import UNHELD_ROOT_BIT, RoundAcks
+from squall.assignment import ExecutorAssignment
 from squall.checkpoint_spout import MARK
 from squall.collector import SpoutOutputCollector
 from squall.executor.checkpointing import Checkpointing, TaskStates
 from squall.executor.executor import Control, Executor
 from squall.executor.inflight import InFlight
 from squall.executor.worker_context import WorkerContext
-from squall.scheduler import ExecutorAssignment
 from squall.stateful import StatefulComponent
 from squall.system_ids import (
     ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER,

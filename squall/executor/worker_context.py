@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from squall.assignment import Assignment
 from squall.cluster_state import TopologyState
-from squall.scheduler import Assignment
 from squall.topology import StormTopology
 from squall.tuple import StreamSource
 from squall.utils.batch_queue import BatchQueue

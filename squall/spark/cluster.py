@@ -19,10 +19,10 @@ import uuid
 import zipfile
 from typing import Any
 
+from squall.assignment import Assignment
 from squall.cluster_state import TopologyState
 from squall.config import squall_home
 from squall.daemon.nimbus import Nimbus
-from squall.scheduler import Assignment
 from squall.spark.java import ensure_java
 from squall.spark.master import SparkTopologyMaster
 from squall.topology import StormTopology

@@ -36,10 +36,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from squall.assignment import Assignment, assign
 from squall.cluster_state import TopologyState
 from squall.daemon.master import TopologyMaster, WorkerSlot, WorkerStartError
 from squall.messaging.security import LinkKeys, keys_json
-from squall.scheduler import Assignment, assign
 from squall.topology import StormTopology
 
 _MAX_BACKOFF_SECS = 30.0

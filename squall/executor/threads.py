@@ -1,6 +1,6 @@
 """Who runs a worker's executors: one cooperative thread, and a thread per blocking executor.
 
-(Not to be confused with :mod:`squall.scheduler`, which places executors on workers.)
+(Where executors run, on which worker, is :mod:`squall.assignment`'s.)
 
 By default one thread runs every executor of a worker, batch at a time, the way
 Bytewax/Timely workers run their operators (:class:`CooperativeThread`): a round calls
