@@ -377,3 +377,37 @@ class Relay(Bolt):
     def execute(self, tup):
         self.collector.emit(list(tup.values), anchors=[tup])
         self.collector.ack(tup)
+
+
+# -- a connector's spout into a recording sink ----------------------------------------------------
+
+
+def spout_to_sink(spout, sink) -> object:
+    """A topology of ``spout`` (id "spout") shuffled into ``sink`` (id "sink")."""
+    builder = TopologyBuilder()
+    builder.set_spout("spout", spout)
+    builder.set_bolt("sink", sink).shuffle_grouping("spout")
+    return builder.create_topology()
+
+
+class KeyedBolt(Bolt):
+    """A bolt recording under ``key``, with ``limit`` or ``targets`` saying what it acks."""
+
+    def __init__(self, key, limit=None, targets=()):
+        self.key, self.limit, self.targets = key, limit, set(targets)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+
+class FailFirstBolt(KeyedBolt):
+    """Records the entry id of every input; fails each of ``targets`` the first time, acks the rest."""
+
+    def execute(self, tup):
+        entry_id = tup.values[0]
+        seen = entry_id in logged(self.key)
+        record(self.key, entry_id)
+        if entry_id in self.targets and not seen:
+            self.collector.fail(tup)
+        else:
+            self.collector.ack(tup)

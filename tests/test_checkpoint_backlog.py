@@ -24,8 +24,8 @@ from squall import LocalCluster, TopologyBuilder
 from squall.system_ids import CHECKPOINT_COMPONENT
 from squall.connectors.files import StatefulDirectorySpout
 from squall.testing import committed_state, wait_until
-from test_connectors_files import dirs, write
-from test_state import counts_of
+from directory_spouts import dirs, write
+from wordcount_state import counts_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's components; workers import it too

@@ -53,7 +53,7 @@ from typing import Any
 
 import pytest
 
-from kafka_mock import kafka_cluster  # noqa: F401  (a fixture)
+from kafka_mock import PARTITIONS, kafka_cluster  # noqa: F401  (a fixture)
 from redis_server import redis_server  # noqa: F401  (a fixture)
 from squall import LocalCluster, TopologyBuilder
 from squall.system_ids import CHECKPOINT_COMPONENT
@@ -64,7 +64,6 @@ from squall.spout import Spout
 from squall.state.provider import StateProvider, provider_for
 from squall.testing import RedisServer, committed_state, wait_until
 from squall.topology import StormTopology
-from test_connectors_kafka import PARTITIONS
 from helpers import free_ports
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))

@@ -18,6 +18,7 @@ from collections import Counter
 
 import pytest
 
+from directory_spouts import FakeCollector, FakeContext, dirs, drain, opened, write
 from helpers import free_ports, logged, record, stays
 from squall import Bolt, Config, LocalCluster, TopologyBuilder
 from squall.connectors import MissingExtraError
@@ -29,37 +30,6 @@ pytestmark = pytest.mark.timeout(60)
 
 
 # -- fakes for driving components by hand ------------------------------------------------------------
-
-
-class FakeContext:
-    def __init__(self, task: int = 1, component: str = "files", topology: str = "t") -> None:
-        self.task, self.component, self.topology_name = task, component, topology
-
-    def get_this_component_id(self) -> str:
-        return self.component
-
-    def get_this_task_id(self) -> int:
-        return self.task
-
-
-class FakeCollector:
-    def __init__(self) -> None:
-        self.emitted: list[tuple[list, object]] = []
-        self.acked: list = []
-        self.failed: list = []
-        self.errors: list[BaseException] = []
-
-    def emit(self, values, msg_id=None, **_):
-        self.emitted.append((values, msg_id))
-
-    def ack(self, tup):
-        self.acked.append(tup)
-
-    def fail(self, tup):
-        self.failed.append(tup)
-
-    def report_error(self, error):
-        self.errors.append(error)
 
 
 class FakeTuple:
@@ -74,31 +44,6 @@ class FakeTuple:
 
     def __repr__(self):
         return f"FakeTuple({self.values})"
-
-
-def dirs(tmp_path):
-    src = tmp_path / "in"
-    src.mkdir()
-    return src, {"archive_dir": str(tmp_path / "archive"), "bad_dir": str(tmp_path / "bad"),
-                 "lock_dir": str(tmp_path / "locks")}
-
-
-def write(path, lines) -> None:
-    tmp = str(path) + ".ignore"  # written beside, renamed in complete (ignored meanwhile)
-    with open(tmp, "w") as f:
-        f.writelines(line + "\n" for line in lines)
-    os.replace(tmp, path)
-
-
-def opened(spout, task=1, collector=None):
-    collector = collector or FakeCollector()
-    spout.open({}, FakeContext(task), collector)
-    return spout, collector
-
-
-def drain(spout, calls=50):
-    for _ in range(calls):
-        spout.next_tuple()
 
 
 def last_lock_entry(tmp_path, name):

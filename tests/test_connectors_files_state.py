@@ -20,8 +20,8 @@ from helpers import KILL_9_CONF, kill_9_spout_worker_mid_stream
 from squall import LocalCluster, TopologyBuilder
 from squall.connectors.files import StatefulDirectorySpout
 from squall.testing import committed_state, wait_until
-from test_connectors_files import dirs, drain, opened, write
-from test_state import conf as state_conf, counts_of, expected_counts
+from directory_spouts import dirs, drain, opened, write
+from wordcount_state import counts_of, expected_counts, state_conf
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's bolts; workers import it too

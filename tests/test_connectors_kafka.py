@@ -15,7 +15,9 @@ from helpers import (
     CLOSED_PORT, KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream,
     logged, received, record, stays,
 )
-from kafka_mock import kafka_cluster  # noqa: F401  (a fixture)
+from kafka_mock import (  # noqa: F401  (fixtures: kafka_cluster, names, offsets)
+    PARTITIONS, WAIT, Offsets, consumer as _consumer, kafka_cluster, names, offsets,
+)
 from squall import Bolt, TopologyBuilder
 from squall.connectors.kafka import (
     AT_MOST_ONCE, EARLIEST, LATEST, UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST, KafkaBolt, KafkaSpout,
@@ -26,16 +28,7 @@ from squall.testing import FeederSpout, KafkaMockCluster, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
-WAIT = 30.0  # a consumer group's first join takes ~3 s on the mock cluster
-PARTITIONS = 4  # the mock cluster creates topics with 4 partitions
 GROUP_SESSION = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
-
-
-@pytest.fixture
-def names() -> tuple[str, str]:
-    """A topic and a group of this test's own."""
-    tag = uuid.uuid4().hex[:12]
-    return f"topic-{tag}", f"group-{tag}"
 
 
 def _produce(servers: str, topic: str, start: int, stop: int, partition: int | None = None) -> None:
@@ -46,46 +39,6 @@ def _produce(servers: str, topic: str, start: int, stop: int, partition: int | N
     for n in range(start, stop):
         producer.produce(topic, value=str(n), key=f"k{n}", partition=n % PARTITIONS if partition is None else partition)
     assert producer.flush(10) == 0
-
-
-def _consumer(servers: str, group: str = "reader"):
-    from confluent_kafka import Consumer
-
-    return Consumer({"bootstrap.servers": servers, "group.id": group, "enable.auto.commit": False,
-                     "auto.offset.reset": "earliest", "logger": logging.getLogger("tests.kafka")})
-
-
-class Offsets:
-    """Reads a group's committed offsets and the high watermarks of a topic."""
-
-    def __init__(self, servers: str, topic: str, group: str) -> None:
-        self.topic, self.consumer = topic, _consumer(servers, group)
-
-    def _tps(self):
-        from confluent_kafka import TopicPartition
-
-        return [TopicPartition(self.topic, p) for p in range(PARTITIONS)]
-
-    def committed(self) -> dict[int, int]:
-        return {tp.partition: tp.offset for tp in self.consumer.committed(self._tps(), timeout=10)}
-
-    def high(self) -> dict[int, int]:
-        return {tp.partition: self.consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._tps()}
-
-    def commit(self, partition: int, offset: int) -> None:
-        from confluent_kafka import TopicPartition
-
-        self.consumer.commit(offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=False)
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-@pytest.fixture
-def offsets(kafka_cluster, names):  # noqa: F811
-    o = Offsets(kafka_cluster, *names)
-    yield o
-    o.close()
 
 
 def as_numbered(record):

@@ -17,13 +17,12 @@ from collections import Counter
 import pytest
 
 from helpers import KILL_9_CONF, kill_9_spout_worker_mid_stream, tasks_of
-from kafka_mock import kafka_cluster  # noqa: F401  (a fixture)
+from kafka_mock import PARTITIONS, WAIT, kafka_cluster, names, offsets  # noqa: F401  (fixtures)
 from squall import LocalCluster, TopologyBuilder
 from squall.connectors.kafka import AT_MOST_ONCE, KafkaSpoutConfig, StatefulKafkaSpout
 from squall.stateful import StatefulSpout
 from squall.testing import committed_state, wait_until
-from test_connectors_kafka import PARTITIONS, WAIT, names, offsets  # noqa: F401  (fixtures)
-from test_state import counts_of
+from wordcount_state import counts_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's bolts; workers import it too

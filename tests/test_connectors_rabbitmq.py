@@ -12,15 +12,14 @@ from collections import Counter
 import pytest
 
 from helpers import (
-    CLOSED_PORT, KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, free_ports, held,
-    kill_9_spout_worker_mid_stream, logged, received, record,
+    CLOSED_PORT, KILL_9_CONF, FailFirstBolt, HoldBolt, KeyedBolt, Recorder, RecordSink, errors_of, free_ports,
+    held, kill_9_spout_worker_mid_stream, logged, received, record, spout_to_sink,
 )
 from rabbitmq_server import RabbitMQServer, pika_module, rabbitmq_available, rabbitmq_server  # noqa: F401
 from squall import LocalCluster, TopologyBuilder
 from squall.connectors.rabbitmq import RabbitMQBolt, RabbitMQSpout, Route
 from squall.errors import TopologySetupError
 from squall.testing import FeederSpout, wait_until
-from test_connectors_redis import FailFirstBolt, KeyedBolt, _topology  # generic: they record tup.values[0]
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -89,7 +88,7 @@ class AckBelowBolt(KeyedBolt):
 def test_every_message_is_delivered_once_and_acked(rabbitmq_server, channel, queue):  # noqa: F811
     bodies = _publish(channel, queue, 0, 300)
     with LocalCluster() as cluster:
-        cluster.submit_topology("once", {}, _topology(_spout(rabbitmq_server, queue), RecordSink("bodies")))
+        cluster.submit_topology("once", {}, spout_to_sink(_spout(rabbitmq_server, queue), RecordSink("bodies")))
         more = _publish(channel, queue, 300, 400)  # while it runs
         wait_until(lambda: len(logged("spout.acked")) == 400, timeout=WAIT, message="every message acked")
         cluster.kill_topology("once", wait_secs=0)
@@ -101,7 +100,7 @@ def test_every_message_is_delivered_once_and_acked(rabbitmq_server, channel, que
 def test_a_failed_tuple_is_requeued_and_redelivered(cluster, rabbitmq_server, channel, queue):  # noqa: F811
     bodies = _publish(channel, queue, 0, 20)
     targets = bodies[3:6]
-    cluster.submit_topology("requeue", {}, _topology(_spout(rabbitmq_server, queue),
+    cluster.submit_topology("requeue", {}, spout_to_sink(_spout(rabbitmq_server, queue),
                                                      FailFirstBolt("seen", targets=targets)))
     wait_until(lambda: len(logged("spout.acked")) == 20, timeout=WAIT, message="the failed messages redelivered")
     assert Counter(logged("seen")) == Counter({b: 2 if b in targets else 1 for b in bodies})
@@ -111,7 +110,7 @@ def test_a_failed_tuple_is_requeued_and_redelivered(cluster, rabbitmq_server, ch
 
 def test_prefetch_bounds_the_unacked_deliveries(cluster, rabbitmq_server, channel, queue):  # noqa: F811
     _publish(channel, queue, 0, 20)
-    cluster.submit_topology("prefetch", {}, _topology(_spout(rabbitmq_server, queue, prefetch=5), HoldBolt("held")))
+    cluster.submit_topology("prefetch", {}, spout_to_sink(_spout(rabbitmq_server, queue, prefetch=5), HoldBolt("held")))
     wait_until(lambda: len(held("held")) == 5, timeout=WAIT, message="prefetch deliveries held")
     wait_until(lambda: _ready(channel, queue) == 15, timeout=WAIT, message="the rest still in the queue")
     time.sleep(0.5)  # give a broken prefetch the chance to deliver more
@@ -126,7 +125,7 @@ def test_prefetch_bounds_the_unacked_deliveries(cluster, rabbitmq_server, channe
 def test_the_prefetch_defaults_to_max_spout_pending(cluster, rabbitmq_server, channel, queue):  # noqa: F811
     _publish(channel, queue, 0, 10)
     cluster.submit_topology("pending", {"topology.max.spout.pending": 3},
-                            _topology(_spout(rabbitmq_server, queue), HoldBolt("held")))
+                            spout_to_sink(_spout(rabbitmq_server, queue), HoldBolt("held")))
     wait_until(lambda: len(held("held")) == 3 and _ready(channel, queue) == 7, timeout=WAIT,
                message="max.spout.pending deliveries held")
 
@@ -134,14 +133,14 @@ def test_the_prefetch_defaults_to_max_spout_pending(cluster, rabbitmq_server, ch
 def test_a_restarted_topology_loses_nothing(rabbitmq_server, channel, queue):  # noqa: F811
     bodies = _publish(channel, queue, 0, 100)
     with LocalCluster() as cluster:
-        cluster.submit_topology("restart", {}, _topology(_spout(rabbitmq_server, queue), AckBelowBolt("first", 50)))
+        cluster.submit_topology("restart", {}, spout_to_sink(_spout(rabbitmq_server, queue), AckBelowBolt("first", 50)))
         wait_until(lambda: len(logged("first")) == 100 and len(logged("spout.acked")) == 50, timeout=WAIT,
                    message="half the messages acked")
         cluster.kill_topology("restart", wait_secs=0)
         wait_until(lambda: "restart" not in cluster.get_topologies(), timeout=WAIT, message="the topology killed")
         wait_until(lambda: _ready(channel, queue) == 50, timeout=WAIT, message="the unacked half requeued")
         more = _publish(channel, queue, 100, 120)
-        cluster.submit_topology("restart", {}, _topology(_spout(rabbitmq_server, queue), RecordSink("second")))
+        cluster.submit_topology("restart", {}, spout_to_sink(_spout(rabbitmq_server, queue), RecordSink("second")))
         wait_until(lambda: len(logged("second")) >= 70 and _ready(channel, queue) == 0
                    and len(logged("spout.acked")) == 120, timeout=WAIT, message="the held and the new messages")
     assert Counter(logged("second")) == Counter(bodies[50:] + more)  # the acked half is not redelivered
@@ -159,7 +158,7 @@ def test_the_spout_reconnects_after_the_broker_restarts(cluster, tmp_path, caplo
         ch.queue_declare(queue, durable=True)
         bodies = _publish(ch, queue, 0, 30)
         connection.close()
-        cluster.submit_topology("reconnect", {}, _topology(
+        cluster.submit_topology("reconnect", {}, spout_to_sink(
             _spout(server, queue, reconnect_delay_ms=50, reconnect_delay_max_ms=500), HoldBolt("held")))
         wait_until(lambda: len(held("held")) == 30, timeout=WAIT, message="every message held")
         for collector, tup in held("held")[:10]:
@@ -201,7 +200,7 @@ def test_an_unreachable_broker_fails_the_submission_naming_it(cluster):
     rabbitmq_available()
     port = CLOSED_PORT
     with pytest.raises(TopologySetupError) as e:
-        cluster.submit_topology("unreachable", {}, _topology(RabbitMQSpout("q", port=port, timeout=2),
+        cluster.submit_topology("unreachable", {}, spout_to_sink(RabbitMQSpout("q", port=port, timeout=2),
                                                              RecordSink("x")))
     assert f"127.0.0.1:{port}" in str(e.value) and "'spout'" in str(e.value)
 
@@ -209,13 +208,13 @@ def test_an_unreachable_broker_fails_the_submission_naming_it(cluster):
 def test_a_missing_queue_fails_the_submission_naming_it(cluster, rabbitmq_server):  # noqa: F811
     queue = f"missing-{uuid.uuid4().hex}"
     with pytest.raises(TopologySetupError) as e:
-        cluster.submit_topology("missing", {}, _topology(_spout(rabbitmq_server, queue), RecordSink("x")))
+        cluster.submit_topology("missing", {}, spout_to_sink(_spout(rabbitmq_server, queue), RecordSink("x")))
     assert f"queue {queue!r} does not exist" in str(e.value)
 
 
 def test_declare_creates_the_queue(cluster, rabbitmq_server, channel):  # noqa: F811
     queue = f"declared-{uuid.uuid4().hex}"
-    cluster.submit_topology("declare", {}, _topology(_spout(rabbitmq_server, queue, declare=True),
+    cluster.submit_topology("declare", {}, spout_to_sink(_spout(rabbitmq_server, queue, declare=True),
                                                      RecordSink("bodies")))
     bodies = _publish(channel, queue, 0, 5)
     wait_until(lambda: len(logged("spout.acked")) == 5, timeout=WAIT, message="every message acked")

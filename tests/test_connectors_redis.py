@@ -11,11 +11,11 @@ from collections import Counter
 import pytest
 
 from helpers import (
-    CLOSED_PORT, KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream,
-    logged, received, record,
+    CLOSED_PORT, KILL_9_CONF, FailFirstBolt, HoldBolt, KeyedBolt, Recorder, RecordSink, errors_of, held,
+    kill_9_spout_worker_mid_stream, logged, received, record, spout_to_sink,
 )
 from redis_server import redis_client_module, redis_server, require  # noqa: F401  (a fixture)
-from squall import Bolt, LocalCluster, TopologyBuilder
+from squall import LocalCluster, TopologyBuilder
 from squall.connectors.redis import RedisLookupBolt, RedisStoreBolt, RedisStreamSpout, Route, by_fields
 from squall.errors import TopologySetupError
 from squall.testing import FeederSpout, RedisServer, wait_until
@@ -52,36 +52,6 @@ def _spout(server: RedisServer, stream: str, group: str, **more) -> RedisStreamS
     return RedisStreamSpout(stream, group, host=server.host, port=server.port, **more)
 
 
-def _topology(spout, sink) -> object:
-    builder = TopologyBuilder()
-    builder.set_spout("spout", spout)
-    builder.set_bolt("sink", sink).shuffle_grouping("spout")
-    return builder.create_topology()
-
-
-class KeyedBolt(Bolt):
-    """A bolt recording under ``key``, with ``limit`` or ``targets`` saying what it acks."""
-
-    def __init__(self, key, limit=None, targets=()):
-        self.key, self.limit, self.targets = key, limit, set(targets)
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-
-
-class FailFirstBolt(KeyedBolt):
-    """Records the entry id of every input; fails each of ``targets`` the first time, acks the rest."""
-
-    def execute(self, tup):
-        entry_id = tup.values[0]
-        seen = entry_id in logged(self.key)
-        record(self.key, entry_id)
-        if entry_id in self.targets and not seen:
-            self.collector.fail(tup)
-        else:
-            self.collector.ack(tup)
-
-
 class AckBelowBolt(KeyedBolt):
     """Records every entry id; acks the entries whose field ``n`` is below ``limit``, holds the others."""
 
@@ -97,7 +67,7 @@ class AckBelowBolt(KeyedBolt):
 def test_every_entry_is_delivered_once_and_acked(cluster, redis_server, client, names):  # noqa: F811
     stream, group = names
     ids = _add(client, stream, 0, 300)
-    cluster.submit_topology("once", {}, _topology(_spout(redis_server, stream, group, batch_size=50),
+    cluster.submit_topology("once", {}, spout_to_sink(_spout(redis_server, stream, group, batch_size=50),
                                                   RecordSink("ids")))
     more = _add(client, stream, 300, 400)  # while it runs
     wait_until(lambda: len(logged("ids")) >= 400 and _pending(client, stream, group) == 0, timeout=WAIT,
@@ -109,7 +79,7 @@ def test_a_failed_tuple_is_replayed_and_stays_pending_until_acked(cluster, redis
     stream, group = names
     ids = _add(client, stream, 0, 20)
     targets = ids[3:6]
-    cluster.submit_topology("replay", {}, _topology(_spout(redis_server, stream, group, retry_delay_ms=20),
+    cluster.submit_topology("replay", {}, spout_to_sink(_spout(redis_server, stream, group, retry_delay_ms=20),
                                                     FailFirstBolt("seen", targets=targets)))
     wait_until(lambda: _pending(client, stream, group) == 0 and len(logged("seen")) == 23, timeout=WAIT,
                message="the failed entries replayed and acked")
@@ -120,7 +90,7 @@ def test_a_failed_tuple_is_replayed_and_stays_pending_until_acked(cluster, redis
 def test_pending_entries_are_kept_until_acked(cluster, redis_server, client, names):  # noqa: F811
     stream, group = names
     ids = _add(client, stream, 0, 10)
-    cluster.submit_topology("hold", {}, _topology(_spout(redis_server, stream, group, retry_delay_ms=20),
+    cluster.submit_topology("hold", {}, spout_to_sink(_spout(redis_server, stream, group, retry_delay_ms=20),
                                                   HoldBolt("held")))
     wait_until(lambda: len(held("held")) == 10, timeout=WAIT, message="every entry held")
     assert _pending(client, stream, group) == 10
@@ -141,7 +111,7 @@ def test_entries_of_a_dead_consumer_are_claimed(cluster, redis_server, client, n
     client.xgroup_create(stream, group, id="0")
     taken = client.xreadgroup(group, "dead", {stream: ">"}, count=8)[0][1]  # read, never acked
     assert len(taken) == 8
-    cluster.submit_topology("claim", {}, _topology(_spout(redis_server, stream, group, claim_idle_ms=300),
+    cluster.submit_topology("claim", {}, spout_to_sink(_spout(redis_server, stream, group, claim_idle_ms=300),
                                                    RecordSink("ids")))
     wait_until(lambda: len(logged("ids")) >= 20 and _pending(client, stream, group) == 0, timeout=WAIT,
                message="the dead consumer's entries claimed and processed")
@@ -154,14 +124,14 @@ def test_a_restarted_topology_loses_nothing_and_replays_no_acked_entry(redis_ser
     stream, group = names
     ids = _add(client, stream, 0, 100)
     with LocalCluster() as cluster:
-        cluster.submit_topology("restart", {}, _topology(_spout(redis_server, stream, group, batch_size=30),
+        cluster.submit_topology("restart", {}, spout_to_sink(_spout(redis_server, stream, group, batch_size=30),
                                                          AckBelowBolt("first", limit=50)))
         wait_until(lambda: len(logged("first")) == 100 and _pending(client, stream, group) == 50, timeout=WAIT,
                    message="half the entries acked")
         cluster.kill_topology("restart", wait_secs=0)
         wait_until(lambda: "restart" not in cluster.get_topologies(), timeout=WAIT, message="the topology killed")
         more = _add(client, stream, 100, 120)
-        cluster.submit_topology("restart", {}, _topology(_spout(redis_server, stream, group, batch_size=30),
+        cluster.submit_topology("restart", {}, spout_to_sink(_spout(redis_server, stream, group, batch_size=30),
                                                          RecordSink("second")))
         wait_until(lambda: len(logged("second")) >= 70 and _pending(client, stream, group) == 0, timeout=WAIT,
                    message="the held and the new entries processed after the restart")
@@ -178,7 +148,7 @@ def test_the_spout_reconnects_after_redis_restarts(cluster, tmp_path, names, cap
         port = first.port
         c = redis.Redis(host=first.host, port=port, decode_responses=True)
         ids = _add(c, stream, 0, 30)
-        cluster.submit_topology("reconnect", {}, _topology(
+        cluster.submit_topology("reconnect", {}, spout_to_sink(
             _spout(first, stream, group, reconnect_delay_ms=20, reconnect_delay_max_ms=200), HoldBolt("held")))
         wait_until(lambda: len(held("held")) == 30, timeout=WAIT, message="every entry held")
         for collector, tup in held("held")[:10]:
@@ -234,7 +204,7 @@ def test_an_unreachable_redis_fails_the_submission_naming_it(cluster):
     port = CLOSED_PORT
     spout = RedisStreamSpout("s", "g", port=port, timeout=500)
     with pytest.raises(TopologySetupError) as e:
-        cluster.submit_topology("unreachable", {}, _topology(spout, RecordSink("ids")))
+        cluster.submit_topology("unreachable", {}, spout_to_sink(spout, RecordSink("ids")))
     assert f"127.0.0.1:{port}" in str(e.value) and "'spout'" in str(e.value)
 
 

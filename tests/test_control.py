@@ -364,7 +364,7 @@ def test_the_entry_is_removed_when_the_topology_fails_to_start(start, home, tmp_
 
 def test_squall_run_serves_the_rest_api_whose_posts_need_the_token_its_owner_can_derive(start, home, tmp_path):
     from squall.ui.server import ui_token
-    from test_ui_rest import call
+    from ui_client import call
 
     run = start("-c", "ui.port=0")
     run.wait_running()
@@ -439,7 +439,7 @@ def test_squall_ui_shows_and_steers_every_topology_of_the_machine(start, tmp_pat
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
-    from test_ui_rest import call
+    from ui_client import call
 
     run = start("-c", "ui.port=0")
     run.wait_running()

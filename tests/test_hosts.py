@@ -30,7 +30,7 @@ from squall.state import StateProviderError  # noqa: E402
 from squall.testing import RedisServer, wait_until  # noqa: E402
 from test_processes import put_messages, read_lines  # noqa: E402
 from test_spark import WORDLIB  # noqa: E402
-from test_state import counts_of, expected_counts  # noqa: E402
+from wordcount_state import counts_of, expected_counts  # noqa: E402
 from test_state_recovery import committed_offset, swc  # noqa: E402 - swc: examples/stateful_wordcount.py
 from test_zookeeper import user_home  # noqa: E402
 from zookeeper_server import ZooKeeperServer, write_credentials  # noqa: E402

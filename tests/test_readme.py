@@ -1,4 +1,4 @@
-"""The README: every code block of it runs or is marked (as the guide's, tests/test_docs.py),
+"""The README: every code block of it runs or is marked (as the guide's, tests/doc_runner.py),
 its topology runs as written, its test command is what CI runs, and its links lead into the
 guide."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
-from test_docs import page_blocks, run_page
+from doc_runner import page_blocks, run_page
 
 
 @pytest.mark.timeout(120)

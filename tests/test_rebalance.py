@@ -16,7 +16,7 @@ from squall.ui.server import UiServer
 
 from helpers import logged, record
 from test_processes import Split
-from test_ui_rest import AUTH, TOKEN, call
+from ui_client import AUTH, TOKEN, call
 
 SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away",
              "four score and seven years ago", "snow white and the seven dwarfs", "i am at two with nature"]
@@ -160,7 +160,7 @@ def test_the_rest_call_takes_storm_uis_options(cluster, key):
 def test_a_stateful_topology_resumes_from_its_committed_state(cluster, tmp_path):
     """The example's stateful word count: rebalanced mid-stream to two workers, its committed
     counts are exact (the executors' memory is gone; the checkpointed state is not)."""
-    from test_state import conf as state_conf, counts_of, expected_counts, spout_done, swc, wait_for_commit_of_all
+    from wordcount_state import counts_of, expected_counts, spout_done, state_conf, swc, wait_for_commit_of_all
 
     path = swc.make_input(str(tmp_path / "words.txt"), 3000)
     topology = swc.build(path, lines_per_sec=1000)  # 3 s of input

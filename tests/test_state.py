@@ -12,23 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import sys
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
 
-from squall import BasicBolt, Config, InvalidTopologyError, LocalCluster, TopologyBuilder
-from squall.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
+from squall import BasicBolt, InvalidTopologyError, LocalCluster, TopologyBuilder
 from squall.grouping import ALL
 from squall.state import InMemoryStateProvider, StateProviderError
 from squall.stateful import StatefulBolt, StatefulSpout
+from squall.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.testing import FeederSpout, committed_state, wait_until
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-import stateful_wordcount as swc  # noqa: E402 - the example's components
+from wordcount_state import counts_of, expected_counts, state_conf as conf, swc, wait_for_commit_of_all
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,36 +31,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def words_file(tmp_path):
     return swc.make_input(str(tmp_path / "words.txt"), 3000)
-
-
-def expected_counts(path: str) -> Counter:
-    with open(path) as f:
-        return Counter(w for line in f for w in line.split())
-
-
-def counts_of(name: str, topology, conf) -> Counter:
-    counts: Counter = Counter()
-    for task_counts in committed_state(name, topology, "count", conf).values():
-        counts.update(task_counts)
-    return counts
-
-
-def spout_done(name: str, topology, conf, path: str) -> bool:
-    """Whether the spout's committed offset is the end of the file."""
-    states = committed_state(name, topology, "lines", conf)
-    return sum(s.get("offset", 0) for s in states.values()) == os.path.getsize(path)
-
-
-def wait_for_commit_of_all(name, topology, conf, path, timeout=30.0):
-    wait_until(lambda: spout_done(name, topology, conf, path), timeout=timeout, interval=0.05,
-               message="the whole file committed")
-
-
-def conf(**extra) -> Config:
-    c = Config()
-    c.update({"topology.state.checkpoint.interval.ms": 100, "topology.message.timeout.secs": 5})
-    c.update(extra)
-    return c
 
 
 # -- wiring ----------------------------------------------------------------------------------------

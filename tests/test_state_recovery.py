@@ -28,7 +28,7 @@ from squall.testing import committed_state, wait_until
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's components; workers import it too
-from test_state import counts_of, expected_counts  # noqa: E402
+from wordcount_state import counts_of, expected_counts  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.processes]
 

@@ -30,7 +30,7 @@ from squall.ui.server import UiServer
 
 from helpers import stays
 from redis_server import require
-from test_ui_rest import NAME, TOKEN, _wordcount
+from ui_client import NAME, TOKEN, wordcount_example
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -70,7 +70,7 @@ def browser():
 def test_the_topology_page_shows_the_topology_and_its_deactivate_button_stops_the_spouts(cluster, browser):
     from selenium.webdriver.common.by import By
 
-    cluster.submit_topology(NAME, Config().set_max_spout_pending(200), _wordcount().build())
+    cluster.submit_topology(NAME, Config().set_max_spout_pending(200), wordcount_example().build())
     with UiServer(cluster, TOKEN, port=0) as ui:
         browser.get(f"{ui.url}/?token={TOKEN}")  # the URL squall prints: sets the cookie
         link = f"return document.querySelector(\"tr[data-topology='{NAME}'] a\")?.href"

@@ -6,9 +6,6 @@ bad ids and parameters, and who may POST."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import json
-import pathlib
 import urllib.error
 import urllib.request
 
@@ -19,41 +16,18 @@ from squall.daemon.stats_history import COUNTERS, FINE_SECS, StatsHistory, parse
 from squall.testing import wait_until
 
 from helpers import stays
+from ui_client import AUTH, NAME, TOKEN, call, wordcount_example
 from squall.ui.server import COOKIE, CSRF_HEADER, UiServer, csrf_token
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-TOKEN = "t0ken-for-the-tests"
-NAME = "wc"
-
-
-def _wordcount():
-    spec = importlib.util.spec_from_file_location("wordcount_example", ROOT / "examples" / "wordcount.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def call(url: str, method: str = "GET", headers: dict | None = None, body: bytes | None = None):
-    """(status, JSON body, response headers) of one request."""
-    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read() or b"null"), response.headers
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read()), e.headers
-
 
 @pytest.fixture
 def ui(cluster):
     conf = Config().set_max_spout_pending(200)
     conf["topology.state.provider.config"] = {"host": "127.0.0.1", "password": "hunter2"}
     conf["my.api.token"] = "s3cret"
-    cluster.submit_topology(NAME, conf, _wordcount().build())
+    cluster.submit_topology(NAME, conf, wordcount_example().build())
     with UiServer(cluster, TOKEN, port=0) as server:
         yield server
 
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 WINDOW_FIELDS = {"windowPretty": str, "window": str, "emitted": int, "transferred": int, "acked": int, "failed": int}
 ERROR_FIELDS = {"lastError": str, "errorHost": str, "errorWorkerLogLink": str}
@@ -244,7 +218,7 @@ def asgi_status(app, path: str, headers: dict | None = None) -> int:
 
 def test_a_ui_bound_to_another_address_wants_the_token_for_reads_too(cluster):
     """Checked on the application alone (no socket: tests listen on loopback only)."""
-    cluster.submit_topology(NAME, Config(), _wordcount().build(limit=10))
+    cluster.submit_topology(NAME, Config(), wordcount_example().build(limit=10))
     app = UiServer(cluster, TOKEN, host="192.0.2.10").app()
     assert asgi_status(app, "/api/v1/topology/summary") == 401
     assert asgi_status(app, "/api/v1/topology/summary", AUTH) == 200
