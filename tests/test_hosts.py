@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -179,7 +180,9 @@ def test_an_executor_without_squalls_dependencies_fails_in_one_line_naming_modul
     assert done.returncode == 1
     [line] = [line for line in done.stderr.splitlines() if line.startswith("squall: error:")]
     assert f"the executors' Python ({bare}/bin/python) on 10.77.0." in line
-    assert "has no module 'msgspec'" in line and "--archives env.tar.gz#env" in line, line
+    # whichever of Squall's dependencies the executors import first
+    assert re.search(r"has no module '(cloudpickle|msgspec|msgpack|zmq)'", line), line
+    assert "--archives env.tar.gz#env" in line, line
     assert "Traceback" not in done.stderr and "PythonException" not in done.stderr, done.stderr[-3000:]
 
 
