@@ -18,19 +18,18 @@ import pathlib
 import re
 import shutil
 import tempfile
-import time
 from typing import Any
 
 import pytest
 
-from squall import BasicBolt, Config, TopologyBuilder
-from squall.stateful import StatefulBolt, StatefulSpout
+from squall import Config, TopologyBuilder
 from squall.testing import wait_until
 from squall.ui.server import UiServer
 
 from helpers import stays
 from redis_server import require
 from ui_client import NAME, TOKEN, wordcount_example
+from wordcount_state import swc
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -139,38 +138,12 @@ def test_the_topology_page_shows_the_topology_and_its_deactivate_button_stops_th
 
 # -- a stateful topology ---------------------------------------------------------------------------
 
-SENTENCES = ("the cow jumped over the moon", "an apple a day keeps the doctor away", "four score and seven years ago")
 STATEFUL = "stateful-page"  # the memory state provider keys by name: not test_ui_rest's "stateful"
 
 
-class Sentences(StatefulSpout):
-    """Sentences at ``per_sec``, its position in its state."""
-
-    outputs = ["sentence"]
-
-    def __init__(self, per_sec: float) -> None:
-        self.per_sec = per_sec
-
-    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
-        self.collector = collector
-
-    def init_state(self, state: Any) -> None:
-        self.state, self.next = state, state.get("next", 0)
-        self.started, self.first = time.monotonic(), self.next
-
-    def next_tuple(self) -> None:
-        due = self.first + int((time.monotonic() - self.started) * self.per_sec)
-        for n in range(self.next, min(due, self.next + 50)):
-            self.collector.emit([SENTENCES[n % len(SENTENCES)]])
-            self.next = n + 1
-        self.state.put("next", self.next)
-
-
-class Split(BasicBolt):
-    """Words; every 200th sentence reports one of two errors in turn, so that the component's
-    list of errors interleaves them."""
-
-    outputs = ["word"]
+class Split(swc.SplitLine):
+    """The example's split; every 200th line reports one of two errors in turn, so that the
+    component's list of errors interleaves them."""
 
     def prepare(self, conf: dict[str, Any], context: Any) -> None:
         self.seen = 0
@@ -184,27 +157,16 @@ class Split(BasicBolt):
                 raise KeyError("no such word")
             except (ValueError, KeyError) as e:
                 collector.report_error(e)
-        for word in tup.values[0].split():
-            collector.emit([word])
+        super().execute(tup, collector)
 
 
-class Count(StatefulBolt):
-    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
-        self.collector = collector
-
-    def init_state(self, state: Any) -> None:
-        self.counts = state
-
-    def execute(self, tup: Any) -> None:
-        self.counts.put(tup.values[0], self.counts.get(tup.values[0], 0) + 1)
-        self.collector.ack(tup)
-
-
-def _stateful_topology() -> Any:
+def _stateful_topology(tmp_path: pathlib.Path) -> Any:
+    """examples/stateful_wordcount.py's spout (paced) and count, the split above between them."""
+    words = swc.make_input(str(tmp_path / "words.txt"), 20_000)
     builder = TopologyBuilder()
-    builder.set_spout("sentences", Sentences(per_sec=2000))
+    builder.set_spout("sentences", swc.FileSpout(words, lines_per_sec=2000))
     builder.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
-    builder.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    builder.set_bolt("count", swc.WordCount(), 2).fields_grouping("split", ["word"])
     return builder.create_topology()
 
 
@@ -243,8 +205,8 @@ return {
 """
 
 
-def test_a_stateful_topologys_page_is_legible_and_read_only_without_the_token(cluster, browser):
-    cluster.submit_topology(STATEFUL, {"topology.state.checkpoint.interval.ms": 200}, _stateful_topology())
+def test_a_stateful_topologys_page_is_legible_and_read_only_without_the_token(cluster, browser, tmp_path):
+    cluster.submit_topology(STATEFUL, {"topology.state.checkpoint.interval.ms": 200}, _stateful_topology(tmp_path))
     with UiServer(cluster, TOKEN, port=0) as ui:
         browser.get(f"{ui.url}/topology.html?id={STATEFUL}")  # no token: the page may read, not act
         script = browser.execute_script

@@ -22,6 +22,22 @@ def status_line(info: dict[str, Any]) -> str:
             f"spout acked {acked:,} failed {failed:,} | errors {errors:,}")
 
 
+def current_run(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Component -> its figures since the last worker restart or rebalance (``current``), for
+    the components where they differ from those of the topology's whole life."""
+    return {cid: now for cid, c in info["components"].items()
+            if (now := c.get("current")) and any(now[k] != c[k] for k in ("emitted", "transferred", "acked", "failed"))}
+
+
+def error_headline(text: str) -> str:
+    """What an error says in one line: the exception line of a traceback (its last unindented
+    line), else its first line."""
+    lines = text.strip().splitlines()
+    if not lines or not lines[0].startswith("Traceback (most recent call last)"):
+        return lines[0] if lines else ""
+    return next((line for line in reversed(lines) if line and not line[0].isspace()), lines[0])
+
+
 def format_summary(info: dict[str, Any]) -> str:
     """A per-component table of the topology's statistics (counted across worker restarts and
     rebalances), the current run's counts where they differ, and the last error of each."""
@@ -37,9 +53,7 @@ def format_summary(info: dict[str, Any]) -> str:
             f"{complete:>8} {capacity:>8}"
         )
     since = [f"{cid} emitted {now['emitted']:,} acked {now['acked']:,} failed {now['failed']:,}"
-             for cid, c in info["components"].items()
-             if (now := c.get("current")) and (now["emitted"], now["acked"], now["failed"]) !=
-             (c["emitted"], c["acked"], c["failed"])]
+             for cid, now in current_run(info).items()]
     if since:
         lines.append("since the last worker restart or rebalance: " + "; ".join(since))
     for cid, c in info["components"].items():

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from squall.command.report import format_summary, status_line
+from squall.command.report import error_headline, format_summary, status_line
 from squall.config import Config, merged_config
 from squall.control import ControlServer
 from squall.daemon.nimbus import FAILED, Nimbus
@@ -136,10 +136,8 @@ class ErrorPrinter:
 
 
 def _kind(text: str) -> str:
-    """An error's kind: the exception type of the last line of its traceback (the line itself
-    for an error without one)."""
-    last = next((line for line in reversed(text.strip().splitlines()) if line and not line[0].isspace()), "")
-    return last.split(":", 1)[0]
+    """An error's kind: the exception type of its headline."""
+    return error_headline(text).split(":", 1)[0]
 
 
 def _start_ui(cluster: Nimbus, control: ControlServer, conf: dict[str, Any], explicit_port: bool) -> UiApp | None:

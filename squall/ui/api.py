@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import squall
+from squall.command.report import current_run, error_headline
 from squall.config import config_table
 from squall.daemon.stats_history import ALL_TIME, COUNTERS, FINE_SECS, WINDOWS, window_pretty
 from squall.system_ids import is_system_id
@@ -133,11 +134,12 @@ def _stream_counts(view: TopologyView, window: int | None, spouts: bool, sys: bo
 def _error_fields(view: TopologyView, component: str) -> dict[str, Any]:
     errors = view.info["components"].get(component, {}).get("errors", [])
     if not errors:
-        return {"lastError": "", "errorHost": "", "errorPort": None, "errorWorkerLogLink": "", "errorTime": None,
-                "errorLapsedSecs": None}
+        return {"lastError": "", "lastErrorHeadline": "", "errorHost": "", "errorPort": None, "errorWorkerLogLink": "",
+                "errorTime": None, "errorLapsedSecs": None}
     last = errors[-1]
     host, port = _task_location(view, last["task"])
-    return {"lastError": last["error"], "errorHost": host, "errorPort": port, "errorWorkerLogLink": "",
+    return {"lastError": last["error"], "lastErrorHeadline": error_headline(last["error"]),
+            "errorHost": host, "errorPort": port, "errorWorkerLogLink": "",
             "errorTime": int(last["time"]), "errorLapsedSecs": max(0, int(time.time() - last["time"]))}
 
 
@@ -216,7 +218,7 @@ def _workers(view: TopologyView) -> list[dict[str, Any]]:
 
 def topology_page(view: TopologyView, window: int | None, sys: bool = False) -> dict[str, Any]:
     """``GET /api/v1/topology/:id?window=...&sys=...``: with ``sys`` (Storm UI's "Show System
-    Stats"), Squall's own components (:func:`~squall.component.is_system_id`) are in the totals
+    Stats"), Squall's own components (:func:`~squall.system_ids.is_system_id`) are in the totals
     and the tables too."""
     conf = view.conf
     shown = [cid for cid in view.topology.components if sys or not is_system_id(cid)]
@@ -236,7 +238,8 @@ def topology_page(view: TopologyView, window: int | None, sys: bool = False) -> 
         # current run's figures where a worker restart or a rebalance made them differ
         "configurationDocs": [{**row, "value": _redacted(row["key"], row["value"])} for row in config_table(conf)],
         "lastErrors": _last_errors(view, shown),
-        "currentRun": _current_run(view, shown),
+        "currentRun": [{"component": cid, **{k: now[k] for k in ("emitted", "transferred", "acked", "failed")}}
+                       for cid, now in current_run(view.info).items() if cid in shown],
     }
 
 
@@ -252,19 +255,6 @@ def _last_errors(view: TopologyView, components: list[str]) -> list[dict[str, An
                 entry["count"] += folded[key]["count"]
             folded[key] = entry
     return sorted(folded.values(), key=lambda e: e["errorTime"], reverse=True)[:20]
-
-
-def _current_run(view: TopologyView, components: list[str]) -> list[dict[str, Any]]:
-    """Emitted, transferred, acked and failed of each of ``components`` since its last worker
-    restart or rebalance, for those where these differ from the counts of the whole life."""
-    keys = ("emitted", "transferred", "acked", "failed")
-    out = []
-    for cid in components:
-        summary = view.info["components"][cid]
-        now = summary.get("current")
-        if now and any(now[k] != summary[k] for k in keys):
-            out.append({"component": cid, **{k: now[k] for k in keys}})
-    return out
 
 
 def component_page(view: TopologyView, cid: str, window: int | None) -> dict[str, Any]:
@@ -326,7 +316,7 @@ def _executor_stats(view: TopologyView, spout: bool, executor: dict[str, Any]) -
 
 def _error(view: TopologyView, error: dict[str, Any]) -> dict[str, Any]:
     host, port = _task_location(view, error["task"])
-    return {"error": error["error"], "errorTime": int(error["time"] * 1000), "errorHost": host, "errorPort": port,
+    return {"error": error["error"], "headline": error_headline(error["error"]), "errorTime": int(error["time"] * 1000), "errorHost": host, "errorPort": port,
             "errorLapsedSecs": max(0, int(time.time() - error["time"])), "errorWorkerLogLink": "",
             "task": error["task"], "count": error.get("count", 1)}
 
@@ -366,9 +356,9 @@ def series(view: TopologyView, recent: list[tuple[float, dict[str, tuple[float, 
     executors: dict[str, int] = {}
     for _, executor in _executors(view):
         executors[executor["component"]] = executors.get(executor["component"], 0) + 1
-    user = [cid for cid in view.topology.components if not cid.startswith("__")]
-    # the user's spouts: the checkpoint spout's barriers are no throughput, as in the totals
-    spouts = [cid for cid in user if view.topology.components[cid].is_spout and not is_system_id(cid)]
+    # the user's components: the checkpoint spout's barriers are no throughput, as in the totals
+    user = [cid for cid in view.topology.components if not is_system_id(cid)]
+    spouts = [cid for cid in user if view.topology.components[cid].is_spout]
     now = recent[-1][0] if recent else 0.0
     # every read of the topology may add a sample, and a rate over a sliver of time is noise
     # (the executors' counters move in steps): intervals of at least MIN_INTERVAL_SECS

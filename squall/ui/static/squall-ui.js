@@ -303,14 +303,6 @@ function drawPlots(points, page) {
             "0..1");
 }
 
-// an error's headline: its first line, unless that is a traceback's header; then the exception,
-// the traceback's last unindented line
-function headline(text) {
-  const lines = text.trim().split("\n");
-  if (!lines[0].startsWith("Traceback (most recent call last)")) return lines[0];
-  return lines.filter(line => line && !/^\s/.test(line)).pop();
-}
-
 function drawTopology(page) {
   document.getElementById("name").textContent = page.name;
   const status = document.getElementById("status");
@@ -326,7 +318,7 @@ function drawTopology(page) {
   since.textContent = "Since the last worker restart or rebalance: " + page.currentRun.map(
     c => `${c.component} emitted ${c.emitted}, acked ${c.acked}, failed ${c.failed}`).join("; ");
   const error = c => c.lastError
-    ? el("span", {title: c.lastError}, `${headline(c.lastError)} (${ago(c.errorLapsedSecs)})`) : "";
+    ? el("span", {title: c.lastError}, `${c.lastErrorHeadline} (${ago(c.errorLapsedSecs)})`) : "";
   const anchor = id => el("a", {id: `component-${id}`, href: `/api/v1/topology/${encodeURIComponent(page.id)}/component/${encodeURIComponent(id)}`}, id);
   fill("spouts", table([["Id", s => anchor(s.spoutId), true], ["Executors", "executors"], ["Tasks", "tasks"],
                         ["Emitted", "emitted"], ["Transferred", "transferred"],
@@ -345,7 +337,7 @@ function drawTopology(page) {
              ["Where", e => `${e.errorHost}:${e.errorPort}`, true],
              ["Last seen", e => el("span", {title: new Date(e.errorTime).toLocaleString()}, ago(e.errorLapsedSecs)),
               true],
-             ["Error", e => el("details", {class: "error-text"}, el("summary", {}, headline(e.error)), e.error), true]],
+             ["Error", e => el("details", {class: "error-text"}, el("summary", {}, e.headline), e.error), true]],
             page.lastErrors, e => ({"data-error-component": e.component}))
     : el("p", {}, "None."));
   fill("workers", table([["Host", "host", true], ["Port", "port"], ["Pid", "pid"], ["Executors", "executorsTotal"],
