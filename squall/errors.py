@@ -44,3 +44,12 @@ class SecurityError(RuntimeError):
     """A topology's links cannot be secured as configured (no CURVE in this ZeroMQ, or the
     pickle fallback asked for over links that are not authenticated); the message says how to
     fix it."""
+
+
+def error_headline(text: str) -> str:
+    """What an error says in one line: the exception line of a traceback (its last unindented
+    line), else its first line."""
+    lines = text.strip().splitlines()
+    if not lines or not lines[0].startswith("Traceback (most recent call last)"):
+        return lines[0] if lines else ""
+    return next((line for line in reversed(lines) if line and not line[0].isspace()), lines[0])

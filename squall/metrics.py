@@ -148,6 +148,13 @@ def component_metrics(instances: list[Any]) -> dict[str, float]:
     return totals
 
 
+def since_restart(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Component -> its figures since the last worker restart or rebalance (``current``), for
+    the components where they differ from those of the topology's whole life."""
+    return {cid: now for cid, c in info["components"].items()
+            if (now := c.get("current")) and any(now[k] != c[k] for k in ("emitted", "transferred", "acked", "failed"))}
+
+
 def component_summary(kind: str, snapshots: list[dict[str, Any]],
                       retired: dict[str, Any] | None = None) -> dict[str, Any]:
     """Roll the executors' snapshots of one component up into get_topology_info's shape: the

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from squall.metrics import since_restart
 from squall.system_ids import is_system_id
 
 
@@ -20,22 +21,6 @@ def status_line(info: dict[str, Any]) -> str:
     errors = sum(c["error_count"] for c in info["components"].values())
     return (f"{info['name']} {info['status']} {info['uptime_secs']:.0f}s | emitted {emitted:,} | "
             f"spout acked {acked:,} failed {failed:,} | errors {errors:,}")
-
-
-def current_run(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Component -> its figures since the last worker restart or rebalance (``current``), for
-    the components where they differ from those of the topology's whole life."""
-    return {cid: now for cid, c in info["components"].items()
-            if (now := c.get("current")) and any(now[k] != c[k] for k in ("emitted", "transferred", "acked", "failed"))}
-
-
-def error_headline(text: str) -> str:
-    """What an error says in one line: the exception line of a traceback (its last unindented
-    line), else its first line."""
-    lines = text.strip().splitlines()
-    if not lines or not lines[0].startswith("Traceback (most recent call last)"):
-        return lines[0] if lines else ""
-    return next((line for line in reversed(lines) if line and not line[0].isspace()), lines[0])
 
 
 def format_summary(info: dict[str, Any]) -> str:
@@ -53,7 +38,7 @@ def format_summary(info: dict[str, Any]) -> str:
             f"{complete:>8} {capacity:>8}"
         )
     since = [f"{cid} emitted {now['emitted']:,} acked {now['acked']:,} failed {now['failed']:,}"
-             for cid, now in current_run(info).items()]
+             for cid, now in since_restart(info).items()]
     if since:
         lines.append("since the last worker restart or rebalance: " + "; ".join(since))
     for cid, c in info["components"].items():

@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from squall.command.report import error_headline, format_summary, status_line
+from squall.command.report import format_summary, status_line
 from squall.config import Config, merged_config
 from squall.control import ControlServer
 from squall.daemon.nimbus import FAILED, Nimbus
+from squall.errors import error_headline
 from squall.registry import open_registry
 from squall.topology import StormTopology
 from squall.ui.server import UiApp, UiServer, ui_token

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import squall
-from squall.command.report import current_run, error_headline
 from squall.config import config_table
 from squall.daemon.stats_history import ALL_TIME, COUNTERS, FINE_SECS, WINDOWS, window_pretty
+from squall.errors import error_headline
+from squall.metrics import since_restart
 from squall.system_ids import is_system_id
 from squall.topology import StormTopology
 
@@ -239,7 +240,7 @@ def topology_page(view: TopologyView, window: int | None, sys: bool = False) -> 
         "configurationDocs": [{**row, "value": _redacted(row["key"], row["value"])} for row in config_table(conf)],
         "lastErrors": _last_errors(view, shown),
         "currentRun": [{"component": cid, **{k: now[k] for k in ("emitted", "transferred", "acked", "failed")}}
-                       for cid, now in current_run(view.info).items() if cid in shown],
+                       for cid, now in since_restart(view.info).items() if cid in shown],
     }
 
 
@@ -316,9 +317,9 @@ def _executor_stats(view: TopologyView, spout: bool, executor: dict[str, Any]) -
 
 def _error(view: TopologyView, error: dict[str, Any]) -> dict[str, Any]:
     host, port = _task_location(view, error["task"])
-    return {"error": error["error"], "headline": error_headline(error["error"]), "errorTime": int(error["time"] * 1000), "errorHost": host, "errorPort": port,
-            "errorLapsedSecs": max(0, int(time.time() - error["time"])), "errorWorkerLogLink": "",
-            "task": error["task"], "count": error.get("count", 1)}
+    return {"error": error["error"], "headline": error_headline(error["error"]), "errorTime": int(error["time"] * 1000),
+            "errorHost": host, "errorPort": port, "errorLapsedSecs": max(0, int(time.time() - error["time"])),
+            "errorWorkerLogLink": "", "task": error["task"], "count": error.get("count", 1)}
 
 
 def visualization(view: TopologyView, window: int | None) -> dict[str, Any]:
