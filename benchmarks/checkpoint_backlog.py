@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squall import Config, LocalCluster, TopologyBuilder
-from squall.system_ids import CHECKPOINT_COMPONENT
+from squall.api.system_ids import CHECKPOINT_COMPONENT
 from squall.connectors.files import StatefulDirectorySpout
-from squall.state.sqlite_provider import SqliteStateProvider
+from squall.runtime.state.sqlite_provider import SqliteStateProvider
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's components; worker processes import it too

@@ -33,7 +33,7 @@ Reproduce (a run takes 10-25 s on 2 cores; nothing else should run meanwhile):
     python benchmarks/checkpoint_kill9.py --runs 200 --variant all
     python benchmarks/checkpoint_kill9.py --runs 30 --variant kafka --lines 20000
 
-To see it catch the over-count that squall.messaging.incarnation fixed, make
+To see it catch the over-count that squall.runtime.messaging.incarnation fixed, make
 ``Incarnations.admit`` return True (a dead run's leftovers delivered again): the kafka variant
 then ends inexact in about a third of its runs.
 """

@@ -34,7 +34,7 @@ def drive(master: str, sentences: int, acking: bool) -> None:
     from scaling import measure
     from wordcount import make_sentences, plain_loop
 
-    from squall.spark import SparkCluster
+    from squall.cluster.spark import SparkCluster
 
     lines = make_sentences(sentences)
     words = plain_loop(lines)[0]

@@ -43,9 +43,9 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wordcount  # noqa: E402 - benchmarks/ is not a package
-from squall.command.overrides import parse_overrides  # noqa: E402
-from squall.grouping import FieldsGrouper  # noqa: E402
-from squall.tuple import Fields  # noqa: E402
+from squall.ops.command.overrides import parse_overrides  # noqa: E402
+from squall.api.grouping import FieldsGrouper  # noqa: E402
+from squall.api.tuple import Fields  # noqa: E402
 from wordcount import make_sentences, plain_loop, timed_run  # noqa: E402
 
 # the components travel by value: Spark's executors cannot import benchmarks/wordcount.py (it
@@ -144,7 +144,7 @@ def main() -> None:
     crossings = crossings_per_word(2, words_per_sentence, shuffle_split=True)
     spark = None
     if args.spark != "none":
-        from squall.spark import SparkCluster
+        from squall.cluster.spark import SparkCluster
 
         spark = SparkCluster(args.spark)
     print(f"scaling: spout x{PARALLELISM} -> split x{PARALLELISM} (shuffle) -> count x{PARALLELISM} (fields), "

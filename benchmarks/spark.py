@@ -37,7 +37,7 @@ import latency  # noqa: E402 - benchmarks/ is not a package
 import structured_streaming  # noqa: E402
 import wordcount  # noqa: E402
 from squall import Config, TopologyBuilder  # noqa: E402
-from squall.spark import SparkCluster  # noqa: E402
+from squall.cluster.spark import SparkCluster  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 
 

@@ -54,11 +54,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from squall import Bolt, Config, LocalCluster, Spout, TopologyBuilder
-from squall.state import StateProvider, TaskStore
-from squall.state.redis_provider import RedisStateProvider
-from squall.state.sqlite_provider import SqliteStateProvider
+from squall.api.state import StateProvider, TaskStore
+from squall.runtime.state.redis_provider import RedisStateProvider
+from squall.runtime.state.sqlite_provider import SqliteStateProvider
 from squall.testing import RedisServer, committed_state, wait_until
-from squall.windowing import BaseWindowedBolt, Duration
+from squall.api.windowing import BaseWindowedBolt, Duration
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's components; worker processes import it too

@@ -26,7 +26,7 @@ from wordcount import make_sentences, timed_run
 
 from squall import BasicBolt, Config, LocalCluster, TopologyBuilder
 from squall.testing import FeederSpout
-from squall.ui.server import UiServer
+from squall.ops.ui.server import UiServer
 
 TOKEN = "benchmark"
 OVERHEAD_TARGET = 0.03

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import cloudpickle
 
 from squall import Config, LocalCluster, Spout, TopologyBuilder
-from squall.command.overrides import parse_overrides
+from squall.ops.command.overrides import parse_overrides
 from squall.testing import wait_until
 
 # the example's components, imported under a name of their own (this file is wordcount.py too)

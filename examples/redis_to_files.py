@@ -32,7 +32,7 @@ from typing import Any
 from squall import Config, TopologyBuilder
 from squall.connectors.files import FileBolt, SizeRotation
 from squall.connectors.redis import RedisStreamSpout
-from squall.stateful import StatefulBolt
+from squall.api.stateful import StatefulBolt
 from wordcount import SplitSentence  # examples/wordcount.py's: one tuple per word
 
 STREAM, GROUP = "sentences", "wordcount"

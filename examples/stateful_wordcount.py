@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from squall import BasicBolt, Config, TopologyBuilder
-from squall.stateful import StatefulBolt, StatefulSpout
+from squall.api.stateful import StatefulBolt, StatefulSpout
 
 WORDS = ("the cow jumped over the moon an apple a day keeps the doctor away four score and seven years ago "
          "snow white and the seven dwarfs i am at two with nature").split()
@@ -129,7 +129,7 @@ config = Config().set_num_workers(2)
 if __name__ == "__main__":
     from collections import Counter
 
-    from squall.config import squall_home
+    from squall.api.config import squall_home
     from squall.testing import committed_state
 
     name = sys.argv[1] if len(sys.argv) > 1 else "stateful_wordcount"

@@ -4,7 +4,7 @@ Write spouts and bolts, join them with stream groupings into a topology — with
 ``TopologyBuilder`` or declared as a ``Topology`` subclass — and run it with Storm's guarantees
 (acking, timeouts, replay) on this machine or on a Spark cluster.
 
-The names below load on first use (PEP 562): ``import squall.tuple`` or ``from squall import
+The names below load on first use (PEP 562): ``import squall.api.tuple`` or ``from squall import
 Bolt`` loads no daemon, transport or cluster; ``from squall import LocalCluster`` does.
 """
 
@@ -14,31 +14,33 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from squall.compiled import install_source_finder
+from squall.moved import install_moved_finder
 
 install_source_finder()  # before any other squall module is imported: it decides compiled or pure
+install_moved_finder()  # the paths modules had before the layers (configs and pickles name them)
 
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    **dict.fromkeys(["BasicBolt", "Bolt"], "squall.bolt"),
-    **dict.fromkeys(["BasicOutputCollector", "OutputCollector", "SpoutOutputCollector"], "squall.collector"),
-    "OutputFieldsDeclarer": "squall.component",
-    "Config": "squall.config",
-    "TopologyContext": "squall.context",
-    **dict.fromkeys(["Grouping", "Topology"], "squall.dsl"),
+    **dict.fromkeys(["BasicBolt", "Bolt"], "squall.api.bolt"),
+    **dict.fromkeys(["BasicOutputCollector", "OutputCollector", "SpoutOutputCollector"], "squall.runtime.collector"),
+    "OutputFieldsDeclarer": "squall.api.component",
+    "Config": "squall.api.config",
+    "TopologyContext": "squall.api.context",
+    **dict.fromkeys(["Grouping", "Topology"], "squall.api.dsl"),
     **dict.fromkeys(["AlreadyAliveError", "EmitError", "FailedException", "InvalidTopologyError", "NotAliveError",
-                     "SecurityError", "SerializationError", "TopologySetupError"], "squall.errors"),
-    **dict.fromkeys(["CustomStreamGrouping", "GlobalStreamId"], "squall.grouping"),
-    "LocalCluster": "squall.local_cluster",
+                     "SecurityError", "SerializationError", "TopologySetupError"], "squall.api.errors"),
+    **dict.fromkeys(["CustomStreamGrouping", "GlobalStreamId"], "squall.api.grouping"),
+    "LocalCluster": "squall.cluster.local_cluster",
     **dict.fromkeys(["ShellBolt", "ShellSpout"], "squall.multilang"),
-    "Spout": "squall.spout",
-    "KeyValueState": "squall.state",
-    **dict.fromkeys(["IStatefulBolt", "StatefulBolt", "StatefulComponent", "StatefulSpout"], "squall.stateful"),
-    **dict.fromkeys(["StormTopology", "TopologyBuilder"], "squall.topology"),
-    **dict.fromkeys(["Fields", "Tuple", "Values"], "squall.tuple"),
+    "Spout": "squall.api.spout",
+    "KeyValueState": "squall.api.state",
+    **dict.fromkeys(["IStatefulBolt", "StatefulBolt", "StatefulComponent", "StatefulSpout"], "squall.api.stateful"),
+    **dict.fromkeys(["StormTopology", "TopologyBuilder"], "squall.api.topology"),
+    **dict.fromkeys(["Fields", "Tuple", "Values"], "squall.api.tuple"),
     **dict.fromkeys(["BaseWindowedBolt", "Count", "Duration", "StatefulWindowedBolt", "TupleWindow"],
-                    "squall.windowing"),
+                    "squall.api.windowing"),
 }
 
 __all__ = [
@@ -53,25 +55,25 @@ __all__ = [
 
 # what type checkers and IDEs see; tests/test_api.py checks that it, __all__ and _EXPORTS agree
 if TYPE_CHECKING:
-    from squall.bolt import BasicBolt, Bolt
-    from squall.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-    from squall.component import OutputFieldsDeclarer
-    from squall.config import Config
-    from squall.context import TopologyContext
-    from squall.dsl import Grouping, Topology
-    from squall.errors import (
+    from squall.api.bolt import BasicBolt, Bolt
+    from squall.api.component import OutputFieldsDeclarer
+    from squall.api.config import Config
+    from squall.api.context import TopologyContext
+    from squall.api.dsl import Grouping, Topology
+    from squall.api.errors import (
         AlreadyAliveError, EmitError, FailedException, InvalidTopologyError, NotAliveError, SecurityError,
         SerializationError, TopologySetupError,
     )
-    from squall.grouping import CustomStreamGrouping, GlobalStreamId
-    from squall.local_cluster import LocalCluster
+    from squall.api.grouping import CustomStreamGrouping, GlobalStreamId
+    from squall.api.spout import Spout
+    from squall.api.state import KeyValueState
+    from squall.api.stateful import IStatefulBolt, StatefulBolt, StatefulComponent, StatefulSpout
+    from squall.api.topology import StormTopology, TopologyBuilder
+    from squall.api.tuple import Fields, Tuple, Values
+    from squall.api.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
+    from squall.cluster.local_cluster import LocalCluster
     from squall.multilang import ShellBolt, ShellSpout
-    from squall.spout import Spout
-    from squall.state import KeyValueState
-    from squall.stateful import IStatefulBolt, StatefulBolt, StatefulComponent, StatefulSpout
-    from squall.topology import StormTopology, TopologyBuilder
-    from squall.tuple import Fields, Tuple, Values
-    from squall.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
+    from squall.runtime.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 
 
 def __getattr__(name: str) -> Any:

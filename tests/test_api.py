@@ -22,7 +22,7 @@ from squall import (
     AlreadyAliveError, BasicBolt, Bolt, Config, Fields, LocalCluster, NotAliveError, Spout, TopologyBuilder,
     Tuple, Values,
 )
-from squall.defaults import DEFAULTS
+from squall.api.defaults import DEFAULTS
 from squall.testing import wait_until
 
 # -- components -------------------------------------------------------------------------
@@ -159,18 +159,18 @@ def events(key, kind=None):
 
 def test_the_api_loads_no_runtime_and_the_runtime_loads_on_first_use():
     """``squall``'s names load on first use (PEP 562): the API alone pulls in no daemon,
-    executor or transport, and no zmq."""
+    executor or transport, and no zmq: nothing under squall.runtime, squall.cluster or squall.ops."""
     script = """if True:
         import sys
-        import squall.tuple
+        import squall.api.tuple
         from squall import Bolt, Config, Spout, TopologyBuilder
-        runtime = ("squall.daemon", "squall.executor", "squall.messaging", "squall.local_cluster", "zmq")
+        runtime = ("squall.runtime", "squall.cluster", "squall.ops", "zmq")
         print(sorted(m for m in sys.modules if m.startswith(runtime)))
         from squall import LocalCluster
-        print("squall.daemon.nimbus" in sys.modules, LocalCluster.__module__)
+        print("squall.cluster.nimbus" in sys.modules, LocalCluster.__module__)
     """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
-    assert proc.stdout.splitlines() == ["[]", "True squall.local_cluster"], proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "True squall.cluster.local_cluster"], proc.stdout + proc.stderr
 
 
 def test_every_public_name_is_what_type_checkers_see():
@@ -348,9 +348,9 @@ def test_config_is_a_dict_and_helpers_chain():
 
 
 def test_defaults_are_documented_in_one_place():
-    import squall.defaults
+    import squall.api.defaults
 
-    assert squall.defaults.__doc__ and "defaults.yaml" in squall.defaults.__doc__
+    assert squall.api.defaults.__doc__ and "defaults.yaml" in squall.api.defaults.__doc__
     for storm_key in STORM_KEYS.values():
         assert storm_key in DEFAULTS, storm_key
     # Storm's defaults for the keys whose values are Storm's
@@ -858,9 +858,30 @@ def test_topology_debug_logs_every_emit(cluster, caplog):
 
     feeder, b = feeder_builder(["word"], spout_id="words")
     conf = Config().set_debug(True)
-    with caplog.at_level(logging.INFO, logger="squall.executor"):
+    with caplog.at_level(logging.INFO, logger="squall.runtime.executor"):
         cluster.submit_topology("debug", conf, b.create_topology())
         feeder.feed(["hello"], msg_id=1)
         wait_until(lambda: any("'hello'" in r.getMessage() for r in caplog.records), timeout=5)
     line = next(r.getMessage() for r in caplog.records if "'hello'" in r.getMessage())
     assert "words" in line and "'default'" in line
+
+
+def test_the_paths_modules_had_before_the_layers_import_the_same_modules():
+    """Configs, console scripts and old pickles name modules by the paths they had before the
+    layers (squall.moved): each old path is the module at its new path, loaded once."""
+    import importlib
+    import pickle
+
+    from squall.api.state.provider import InMemoryStateProvider, provider_for
+    from squall.api.tuple import Fields
+
+    old = importlib.import_module("squall.state.sqlite_provider")
+    new = importlib.import_module("squall.runtime.state.sqlite_provider")
+    assert old is new and old.__name__ == "squall.runtime.state.sqlite_provider"
+    assert importlib.import_module("squall.executor.route") is importlib.import_module("squall.runtime.executor.route")
+    assert importlib.import_module("squall.cli").main is importlib.import_module("squall.ops.cli").main
+    conf = {"topology.state.provider": "squall.state.provider:InMemoryStateProvider"}
+    assert isinstance(provider_for(conf, "old-path"), InMemoryStateProvider)
+    assert pickle.loads(b"csquall.tuple\nFields\n.") is Fields  # a pickle written before the move
+    loaded = [m for m in sys.modules.values() if getattr(m, "__file__", None) == new.__file__]
+    assert {id(m) for m in loaded} == {id(new)}

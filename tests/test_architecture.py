@@ -1,5 +1,7 @@
 """The architecture check: import-linter's contracts in pyproject.toml (no import cycles; the
-data path never imports the daemons, the DSL or the command line)."""
+executors never import the worker that wires them) and importlinter-layers.ini (the layers api,
+runtime, cluster, ops, counting type-only imports; connectors, multilang and streamparse on the
+API only)."""
 
 import os
 import subprocess
@@ -10,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_import_contracts_are_kept():
     lint_imports = os.path.join(os.path.dirname(sys.executable), "lint-imports")
-    result = subprocess.run([lint_imports, "--config", os.path.join(ROOT, "pyproject.toml")], cwd=ROOT,
+    configs = [os.path.join(ROOT, "pyproject.toml"), os.path.join(ROOT, "importlinter-layers.ini")]
+    result = subprocess.run([lint_imports, "--no-cache", *configs], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout

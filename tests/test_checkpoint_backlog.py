@@ -21,7 +21,7 @@ from collections import Counter
 import pytest
 
 from squall import LocalCluster, TopologyBuilder
-from squall.system_ids import CHECKPOINT_COMPONENT
+from squall.api.system_ids import CHECKPOINT_COMPONENT
 from squall.connectors.files import StatefulDirectorySpout
 from squall.testing import committed_state, wait_until
 from directory_spouts import dirs, write

@@ -16,7 +16,7 @@ steps of each barrier on a fair schedule. The search is derandomized: the same e
 run.
 
 Without the receive path's incarnation rule (a dead run's leftovers dropped once its next run
-is heard from, see squall.messaging.incarnation) the search finds the over-count users saw
+is heard from, see squall.runtime.messaging.incarnation) the search finds the over-count users saw
 (:func:`test_without_the_incarnation_rule_the_search_finds_the_over_count`);
 :func:`test_a_dead_spout_workers_leftovers_after_its_next_runs_rollback` is that interleaving,
 written out.

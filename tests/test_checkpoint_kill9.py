@@ -56,14 +56,14 @@ import pytest
 from kafka_mock import PARTITIONS, kafka_cluster  # noqa: F401  (a fixture)
 from redis_server import redis_server  # noqa: F401  (a fixture)
 from squall import LocalCluster, TopologyBuilder
-from squall.system_ids import CHECKPOINT_COMPONENT
-from squall.config import merged_config
+from squall.api.system_ids import CHECKPOINT_COMPONENT
+from squall.api.config import merged_config
 from squall.connectors.files import StatefulDirectorySpout
 from squall.connectors.kafka import KafkaSpoutConfig, StatefulKafkaSpout
-from squall.spout import Spout
-from squall.state.provider import StateProvider, provider_for
+from squall.api.spout import Spout
+from squall.api.state.provider import StateProvider, provider_for
 from squall.testing import RedisServer, committed_state, wait_until
-from squall.topology import StormTopology
+from squall.api.topology import StormTopology
 from helpers import free_ports
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -483,7 +483,7 @@ class Variant:
 # A deep backlog (seconds of the counts' work in flight, as in the runs that once over-counted)
 # keeps a receiving worker's thread in long rounds: a killed peer's last payloads are then
 # often still unread when its next run's first payloads arrive, the race of
-# squall.messaging.incarnation (at the default 250 ms, rarely). The first kill waits until it
+# squall.runtime.messaging.incarnation (at the default 250 ms, rarely). The first kill waits until it
 # has built up (a spout's limit grows from a few records).
 DEEP_BACKLOG_MS, DEEP_FIRST_BACKLOG = 3000, 1000
 

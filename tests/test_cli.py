@@ -2,7 +2,7 @@
 ``--master`` and ``--duration``: one line, exit status 2, the traceback only with
 ``--verbose``), its final summary, and what ``squall plan`` says about links and values.
 
-Most tests call :func:`squall.cli.main` in this process; one runs ``python -m squall`` to see
+Most tests call :func:`squall.ops.cli.main` in this process; one runs ``python -m squall`` to see
 the whole of what a user sees."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 
 from helpers import REPO, BasicSink, logged, record, squall_cli, summary_row
 from squall import Config, LocalCluster, Spout, TopologyBuilder, compiled
-from squall.cli import main
-from squall.command.plan import CONFIG_HEADER
-from squall.command.serve import serve_topology
-from squall.command.spark_master import check_spark_master
-from squall.daemon.nimbus import Nimbus
+from squall.ops.cli import main
+from squall.ops.command.plan import CONFIG_HEADER
+from squall.ops.command.serve import serve_topology
+from squall.ops.command.spark_master import check_spark_master
+from squall.cluster.nimbus import Nimbus
 from squall.testing import wait_until
 
 PLAN_FILE = """

@@ -82,19 +82,20 @@ def test_no_extensions_values(monkeypatch, value, disabled):
 def test_an_extension_built_from_other_source_is_stale(tmp_path):
     package = tmp_path / "squall"
     (package / "utils").mkdir(parents=True)
-    tuple_py, queue_py = package / "tuple.py", package / "utils" / "batch_queue.py"
+    (package / "api").mkdir()
+    tuple_py, queue_py = package / "api" / "tuple.py", package / "utils" / "batch_queue.py"
     tuple_py.write_text("X = 1\n")
     queue_py.write_text("Y = 1\n")
     for source in (tuple_py, queue_py):
         source.with_suffix(EXTENSION).write_bytes(b"")  # only its presence is read
-    built = {"squall.tuple": compiled.source_digest(str(tuple_py)),
+    built = {"squall.api.tuple": compiled.source_digest(str(tuple_py)),
              "squall.utils.batch_queue": compiled.source_digest(str(queue_py))}
     (package / compiled.SOURCES_FILE).write_text(json.dumps(built))
     assert compiled.stale_modules(str(package)) == []
     queue_py.write_text("Y = 2\n")  # edited after the build
     assert compiled.stale_modules(str(package)) == ["squall.utils.batch_queue"]
     (package / compiled.SOURCES_FILE).unlink()  # built by something that did not record its sources
-    assert compiled.stale_modules(str(package)) == ["squall.tuple", "squall.utils.batch_queue"]
+    assert compiled.stale_modules(str(package)) == ["squall.api.tuple", "squall.utils.batch_queue"]
 
 
 @pytest.mark.parametrize("env, warning", [

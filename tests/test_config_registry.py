@@ -1,4 +1,4 @@
-"""The configuration registry (squall/defaults.py): every key defined once with its default,
+"""The configuration registry (squall/api/defaults.py): every key defined once with its default,
 validator and doc; bad values named; unknown keys warned about at submit and by ``squall plan``,
 the topology's own keys left alone; ``squall plan`` and ``config_table`` show the docs."""
 
@@ -12,19 +12,19 @@ import pytest
 
 from helpers import BasicSink, feeder_builder
 from squall import Config, TopologyBuilder
-from squall.cli import main
-from squall.command.plan import CONFIG_HEADER
-from squall.config import checked_config, config_table, merged_config
-from squall.defaults import DEFAULTS, KEYS, STORM_KEYS_NOT_USED, ConfigKey, integer
+from squall.ops.cli import main
+from squall.ops.command.plan import CONFIG_HEADER
+from squall.api.config import checked_config, config_table, merged_config
+from squall.api.defaults import DEFAULTS, KEYS, STORM_KEYS_NOT_USED, ConfigKey, integer
 from squall.testing import wait_until
-from squall.windowing import Count, Duration
-from squall.windowing.config import WindowConfig
+from squall.api.windowing import Count, Duration
+from squall.api.windowing.config import WindowConfig
 
 SQUALL = pathlib.Path(__file__).resolve().parent.parent / "squall"
 
 
 def warnings_of(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "squall.config" and r.levelno == logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name == "squall.api.config" and r.levelno == logging.WARNING]
 
 
 # -- the registry ----------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def test_a_bad_component_value_names_the_component():
     ("storm.zookeeper.auth.payload", "from storm.zookeeper.auth.file (mode 0600), never from a config"),
 ])
 def test_a_key_that_looks_like_a_setting_but_is_none_is_warned_about(caplog, name, expected):
-    with caplog.at_level(logging.WARNING, logger="squall.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
         checked_config("t", {name: 2}, {})
     (message,) = warnings_of(caplog)
     assert expected in message
@@ -125,7 +125,7 @@ def test_a_key_that_looks_like_a_setting_but_is_none_is_warned_about(caplog, nam
 
 def test_the_topologys_own_keys_and_registered_ones_are_not_warned_about(caplog):
     window = WindowConfig(length=Duration(5), sliding=Count(2), timestamp_field="ts").to_conf()
-    with caplog.at_level(logging.WARNING, logger="squall.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
         checked_config("t", {"my.app.rate": 3, "my.workers": 2, "kafka.topic": "x", "topology.workers": 2},
                        {"windowed": window, "count": {"topology.tick.tuple.freq.secs": 1, "db.url": "x"}})
     assert warnings_of(caplog) == []
@@ -135,7 +135,7 @@ def test_submit_warns_about_the_topologys_and_a_components_unknown_keys(cluster,
     feeder, builder = feeder_builder(["word"])
     builder.set_bolt("sink", BasicSink()).shuffle_grouping("spout").add_configuration(
         "topology.tick.tuple.freq.sec", 5)
-    with caplog.at_level(logging.WARNING, logger="squall.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
         cluster.submit_topology("typos", {"topology.max.spout.pendng": 10, "app.mode": "fast"},
                                 builder.create_topology())
     assert warnings_of(caplog) == [
@@ -154,7 +154,7 @@ def test_submit_warns_about_the_topologys_and_a_components_unknown_keys(cluster,
 def test_topology_debug_off_logs_no_emit(cluster, caplog):
     """topology.debug on logs every emit (tests/test_api.py); off, none is logged."""
     feeder, builder = feeder_builder(["word"], spout_id="words")
-    with caplog.at_level(logging.DEBUG, logger="squall.executor"):
+    with caplog.at_level(logging.DEBUG, logger="squall.runtime.executor"):
         cluster.submit_topology("quiet", Config().set_debug(False), builder.create_topology())
         feeder.feed(["hello"], msg_id=1)
         wait_until(lambda: feeder.acked == [1], timeout=5)  # emitted (and its tree completed) by then
@@ -196,7 +196,7 @@ config = {"topology.workers": 2, "app.rate": 5}
 def test_squall_plan_shows_every_key_its_value_a_mark_when_changed_and_its_doc(tmp_path, capsys, caplog):
     path = tmp_path / "words.py"
     path.write_text(PLAN_FILE)
-    with caplog.at_level(logging.WARNING, logger="squall.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
         assert main(["plan", str(path), "-c", "topology.debug=true", "-c", "topology.worker=3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = lines[lines.index(CONFIG_HEADER) + 1:]
@@ -214,7 +214,7 @@ def test_squall_plan_shows_every_key_its_value_a_mark_when_changed_and_its_doc(t
 
 
 def test_each_run_gets_a_log_directory_and_only_the_newest_are_kept(tmp_path, monkeypatch):
-    from squall.config import run_log_dir
+    from squall.api.config import run_log_dir
 
     monkeypatch.setenv("SQUALL_HOME", str(tmp_path))
     runs = [run_log_dir("word/count", retained=3) for _ in range(5)]

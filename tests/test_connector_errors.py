@@ -25,7 +25,7 @@ PASSWORD = "s3cret"
 TOPOLOGY = '''
 from squall import BasicBolt, Config, Spout, TopologyBuilder
 from squall.connectors import files, kafka, rabbitmq, redis
-from squall.stateful import StatefulBolt
+from squall.api.stateful import StatefulBolt
 
 
 class Words(Spout):

@@ -23,7 +23,7 @@ from helpers import free_ports, logged, record, stays
 from squall import Bolt, Config, LocalCluster, TopologyBuilder
 from squall.connectors import MissingExtraError
 from squall.connectors.files import DirectorySpout, FileBolt, SizeRotation, TimeRotation
-from squall.errors import TopologySetupError
+from squall.api.errors import TopologySetupError
 from squall.testing import FeederSpout, wait_until
 
 pytestmark = pytest.mark.timeout(60)

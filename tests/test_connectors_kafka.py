@@ -23,7 +23,7 @@ from squall.connectors.kafka import (
     AT_MOST_ONCE, EARLIEST, LATEST, UNCOMMITTED_EARLIEST, UNCOMMITTED_LATEST, KafkaBolt, KafkaSpout,
     KafkaSpoutConfig, RetryPolicy, Route,
 )
-from squall.errors import TopologySetupError
+from squall.api.errors import TopologySetupError
 from squall.testing import FeederSpout, KafkaMockCluster, wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,7 +20,7 @@ from helpers import KILL_9_CONF, kill_9_spout_worker_mid_stream, tasks_of
 from kafka_mock import PARTITIONS, WAIT, kafka_cluster, names, offsets  # noqa: F401  (fixtures)
 from squall import LocalCluster, TopologyBuilder
 from squall.connectors.kafka import AT_MOST_ONCE, KafkaSpoutConfig, StatefulKafkaSpout
-from squall.stateful import StatefulSpout
+from squall.api.stateful import StatefulSpout
 from squall.testing import committed_state, wait_until
 from wordcount_state import counts_of
 

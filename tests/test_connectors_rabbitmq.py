@@ -18,7 +18,7 @@ from helpers import (
 from rabbitmq_server import RabbitMQServer, pika_module, rabbitmq_available, rabbitmq_server  # noqa: F401
 from squall import LocalCluster, TopologyBuilder
 from squall.connectors.rabbitmq import RabbitMQBolt, RabbitMQSpout, Route
-from squall.errors import TopologySetupError
+from squall.api.errors import TopologySetupError
 from squall.testing import FeederSpout, wait_until
 
 pytestmark = pytest.mark.timeout(90)

@@ -17,7 +17,7 @@ from helpers import (
 from redis_server import redis_client_module, redis_server, require  # noqa: F401  (a fixture)
 from squall import LocalCluster, TopologyBuilder
 from squall.connectors.redis import RedisLookupBolt, RedisStoreBolt, RedisStreamSpout, Route, by_fields
-from squall.errors import TopologySetupError
+from squall.api.errors import TopologySetupError
 from squall.testing import FeederSpout, RedisServer, wait_until
 
 pytestmark = pytest.mark.timeout(60)

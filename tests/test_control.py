@@ -22,7 +22,7 @@ import pytest
 from helpers import squall_cli, stays
 
 from squall import control
-from squall.registry.local import LocalRegistry
+from squall.cluster.registry.local import LocalRegistry
 from squall.testing import wait_until
 
 pytestmark = pytest.mark.processes
@@ -91,7 +91,7 @@ topology = builder.create_topology()
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """This test's SQUALL_HOME, for the commands it runs and for squall.control in this process."""
+    """This test's SQUALL_HOME, for the commands it runs and for squall.ops.control in this process."""
     path = tmp_path / "home"
     monkeypatch.setenv("SQUALL_HOME", str(path))
     return path
@@ -363,7 +363,7 @@ def test_the_entry_is_removed_when_the_topology_fails_to_start(start, home, tmp_
 
 
 def test_squall_run_serves_the_rest_api_whose_posts_need_the_token_its_owner_can_derive(start, home, tmp_path):
-    from squall.ui.server import ui_token
+    from squall.ops.ui.server import ui_token
     from ui_client import call
 
     run = start("-c", "ui.port=0")

@@ -13,12 +13,12 @@ from squall import (
     BasicBolt, Bolt, Config, CustomStreamGrouping, Fields, Grouping, InvalidTopologyError, Spout, StormTopology,
     Topology, TopologyBuilder,
 )
-from squall.cli import main
-from squall.command import UsageError
-from squall.command.topology_file import load_topology_file
-from squall.component import Component  # noqa: F401 - named in the declarations under test
-from squall.config import merged_config
-from squall.assignment import assign
+from squall.ops.cli import main
+from squall.ops.command import UsageError
+from squall.ops.command.topology_file import load_topology_file
+from squall.api.component import Component  # noqa: F401 - named in the declarations under test
+from squall.api.config import merged_config
+from squall.runtime.assignment import assign
 from squall.testing import FeederSpout, complete_topology, multiset_eq, read_tuples, wait_until
 
 # -- components ----------------------------------------------------------------------------------

@@ -404,7 +404,7 @@ def test_bytearray_arrives_as_bytes_across_workers(cluster):
     feeder, _, remote = submit_sinks_on_both_sides(cluster, "bytearray")
     feed_and_wait(feeder, ["ba", bytearray(b"mutable")], 1)
     crossed = next(r["values"][1] for r in received("sink") if r["task"] == remote)
-    # documented in squall/serialization.py: msgpack packs bytearray natively, as bin
+    # documented in squall/runtime/serialization.py: msgpack packs bytearray natively, as bin
     assert crossed == b"mutable"
     assert type(crossed) is bytes, f"got {type(crossed).__name__}"
 

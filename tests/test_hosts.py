@@ -27,7 +27,7 @@ pytest.importorskip("pyspark")
 
 from netbed import Bed, SparkBed, bed_unavailable, listeners, require_bed  # noqa: E402
 from spark_standalone import spark_unavailable_reason  # noqa: E402
-from squall.state import StateProviderError  # noqa: E402
+from squall.api.state import StateProviderError  # noqa: E402
 from squall.testing import RedisServer, wait_until  # noqa: E402
 from test_processes import put_messages, read_lines  # noqa: E402
 from test_spark import WORDLIB  # noqa: E402

@@ -1,4 +1,4 @@
-"""Storm's metrics v2 (squall.metrics2): user metrics registered on the TopologyContext, reported
+"""Storm's metrics v2 (squall.api.metrics2): user metrics registered on the TopologyContext, reported
 per task and per component in get_topology_info (in-process and from worker processes'
 heartbeats), multilang ``metrics`` commands, metrics consumers and the Prometheus exposition."""
 
@@ -16,14 +16,14 @@ import pystorm
 from helpers import CountingSpout, errors_of, feed_and_wait, feeder_builder, tasks_of
 from prometheus_client.parser import text_string_to_metric_families
 
-import squall.metrics2.metrics as metrics_module
+import squall.api.metrics2.metrics as metrics_module
 from squall import Bolt, Config, LocalCluster, TopologyBuilder, TopologySetupError
-from squall.messaging import schema
-from squall.metrics2 import Counter, Gauge, Histogram, Meter, MetricRegistry, MetricsConsumer, Timer
-from squall.metrics2.metrics import WINDOW_SIZE
-from squall.metrics2.prometheus import cluster_infos, exposition
-from squall.metrics import carry_over
-from squall.metrics2.registry import user_metrics_summary
+from squall.runtime.messaging import schema
+from squall.api.metrics2 import Counter, Gauge, Histogram, Meter, MetricRegistry, MetricsConsumer, Timer
+from squall.api.metrics2.metrics import WINDOW_SIZE
+from squall.ops.prometheus import cluster_infos, exposition
+from squall.runtime.stats import carry_over
+from squall.api.metrics2.registry import user_metrics_summary
 from squall.multilang import ShellBolt
 from squall.streamparse.pystorm_adapter import PystormBolt
 from squall.testing import wait_until
@@ -346,7 +346,7 @@ def test_prometheus_text_parses_with_builtin_and_user_metrics(cluster):
 
 
 def test_logging_consumer_logs_every_tasks_data_points(cluster, caplog):
-    caplog.set_level(logging.INFO, logger="squall.metrics2.LoggingMetricsConsumer")
+    caplog.set_level(logging.INFO, logger="squall.api.metrics2.LoggingMetricsConsumer")
     conf = {CONSUMERS: [{"class": "org.apache.storm.metric.LoggingMetricsConsumer", "parallelism.hint": 1}],
             BUCKET: 0.1}
     run_metered(cluster, 10, conf)
@@ -354,7 +354,8 @@ def test_logging_consumer_logs_every_tasks_data_points(cluster, caplog):
 
     def logged(name):
         return [r.getMessage().split("\t") for r in caplog.records
-                if r.name == "squall.metrics2.LoggingMetricsConsumer" and r.getMessage().split("\t")[3].strip() == name]
+                if r.name == "squall.api.metrics2.LoggingMetricsConsumer"
+                and r.getMessage().split("\t")[3].strip() == name]
 
     wait_until(lambda: any(line[4] == "10" and line[2].strip() == f"{single}:single"
                            for line in logged("processed")), message="the logged count reaching 10")
@@ -517,8 +518,8 @@ def test_user_metrics_consumers_and_prometheus_from_worker_processes():
 @pytest.mark.timeout(120)
 def test_user_metrics_from_spark_workers():
     pytest.importorskip("pyspark")  # the spark extra: only this test needs it
-    from squall.spark import SparkCluster
-    from squall.spark.cluster import start_session
+    from squall.cluster.spark import SparkCluster
+    from squall.cluster.spark.cluster import start_session
 
     session = start_session("local[2]", {"spark.ui.enabled": "false"})
     try:
@@ -539,7 +540,7 @@ def test_user_metrics_from_spark_workers():
 def test_a_component_with_more_own_metrics_than_a_heartbeat_carries_still_reports():
     """A connector with, say, a lag per partition of thousands of partitions: the heartbeat
     carries the first names and how many were left out, and its schema accepts it."""
-    from squall.metrics import MAX_COMPONENT_METRICS, OMITTED_METRICS, component_metrics
+    from squall.runtime.stats import MAX_COMPONENT_METRICS, OMITTED_METRICS, component_metrics
 
     class Wide:
         metrics = {"read": 7, "lag": {f"topic:{p}": 1 for p in range(1500)}}

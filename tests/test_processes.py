@@ -40,7 +40,7 @@ from squall.testing import complete_topology, read_tuples, wait_until
 
 pytestmark = pytest.mark.processes
 
-WORKER_MODULE = b"squall.daemon.worker_process"
+WORKER_MODULE = b"squall.cluster.worker_process"
 
 
 # -- helpers ---------------------------------------------------------------------------------------

@@ -9,10 +9,10 @@ import collections
 import pytest
 
 from squall import Bolt, Config, TopologyBuilder
-from squall.command.report import format_summary
-from squall.errors import NotAliveError
+from squall.ops.command.report import format_summary
+from squall.api.errors import NotAliveError
 from squall.testing import FeederSpout, wait_until
-from squall.ui.server import UiServer
+from squall.ops.ui.server import UiServer
 
 from helpers import logged, record
 from test_processes import Split

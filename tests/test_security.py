@@ -31,10 +31,10 @@ import zmq
 from test_processes import LineLog, gone, pconf, read_lines
 
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder
-from squall.control import ControlServer
-from squall.registry.local import LocalRegistry, registry_dir
-from squall.messaging.security import LinkSecurity
-from squall.messaging.zmq_transport import PAYLOAD_HEADER
+from squall.ops.control import ControlServer
+from squall.cluster.registry.local import LocalRegistry, registry_dir
+from squall.runtime.messaging.security import LinkSecurity
+from squall.runtime.messaging.zmq_transport import PAYLOAD_HEADER
 from squall.testing import wait_until
 
 N = 300
@@ -306,7 +306,7 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
     acker_task = next(e["tasks"][0] for e in sink_worker["executors"] if e["component"] == "__acker")
     evil = msgpack.ExtType(0, pickle.dumps(Canary(str(canary))))
     # payloads as a forger writes them: msgpack of [group], a tuple group being
-    # [0, source task, stream, [task], [values], tree ids or None] (squall.messaging.tuple_batch)
+    # [0, source task, stream, [task], [values], tree ids or None] (squall.runtime.messaging.tuple_batch)
     groups = [
         [0, relay_task, "default", [sink_task], [msgpack.packb([evil])], None],  # a pickle packed at emit
         [0, relay_task, "default", [sink_task], [[evil]], None],       # a pickle where plain values go

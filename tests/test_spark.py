@@ -1,4 +1,4 @@
-"""Topologies on Spark (``squall.spark.SparkCluster``, ``squall submit``) with a real,
+"""Topologies on Spark (``squall.cluster.spark.SparkCluster``, ``squall submit``) with a real,
 embedded Spark (``local[2]``: one JVM, Python workers forked by PySpark's daemon).
 
 One SparkSession serves the module (a JVM start costs seconds); it is handed to
@@ -23,9 +23,9 @@ import pytest
 pytest.importorskip("pyspark")
 
 from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
-from squall.spark import SparkCluster, SparkSetupError  # noqa: E402
-from squall.spark.cluster import prepare_driver, spark_defaults, start_session  # noqa: E402
-from squall.registry.local import LocalRegistry  # noqa: E402
+from squall.cluster.spark import SparkCluster, SparkSetupError  # noqa: E402
+from squall.cluster.spark.cluster import prepare_driver, spark_defaults, start_session  # noqa: E402
+from squall.cluster.registry.local import LocalRegistry  # noqa: E402
 from helpers import squall_cli, stays  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 from test_control import settled  # noqa: E402

@@ -19,7 +19,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from spark_standalone import descendants, is_loopback, listening_addresses, spark_standalone  # noqa: E402, F401
 from squall import TopologySetupError  # noqa: E402
-from squall.spark import SparkCluster  # noqa: E402
+from squall.cluster.spark import SparkCluster  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 from test_processes import at_least_once_topology, put_messages, read_lines, sentences, wordcount  # noqa: E402
 from test_spark import run_wordcount, sconf, spark_workers  # noqa: E402

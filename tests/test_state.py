@@ -1,4 +1,4 @@
-"""State and checkpoints (squall.stateful, squall.checkpoint_spout, squall.executor.checkpointing)
+"""State and checkpoints (squall.api.stateful, squall.api.checkpoint_spout, squall.runtime.state.checkpointing)
 in-process: effectively-once counts, rollbacks, Storm's hooks and acks, and the errors a
 checkpointed topology gets at submit. Crashes of worker processes and Spark are in
 tests/test_state_recovery.py.
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from squall import BasicBolt, InvalidTopologyError, LocalCluster, TopologyBuilder
-from squall.grouping import ALL
-from squall.state import InMemoryStateProvider, StateProviderError
-from squall.stateful import StatefulBolt, StatefulSpout
-from squall.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
+from squall.api.grouping import ALL
+from squall.api.state import InMemoryStateProvider, StateProviderError
+from squall.api.stateful import StatefulBolt, StatefulSpout
+from squall.api.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.testing import FeederSpout, committed_state, wait_until
 from wordcount_state import counts_of, expected_counts, state_conf as conf, swc, wait_for_commit_of_all
 
@@ -175,7 +175,7 @@ def test_counts_are_exact(words_file, workers):
 
 
 def test_the_status_line_counts_the_users_components_and_streams_not_the_checkpoints(words_file):
-    from squall.command.report import status_line
+    from squall.ops.command.report import status_line
 
     topology, c = swc.build(words_file), conf()
     with LocalCluster() as cluster:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from redis_server import redis_client_module, redis_server  # noqa: F401  (a fixture)
-from squall.state.provider import (
+from squall.api.state.provider import (
     PROVIDER_CONFIG_KEY, PROVIDER_KEY, Commit, StateProvider, StateProviderError, provider_for,
 )
 from squall.testing import RedisServer
@@ -292,7 +292,7 @@ def test_an_unclaimed_location_is_refused(make_durable: MakeProvider) -> None:
 
 _CHILD = textwrap.dedent("""
     import json, sys
-    from squall.state.provider import provider_for
+    from squall.api.state.provider import provider_for
 
     conf, name = json.loads(sys.argv[1]), sys.argv[2]
     provider = provider_for(conf, name)

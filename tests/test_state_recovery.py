@@ -1,4 +1,4 @@
-"""Effectively-once state across crashes, the headline of squall.stateful: a stateful spout
+"""Effectively-once state across crashes, the headline of squall.api.stateful: a stateful spout
 over a file -> split -> a stateful count (examples/stateful_wordcount.py), whose committed
 counts must equal the counts of the file exactly after
 
@@ -23,7 +23,7 @@ import pytest
 
 from redis_server import redis_server  # noqa: F401  (a fixture)
 from squall import Config, LocalCluster
-from squall.state import StateProviderError
+from squall.api.state import StateProviderError
 from squall.testing import committed_state, wait_until
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))

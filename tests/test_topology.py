@@ -10,8 +10,8 @@ import pytest
 
 from helpers import BasicSink, Sink, feeder_builder, logged, record
 from squall import Bolt, Config, CustomStreamGrouping, Fields, InvalidTopologyError, Spout, TopologyBuilder
-from squall.config import merged_config
-from squall.assignment import assign
+from squall.api.config import merged_config
+from squall.runtime.assignment import assign
 from squall.testing import wait_until
 
 # -- components -------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 ZeroMQ keeps a pipe per connection and takes turns between them: a sender killed with
 payloads still unread at the receiver has them read *between* the payloads of the process
 that replaced it. Checkpoint barriers need each channel in order (see
-:mod:`squall.messaging.incarnation`), so the transport drops them. The sender here is a real
+:mod:`squall.runtime.messaging.incarnation`), so the transport drops them. The sender here is a real
 process, ``kill -9``-ed with its payloads queued, then replaced by one of the next
 incarnation, as a supervisor replaces a worker.
 """
@@ -17,9 +17,9 @@ import textwrap
 import pytest
 import zmq
 
-from squall.messaging.incarnation import Incarnations, incarnation
-from squall.messaging.security import LinkKeys, LinkSecurity
-from squall.messaging.zmq_transport import PAYLOAD_HEADER, ZmqTransport
+from squall.runtime.messaging.incarnation import Incarnations, incarnation
+from squall.runtime.messaging.security import LinkKeys, LinkSecurity
+from squall.runtime.messaging.zmq_transport import PAYLOAD_HEADER, ZmqTransport
 from squall.testing import wait_until
 from squall.utils.batch_queue import Bell
 
@@ -28,8 +28,8 @@ pytestmark = pytest.mark.timeout(60)
 # a worker (index 0) that sends ``count`` payloads tagged with its run, then waits to be killed
 SENDER = textwrap.dedent("""
     import sys, time, zmq
-    from squall.messaging.security import LinkKeys, LinkSecurity
-    from squall.messaging.zmq_transport import ZmqTransport
+    from squall.runtime.messaging.security import LinkKeys, LinkSecurity
+    from squall.runtime.messaging.zmq_transport import ZmqTransport
     port, run, count = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     context = zmq.Context()
     transport = ZmqTransport(context, 0, LinkSecurity(context, LinkKeys.from_json(sys.stdin.readline()), "sender"),

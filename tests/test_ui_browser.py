@@ -24,7 +24,7 @@ import pytest
 
 from squall import Config, TopologyBuilder
 from squall.testing import wait_until
-from squall.ui.server import UiServer
+from squall.ops.ui.server import UiServer
 
 from helpers import stays
 from redis_server import require

@@ -1,6 +1,6 @@
-"""Storm UI's REST API (squall.ui): a real HTTP server on 127.0.0.1 over a LocalCluster running
+"""Storm UI's REST API (squall.ops.ui): a real HTTP server on 127.0.0.1 over a LocalCluster running
 the example word count; every endpoint's JSON is checked against Storm UI's field names and
-types, and against get_topology_info. Also: Storm's windows (squall.daemon.stats_history),
+types, and against get_topology_info. Also: Storm's windows (squall.cluster.stats_history),
 bad ids and parameters, and who may POST."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import urllib.request
 import pytest
 
 from squall import Config
-from squall.daemon.stats_history import COUNTERS, FINE_SECS, StatsHistory, parse_window, window_pretty
+from squall.cluster.stats_history import COUNTERS, FINE_SECS, StatsHistory, parse_window, window_pretty
 from squall.testing import wait_until
 
 from helpers import stays
 from ui_client import AUTH, NAME, TOKEN, call, wordcount_example
-from squall.ui.server import COOKIE, CSRF_HEADER, UiServer, csrf_token
+from squall.ops.ui.server import COOKIE, CSRF_HEADER, UiServer, csrf_token
 
 @pytest.fixture
 def ui(cluster):
@@ -299,9 +299,9 @@ def test_user_metrics_reach_the_component_page_and_the_prometheus_endpoint(clust
 def test_a_taken_ui_port_falls_back_to_a_free_one_saying_so_only_when_it_was_asked_for(capsys, explicit):
     import socket
 
-    from squall.command.serve import serve_ui
-    from squall.registry.local import LocalRegistry
-    from squall.ui.machine import MachineUi
+    from squall.ops.command.serve import serve_ui
+    from squall.cluster.registry.local import LocalRegistry
+    from squall.ops.ui.machine import MachineUi
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -325,7 +325,7 @@ def test_the_topology_totals_leave_the_checkpoint_spouts_barriers_out(cluster, t
     import os
     import sys
 
-    from squall.system_ids import CHECKPOINT_COMPONENT
+    from squall.api.system_ids import CHECKPOINT_COMPONENT
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     import stateful_wordcount as swc

@@ -1,4 +1,4 @@
-"""The acker's logic (squall.acker.Acker) driven directly, without a topology: XOR trees that
+"""The acker's logic (squall.runtime.acker.Acker) driven directly, without a topology: XOR trees that
 complete in any message order (acks may overtake the init), fails, timeout resets and the
 forgetting of trees by rotation.
 
@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from squall.ack_ledger import RoundAcks
-from squall.acker import Acker, acker_for
-from squall.system_ids import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT
+from squall.runtime.ack_ledger import RoundAcks
+from squall.runtime.acker import Acker, acker_for
+from squall.api.system_ids import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT
 
 SPOUT_TASK = 5
 

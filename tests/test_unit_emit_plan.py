@@ -1,5 +1,5 @@
 """The send path of one emit, for every kind of emit and every kind of destination: what the
-output collectors (squall.collector) and the executors' send path (squall.executor.transfer)
+output collectors (squall.runtime.collector) and the executors' send path (squall.runtime.executor.transfer)
 hand on, and whether the acking adds up.
 
 Emit kinds: untracked (a spout emit without msg_id, a bolt emit without anchors), anchored (a
@@ -36,21 +36,21 @@ import pytest
 
 from helpers import Sink
 from squall import Bolt, Spout, TopologyBuilder
-from squall.acker import acker_for
-from squall.system_ids import ACKER_COMPONENT, ACK_BATCH
-from squall.cluster_state import TopologyState
-from squall.collector import BasicOutputCollector
-from squall.component import OutputFieldsDeclarer
-from squall.config import merged_config
-from squall.context import TopologyContext
-from squall.daemon.worker import Worker, _ack_sender
-from squall.errors import EmitError
-from squall.executor.executor import Executor
-from squall.messaging import tuple_batch
-from squall.messaging.local import LocalTransport
-from squall.messaging.tuple_batch import AckBatch, TupleGroup
-from squall.assignment import Assignment, assign
-from squall.tuple import Tuple
+from squall.runtime.acker import acker_for
+from squall.api.system_ids import ACKER_COMPONENT, ACK_BATCH
+from squall.runtime.cluster_state import TopologyState
+from squall.runtime.collector import BasicOutputCollector
+from squall.api.component import OutputFieldsDeclarer
+from squall.api.config import merged_config
+from squall.api.context import TopologyContext
+from squall.runtime.worker import Worker, _ack_sender
+from squall.api.errors import EmitError
+from squall.runtime.executor.executor import Executor
+from squall.runtime.messaging import tuple_batch
+from squall.runtime.messaging.local import LocalTransport
+from squall.runtime.messaging.tuple_batch import AckBatch, TupleGroup
+from squall.runtime.assignment import Assignment, assign
+from squall.api.tuple import Tuple
 
 FIELDS = ["word", "n"]
 DIRECT = "direct"  # declared direct; every destination subscribes to it with a direct grouping
@@ -409,7 +409,7 @@ def check_emit(world: World, kind_id: str, dest: str) -> None:
         edges = [i[root] for i in ids]
         assert len(set(edges)) == len(edges) and 0 not in edges
         expected_acks = {world.acker_of(root): {root: (reduce(xor, edges), source_task)}}
-        # tracked by an acker of the spout's worker when there is one (squall.acker.RootIds)
+        # tracked by an acker of the spout's worker when there is one (squall.runtime.acker.RootIds)
         assert world.worker_of(world.acker_of(root)) == (0 if world.has_acker(0) else 1)
         assert world.executor("g_spout").pending_for(source_task).get(root)[0] == MSG_ID
     else:  # the anchors' trees: a new edge per anchor and target, XOR-ed into the anchor's ack

@@ -1,4 +1,4 @@
-"""The groupers of squall.grouping called directly, many times over, without a topology:
+"""The groupers of squall.api.grouping called directly, many times over, without a topology:
 the statistical and exact properties of each algorithm (tests/test_grouping.py checks the
 groupings end to end on running topologies, and the process-independent hash)."""
 
@@ -10,13 +10,13 @@ import random
 import cloudpickle
 import pytest
 
-from squall.errors import EmitError
-from squall.grouping import (
+from squall.api.errors import EmitError
+from squall.api.grouping import (
     CUSTOM, DIRECT, LOCAL_OR_SHUFFLE, AllGrouper, CustomStreamGrouping, FieldsGrouper, GlobalGrouper,
     GlobalStreamId, GroupingSpec, LoadAwareShuffleGrouper, NoneGrouper, PartialKeyGrouper, ShuffleGrouper,
     make_grouper,
 )
-from squall.tuple import Fields
+from squall.api.tuple import Fields
 
 TARGETS = [12, 3, 40, 7, 25, 9, 18]  # task ids are not contiguous, nor given in order
 STREAM = GlobalStreamId("src", "default")

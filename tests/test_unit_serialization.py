@@ -1,4 +1,4 @@
-"""squall.serialization.Serializer and squall.messaging.tuple_batch without workers: what a
+"""squall.runtime.serialization.Serializer and squall.runtime.messaging.tuple_batch without workers: what a
 tuple's values and tree ids become after the trip between workers (``wire_values`` at emit,
 ``encode`` in the sender's transfer, ``decode`` and, for values packed at emit, ``loads`` in
 the receiver), for every native type; registered serializers; what is refused, with and
@@ -11,11 +11,11 @@ import threading
 import msgpack
 import pytest
 
-from squall.errors import EmitError, SerializationError
-from squall.messaging import tuple_batch
-from squall.messaging.schema import MalformedMessage
-from squall.messaging.tuple_batch import TupleGroup
-from squall.serialization import PICKLE_FALLBACK_KEY, REGISTRATIONS_KEY, Serializer
+from squall.api.errors import EmitError, SerializationError
+from squall.runtime.messaging import tuple_batch
+from squall.runtime.messaging.schema import MalformedMessage
+from squall.runtime.messaging.tuple_batch import TupleGroup
+from squall.runtime.serialization import PICKLE_FALLBACK_KEY, REGISTRATIONS_KEY, Serializer
 
 BIG = 2**200
 

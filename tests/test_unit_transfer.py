@@ -1,4 +1,4 @@
-"""An executor's send path (squall.executor.transfer.ExecutorTransfer) and the queue it hands
+"""An executor's send path (squall.runtime.executor.transfer.ExecutorTransfer) and the queue it hands
 batches to (squall.utils.batch_queue), driven directly: no topology runs, and no thread is
 started except by the tests about threads.
 
@@ -20,14 +20,14 @@ import msgpack
 import pytest
 
 from squall import Bolt, Spout, TopologyBuilder
-from squall.cluster_state import TopologyState, Tracker
-from squall.config import merged_config
-from squall.errors import SerializationError
-from squall.executor.transfer import ExecutorTransfer
-from squall.executor.worker_context import WorkerContext
-from squall.assignment import assign
-from squall.serialization import Serializer
-from squall.tuple import Fields, StreamSource, Tuple
+from squall.runtime.cluster_state import TopologyState, Tracker
+from squall.api.config import merged_config
+from squall.api.errors import SerializationError
+from squall.runtime.executor.transfer import ExecutorTransfer
+from squall.runtime.executor.worker_context import WorkerContext
+from squall.runtime.assignment import assign
+from squall.runtime.serialization import Serializer
+from squall.api.tuple import Fields, StreamSource, Tuple
 from squall.utils.batch_queue import BatchQueue, Bell
 
 WAIT = 5  # seconds: the bound of every wait on another thread

@@ -1,4 +1,4 @@
-"""Windowed bolts (squall.windowing): the window manager on its own (which tuples form each
+"""Windowed bolts (squall.api.windowing): the window manager on its own (which tuples form each
 window, when they fire and leave, snapshots), then in-process topologies: count windows,
 processing-time durations under simulated time, event time with out-of-order input against
 windows computed by hand, late tuples, acks as tuples leave a window, the checks at
@@ -19,12 +19,12 @@ from squall import (
     BaseWindowedBolt, Config, Count, Duration, InvalidTopologyError, LocalCluster, StatefulWindowedBolt,
     TopologyBuilder, TupleWindow,
 )
-from squall.config import merged_config
-from squall.serialization import Serializer
+from squall.api.config import merged_config
+from squall.runtime.serialization import Serializer
 from squall.testing import FeederSpout, advance_time, committed_state, wait_until
-from squall.windowing import WindowConfig
-from squall.windowing.executor import WINDOW_STATE_KEY
-from squall.windowing.manager import WindowManager
+from squall.api.windowing import WindowConfig
+from squall.api.windowing.executor import WINDOW_STATE_KEY
+from squall.api.windowing.manager import WindowManager
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import sliding_window  # noqa: E402 - the example's components
@@ -102,6 +102,16 @@ def test_processing_time_durations_fire_on_ticks_past_their_end():
     assert gets(seen) == [["a", "b"], ["a", "b", "c"], ["c", "d"], ["d"]]  # the empty (1500, 2500] does not fire
     assert [(w["start"], w["end"]) for w in seen.windows] == [(-500, 500), (0, 1000), (500, 1500), (1000, 2000)]
     assert seen.expired == ["a", "b", "c", "d"] and len(m) == 0
+
+
+def test_an_item_added_in_the_managers_first_millisecond_is_in_a_tumbling_window():
+    """Windows are (end - length, end]: the first ends at the manager's start, so an item of that
+    millisecond (simulated time) is windowed, not expired unseen."""
+    m, seen = manager(Duration(0.5), Duration(0.5))
+    m.add("a", 0)
+    m.add("b", 300)
+    m.tick(600)
+    assert [(w["get"], w["start"], w["end"]) for w in seen.windows] == [(["a"], -500, 0), (["b"], 0, 500)]
 
 
 def test_processing_time_duration_length_counted_sliding_expires_old_items_on_ticks():
@@ -385,7 +395,7 @@ def test_event_time_windows_of_out_of_order_input_are_the_hand_computed_ones(clu
 
 
 def test_late_tuples_without_a_late_stream_are_logged_and_acked(cluster, key, caplog):
-    caplog.set_level(logging.INFO, logger="squall.windowing")
+    caplog.set_level(logging.INFO, logger="squall.api.windowing")
     feeder = submit_window(cluster, "late-logged", event_time_bolt(key, late_stream=False), fields=("word", "ts"))
     for word, ts in EVENTS:
         feeder.feed([word, ts], msg_id=word)
@@ -643,7 +653,7 @@ def test_a_stateful_windowed_bolt_cannot_anchor(cluster, key):
 
 
 def test_the_sliding_window_example_prints_the_top_words_of_each_window(capsys):
-    from squall.cli import main
+    from squall.ops.cli import main
 
     path = os.path.join(os.path.dirname(__file__), "..", "examples", "sliding_window.py")
     assert main(["run", path, "--in-process", "--duration", "4"]) == 0

@@ -1,4 +1,4 @@
-"""Cluster state in ZooKeeper (squall/registry/zookeeper.py), on a real ZooKeeper (Debian's
+"""Cluster state in ZooKeeper (squall/cluster/registry/zookeeper.py), on a real ZooKeeper (Debian's
 package) on 127.0.0.1: entries found by other clients and gone with their session, digest ACLs
 that refuse other credentials, the state a running topology publishes, and the commands reaching
 a topology through it. The multi-host case (the commands on another host) is in test_hosts.py.
@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from helpers import squall_cli
-from squall.config import merged_config
-from squall.errors import AlreadyAliveError, NotAliveError
-from squall.messaging.security import LinkKeys
-from squall.registry import Registration, RegistryError, open_registry
+from squall.api.config import merged_config
+from squall.api.errors import AlreadyAliveError, NotAliveError
+from squall.runtime.messaging.security import LinkKeys
+from squall.cluster.registry import Registration, RegistryError, open_registry
 from squall.testing import wait_until
 from test_control import Run
 from zookeeper_server import CREDENTIALS, write_credentials, zookeeper  # noqa: F401 - a fixture
@@ -74,7 +74,7 @@ def test_an_entry_is_found_by_another_client_and_goes_with_its_session(zk_conf):
 
 
 def test_the_entry_of_a_killed_process_of_this_host_is_taken_over_before_its_session_expires(zk_conf, tmp_path):
-    script = (f"import sys, time\nfrom squall.config import merged_config\nfrom squall.registry import "
+    script = (f"import sys, time\nfrom squall.api.config import merged_config\nfrom squall.cluster.registry import "
               f"Registration, open_registry\nr = open_registry(merged_config({zk_conf!r}))\n"
               f"r.register(Registration('t', __import__('os').getpid(), 'tcp://127.0.0.1:1', 'p', time.time()))\n"
               f"print('registered', flush=True)\ntime.sleep(60)\n")

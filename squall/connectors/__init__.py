@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from squall.component import OutputFieldsDeclarer
+    from squall.api.component import OutputFieldsDeclarer
 
 
 class MissingExtraError(ImportError):

@@ -42,7 +42,7 @@ position in the topology's checkpoints: effectively once) and a bolt that writes
 ----------------------------------------
 
 The same spout (options, readers, claiming, bad files, metrics) as a
-:class:`~squall.stateful.StatefulSpout`: its read position is part of the topology's
+:class:`~squall.api.stateful.StatefulSpout`: its read position is part of the topology's
 checkpoints, so with stateful bolts downstream the committed state counts every record of
 every file exactly once (*effectively once*), across ``kill -9`` of any worker and a
 resubmission under the same name. Like any stateful topology it needs ackers and checkpoints
@@ -111,12 +111,12 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from squall.bolt import Bolt
-from squall.spout import Spout
-from squall.stateful import StatefulSpout
+from squall.api.bolt import Bolt
+from squall.api.spout import Spout
+from squall.api.stateful import StatefulSpout
 
 if TYPE_CHECKING:
-    from squall.state import KeyValueState
+    from squall.api.state import KeyValueState
 
 log = logging.getLogger(__name__)
 

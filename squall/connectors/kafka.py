@@ -72,7 +72,7 @@ auto-creation disabled) fails it naming the topic. Afterwards librdkafka reconne
 :class:`StatefulKafkaSpout` — effectively once with stateful bolts
 -------------------------------------------------------------------
 
-A :class:`KafkaSpout` that is also a :class:`~squall.stateful.StatefulSpout`: its partition
+A :class:`KafkaSpout` that is also a :class:`~squall.api.stateful.StatefulSpout`: its partition
 offsets are in the topology's checkpoints, with the bolts' state (README, "State and windows").
 Its tasks split the partitions of ``topics`` among themselves (task ``i`` of ``n``: partitions
 ``p % n == i``; no consumer group, no rebalance), emit without message ids and keep
@@ -97,17 +97,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from squall.bolt import Bolt
+from squall.api.bolt import Bolt
+from squall.api.spout import Spout
+from squall.api.stateful import StatefulSpout
 from squall.connectors import Route, SpoutStreams, require
-from squall.spout import Spout
-from squall.stateful import StatefulSpout
 
 if TYPE_CHECKING:
-    from squall.collector import OutputCollector, SpoutOutputCollector
-    from squall.component import OutputFieldsDeclarer
-    from squall.context import TopologyContext
-    from squall.state import KeyValueState
-    from squall.tuple import Tuple
+    from squall.api.collector import IOutputCollector, ISpoutOutputCollector
+    from squall.api.component import OutputFieldsDeclarer
+    from squall.api.context import TopologyContext
+    from squall.api.state import KeyValueState
+    from squall.api.tuple import Tuple
 
 log = logging.getLogger("squall.connectors.kafka")
 
@@ -327,7 +327,7 @@ class KafkaSpout(Spout):
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: ISpoutOutputCollector) -> None:
         from confluent_kafka import Consumer
 
         c = self.config
@@ -704,7 +704,7 @@ class StatefulKafkaSpout(KafkaSpout, StatefulSpout):
         metrics["seeks"] = 0
         return metrics
 
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: ISpoutOutputCollector) -> None:
         self._task_index = context.get_this_task_index()
         self._task_count = len(context.get_component_tasks(context.get_this_component_id()))
         self._mine: list[tuple[str, int]] = []  # this task's partitions
@@ -868,7 +868,7 @@ class KafkaBolt(Bolt):
     def get_component_configuration(self) -> dict[str, Any] | None:
         return {"topology.tick.tuple.freq.secs": self.tick_secs}
 
-    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         from confluent_kafka import Producer
 
         self.collector = collector

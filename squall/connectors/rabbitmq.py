@@ -79,15 +79,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from squall.bolt import Bolt
+from squall.api.bolt import Bolt
+from squall.api.spout import Spout
 from squall.connectors import Backoff, Route, SpoutStreams, require
-from squall.spout import Spout
 
 if TYPE_CHECKING:
-    from squall.collector import OutputCollector, SpoutOutputCollector
-    from squall.component import OutputFieldsDeclarer
-    from squall.context import TopologyContext
-    from squall.tuple import Tuple
+    from squall.api.collector import IOutputCollector, ISpoutOutputCollector
+    from squall.api.component import OutputFieldsDeclarer
+    from squall.api.context import TopologyContext
+    from squall.api.tuple import Tuple
 
 __all__ = ["RabbitMQBolt", "RabbitMQConnectorError", "RabbitMQSpout", "Route"]
 
@@ -205,7 +205,7 @@ class RabbitMQSpout(Spout):
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: ISpoutOutputCollector) -> None:
         self._collector = collector
         component = context.get_this_component_id()
         self._where = f"RabbitMQSpout {component!r}: queue {self.queue!r} at {self._conn.address}"
@@ -366,7 +366,7 @@ class RabbitMQBolt(Bolt):
         self.confirm, self.persistent = confirm, persistent
         self.reconnect_delay_ms, self.reconnect_delay_max_ms = reconnect_delay_ms, reconnect_delay_max_ms
 
-    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         self.collector = collector
         self._component = context.get_this_component_id()
         self._where = f"RabbitMQBolt {self._component!r}: exchange {self.exchange!r} at {self._conn.address}"

@@ -72,16 +72,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from squall.bolt import Bolt
+from squall.api.bolt import Bolt
+from squall.api.spout import Spout
 from squall.connectors import Backoff, Route, SpoutStreams, require
 from squall.connectors.redis_client import connect_failure, redis_address, redis_settings
-from squall.spout import Spout
 
 if TYPE_CHECKING:
-    from squall.collector import OutputCollector, SpoutOutputCollector
-    from squall.component import OutputFieldsDeclarer
-    from squall.context import TopologyContext
-    from squall.tuple import Tuple
+    from squall.api.collector import IOutputCollector, ISpoutOutputCollector
+    from squall.api.component import OutputFieldsDeclarer
+    from squall.api.context import TopologyContext
+    from squall.api.tuple import Tuple
 
 log = logging.getLogger("squall.connectors.redis")
 
@@ -162,7 +162,7 @@ class RedisStreamSpout(Spout):
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: ISpoutOutputCollector) -> None:
         self._collector = collector
         component = context.get_this_component_id()
         if self.consumer is None:
@@ -396,7 +396,7 @@ class _StoreBoltBase(Bolt):
         self._conn = _Connection(self._connector, host, port, db, password, unix_socket_path, timeout)
         self.mapper, self.data_type, self.key = mapper, data_type, key
 
-    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         self.collector = collector
         self._component = context.get_this_component_id()
         self._where = f"{self._connector} {self._component!r} at {self._conn.address}"
@@ -452,7 +452,7 @@ class RedisStoreBolt(_StoreBoltBase):
         super().__init__(mapper, data_type, key, host, port, db, password, unix_socket_path, timeout)
         self.max_pipeline = max(1, int(max_pipeline))
 
-    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         super().prepare(conf, context, collector)
         self._encode = self._redis.get_encoder().encode  # raises DataError for a value Redis cannot take
         self._batch: list[tuple[Tuple, str, tuple[Any, ...]]] = []  # (input, command, arguments) to write

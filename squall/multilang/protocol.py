@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from squall.metrics2.metrics import Counter, Gauge, Histogram, Meter
+from squall.api.metrics2.metrics import Counter, Gauge, Histogram, Meter
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import ShellProcessError
 
 if TYPE_CHECKING:
-    from squall.context import TopologyContext
+    from squall.api.context import TopologyContext
 
 # A subprocess that sends nothing for this long while Squall waits on it is hung.
 TIMEOUT_KEY = "topology.subprocess.timeout.secs"

@@ -8,20 +8,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from squall.bolt import Bolt
-from squall.multilang.protocol import (
-    HEARTBEAT_STREAM,
-    RESTART_BACKOFF_SECS,
-    ShellComponent,
-    command_of,
-)
+from squall.api.bolt import Bolt
+from squall.multilang.protocol import HEARTBEAT_STREAM, RESTART_BACKOFF_SECS, ShellComponent, command_of
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import Exited, ShellProcess, ShellProcessError
 
 if TYPE_CHECKING:
-    from squall.collector import OutputCollector
-    from squall.context import TopologyContext
-    from squall.tuple import Tuple
+    from squall.api.collector import IOutputCollector
+    from squall.api.context import TopologyContext
+    from squall.api.tuple import Tuple
 
 log = logging.getLogger("squall.multilang")
 
@@ -66,7 +61,7 @@ class ShellBolt(ShellComponent, Bolt):
 
     # -- executor thread -----------------------------------------------------------------
 
-    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         self._collector = collector
         self._set_up(conf, context)
         self._max_pending = conf[MAX_PENDING_KEY]

@@ -7,18 +7,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from squall.multilang.protocol import (
-    RESTART_BACKOFF_SECS,
-    ShellComponent,
-    command_of,
-)
+from squall.api.spout import Spout
+from squall.multilang.protocol import RESTART_BACKOFF_SECS, ShellComponent, command_of
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import Exited, ShellProcess, ShellProcessError
-from squall.spout import Spout
 
 if TYPE_CHECKING:
-    from squall.collector import SpoutOutputCollector
-    from squall.context import TopologyContext
+    from squall.api.collector import ISpoutOutputCollector
+    from squall.api.context import TopologyContext
 
 log = logging.getLogger("squall.multilang")
 
@@ -51,7 +47,7 @@ class ShellSpout(ShellComponent, Spout):
     * ``close`` kills the subprocess by pid.
     """
 
-    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: ISpoutOutputCollector) -> None:
         self._collector = collector
         self._set_up(conf, context)
         # Squall's msg id of a tracked emit is (generation, seq): the generation tells the

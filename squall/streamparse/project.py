@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from squall.errors import InvalidTopologyError
+from squall.api.errors import InvalidTopologyError
 
 
 def find_project(topology_file: str) -> str | None:

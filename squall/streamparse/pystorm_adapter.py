@@ -30,12 +30,12 @@ import pystorm.bolt
 import pystorm.spout
 from pystorm.component import Tuple as PystormTuple
 
-from squall.bolt import Bolt
-from squall.component import OutputFieldsDeclarer
-from squall.context import TopologyContext
+from squall.api.bolt import Bolt
+from squall.api.component import OutputFieldsDeclarer
+from squall.api.context import TopologyContext
+from squall.api.spout import Spout
+from squall.api.tuple import Tuple
 from squall.multilang.protocol import ShellMetrics, handshake_context, log_from_subprocess
-from squall.spout import Spout
-from squall.tuple import Tuple
 
 log = logging.getLogger("squall.pystorm")
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import pystorm
 
-from squall.errors import InvalidTopologyError
+from squall.api.errors import InvalidTopologyError
+from squall.api.topology import TopologyBuilder
 from squall.streamparse.pystorm_adapter import PystormBolt, PystormSpout
-from squall.topology import TopologyBuilder
 
 _PYTHON_COMMAND = "streamparse_run"
 

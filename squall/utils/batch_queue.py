@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
-from threading import get_ident
 from collections import deque
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any
 
 

@@ -1,0 +1,428 @@
+"""Nimbus: submits, controls and describes topologies, whatever runs their workers.
+
+:class:`Nimbus` holds what Storm's Nimbus does for a cluster — names, statuses, assignment,
+activate/deactivate/kill, ``get_topology_info`` — over a *runner* per topology that owns the
+workers: threads of this process (:class:`~squall.cluster.local_cluster.LocalCluster`), worker
+processes of this machine, or tasks of a Spark barrier job
+(:class:`~squall.cluster.spark.SparkCluster`). A runner has ``start()`` (returns once every
+open/prepare has run; raises :class:`~squall.api.errors.TopologySetupError` otherwise),
+``set_active(bool)``, ``stop()`` (returns once every worker is gone), ``workers_info()``,
+``executor_snapshots()`` ((component, figures) per executor, the figures with the executor's
+``tasks``; after ``stop()``: the figures every worker had when it stopped) and
+``failure`` (why the topology can no longer run, or None). From those figures Nimbus also
+feeds the topology's metrics consumers (:class:`~squall.api.metrics2.consumer.MetricsReporter`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import types
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from squall.api.config import checked_config
+from squall.api.dsl import Topology, as_storm_topology
+from squall.api.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
+from squall.api.metrics2.consumer import MetricsReporter
+from squall.api.state.provider import StateProviderError, provider_for
+from squall.api.system_ids import CHECKPOINT_COMPONENT
+from squall.api.topology import StormTopology
+from squall.api.windowing.checks import check_topology_windows
+from squall.cluster.stats_history import StatsHistory, Totals, totals_of
+from squall.runtime.assignment import Assignment, assign
+from squall.runtime.cluster_state import TopologyState
+from squall.runtime.stats import component_summary, retire
+from squall.utils import time as clock
+
+log = logging.getLogger("squall.nimbus")
+
+ACTIVE, INACTIVE, KILLED, FAILED, REBALANCING = "ACTIVE", "INACTIVE", "KILLED", "FAILED", "REBALANCING"
+
+
+@dataclass
+class _Running:
+    name: str
+    topology: StormTopology
+    conf: dict[str, Any]
+    state: TopologyState
+    runner: Any
+    started: float
+    status: str = ACTIVE
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: held by a rebalance while it swaps the runner, and by a kill: one waits for the other
+    transition: threading.Lock = field(default_factory=threading.Lock)
+    history: StatsHistory = field(init=False)
+    #: feeds the topology's metrics consumers (topology.metrics.consumer.register)
+    reporter: MetricsReporter | None = None
+    #: per component, what the runners that rebalances replaced did (metrics.retire)
+    retired: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.history = StatsHistory(self.started)
+
+    @property
+    def workers(self) -> list[Any]:
+        """The in-process workers (for the testing API)."""
+        return self.runner.workers
+
+
+class Nimbus(ABC):
+    """Topologies by name, and the Storm cluster API over them. Use it as a context
+    manager: leaving the block kills every topology."""
+
+    #: whether the workers run in this process (what the 'memory' state provider needs)
+    in_process = False
+
+    def __init__(self) -> None:
+        self._topologies: dict[str, _Running] = {}
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
+                     state: TopologyState) -> Any:
+        """The runner that will own this topology's workers (not started yet)."""
+
+    def _configure(self, conf: dict[str, Any]) -> dict[str, Any]:
+        """The topology's merged config as this cluster runs it (a hook for subclasses)."""
+        return conf
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    # -- submission -----------------------------------------------------------------
+
+    def submit_topology(
+        self, name: str, conf: dict[str, Any] | None, topology: StormTopology | type[Topology]
+    ) -> None:
+        """Start ``topology`` under ``name``; returns once every open/prepare has run.
+
+        ``topology`` is a :class:`StormTopology` (``TopologyBuilder.create_topology()``) or a
+        :class:`~squall.Topology` subclass, whose ``create_topology()`` runs with ``conf``
+        merged over its ``config``.
+
+        Raises ``AlreadyAliveError`` if the name is taken, ``ValueError`` naming a bad
+        config key, and :class:`TopologySetupError` if an open/prepare raised. A key that
+        looks like a setting but is none gets a warning (:func:`squall.api.config.checked_config`).
+        """
+        self._submit(name, conf, topology, TopologyState())
+
+    def _submit(self, name: str, conf: dict[str, Any] | None, topology: StormTopology | type[Topology],
+                state: TopologyState) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"topology name must be a non-empty string, got {name!r}")
+        topology, conf = as_storm_topology(topology, conf)
+        if not isinstance(topology, StormTopology):
+            raise InvalidTopologyError(
+                f"topology {name!r}: expected a StormTopology (TopologyBuilder.create_topology()) or a "
+                f"squall.Topology subclass, got {type(topology).__name__}"
+            )
+        merged = checked_config(name, conf, {cid: spec.conf for cid, spec in topology.components.items()})
+        with self._lock:
+            if name in self._topologies:
+                raise AlreadyAliveError(f"topology {name!r} is already alive")
+            merged = self._configure(merged)
+            if topology.checkpointed:
+                check_state(name, topology, merged, self.in_process)
+            check_topology_windows(name, topology, merged)
+            assignment = assign(topology, merged)
+            reporter = MetricsReporter(name, merged, {cid: "spout" if spec.is_spout else "bolt"
+                                                      for cid, spec in topology.components.items()})
+            reporter.prepare()
+            runner = self._make_runner(name, topology, merged, assignment, state)
+            running = _Running(name, topology, merged, state, runner, clock.now(), reporter=reporter)
+            self._topologies[name] = running
+        try:
+            runner.start()
+        except BaseException:
+            with self._lock:
+                self._topologies.pop(name, None)
+            reporter.stop(final_report=False)
+            raise
+        running.started = running.history.started = clock.now()  # uptime counts from the workers' readiness
+        if reporter:
+            # through ``running``: a rebalance replaces the runner
+            reporter.start(lambda: running.runner.executor_snapshots(), lambda: running.runner.workers_info())
+
+    def _get(self, name: str) -> _Running:
+        try:
+            return self._topologies[name]
+        except KeyError:
+            raise NotAliveError(f"topology {name!r} is not alive") from None
+
+    # -- control ------------------------------------------------------------------------
+
+    def activate(self, name: str) -> None:
+        running = self._get(name)
+        with running.lock:
+            if running.status == INACTIVE:
+                running.status = ACTIVE
+                running.runner.set_active(True)
+
+    def deactivate(self, name: str) -> None:
+        running = self._get(name)
+        with running.lock:
+            if running.status == ACTIVE:
+                running.status = INACTIVE
+                running.runner.set_active(False)
+
+    def rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
+                  executors: dict[str, int] | None = None) -> None:
+        """Storm's rebalance: the spouts are deactivated, ``wait_secs`` (default: the message
+        timeout) let pending trees complete, every worker is stopped (close/cleanup run), and
+        the topology starts again on ``num_workers`` workers with ``executors`` (component ->
+        executors; at most its task count, which never changes), then returns to its previous
+        activation. Task ids stay as they were, so a fields grouping sends every key to the same
+        task; what the executors kept in memory is gone, as in Storm (state kept in checkpoints
+        is restored); the figures count on (``current`` starts again from 0). Returns once the
+        topology runs again.
+
+        Raises ``ValueError`` naming the option at fault (an unknown component, a parallelism
+        above the task count, a number of workers below 1) before anything changes, and
+        ``NotAliveError`` for a topology that is not running (or is being killed)."""
+        running = self._get(name)
+        topology, conf = _rebalanced(running, num_workers, executors)
+        with running.transition:
+            with running.lock:
+                if running.status not in (ACTIVE, INACTIVE) or self._status(running) == FAILED:
+                    raise NotAliveError(f"topology {name!r} is {self._status(running)}: it cannot be rebalanced")
+                previous, running.status = running.status, REBALANCING
+            try:
+                if previous == ACTIVE:
+                    running.runner.set_active(False)
+                wait = conf["topology.message.timeout.secs"] if wait_secs is None else wait_secs
+                if wait > 0 and not clock.is_simulating():
+                    time.sleep(wait)
+                running.runner.stop()
+                for component, figures in running.runner.executor_snapshots():
+                    running.retired[component] = retire(running.retired.get(component), figures)
+                runner = self._make_runner(name, topology, conf, assign(topology, conf), running.state)
+                if previous == INACTIVE:
+                    runner.set_active(False)  # before start: its spouts start deactivated
+                running.topology, running.conf, running.runner = topology, conf, runner
+                runner.start()
+            except BaseException:
+                running.status = FAILED
+                raise
+            running.status = previous
+
+    def start_rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
+                        executors: dict[str, int] | None = None) -> None:
+        """:meth:`rebalance` on a thread of its own, as Storm's Nimbus takes a rebalance: the
+        options are checked now (ValueError, NotAliveError), the rest happens after this call
+        returns; the topology's status is REBALANCING meanwhile (FAILED should it not restart)."""
+        running = self._get(name)
+        _rebalanced(running, num_workers, executors)
+        if running.status not in (ACTIVE, INACTIVE):
+            raise NotAliveError(f"topology {name!r} is {running.status}: it cannot be rebalanced")
+
+        def rebalance() -> None:
+            try:
+                self.rebalance(name, wait_secs, num_workers, executors)
+            except Exception:  # noqa: BLE001 - nobody waits for this thread: say it here
+                log.exception("rebalance of topology %r failed", name)
+
+        threading.Thread(target=rebalance, name=f"rebalance-{name}", daemon=True).start()
+
+    def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
+        """Deactivate the spouts, wait ``wait_secs`` (default: the message timeout) for
+        pending trees to finish, then stop every executor (calling close/cleanup).
+        Returns once the topology is gone; its name can then be reused.
+
+        Under :func:`~squall.testing.simulated_time` the wait is skipped: nothing would
+        move the clock while this call blocks the test."""
+        self.kill_topology_and_get_info(name, wait_secs)
+
+    def kill_topology_and_get_info(self, name: str, wait_secs: float | None = None) -> dict[str, Any]:
+        """:meth:`kill_topology`, returning the topology's final :meth:`get_topology_info`:
+        taken once every worker has stopped, so its figures are the executors' last, counting
+        what they did between the last heartbeat and their close/cleanup. Its status is
+        ``FAILED`` if the topology had failed when the kill began, else ``KILLED``.
+
+        Squall's addition to Storm's API, whose Nimbus forgets a killed topology: what
+        ``squall run`` and ``squall submit`` print at exit."""
+        running = self._get(name)
+        with running.transition, running.lock:  # after a rebalance under way
+            if running.status == KILLED:
+                raise NotAliveError(f"topology {name!r} is already being killed")
+            final_status = FAILED if self._status(running) == FAILED else KILLED
+            previous, running.status = running.status, KILLED
+        if wait_secs is None:
+            wait_secs = running.conf["topology.message.timeout.secs"]
+        if previous == ACTIVE:
+            running.runner.set_active(False)
+        if wait_secs > 0 and not clock.is_simulating():
+            time.sleep(wait_secs)
+        self._stop(running)
+        return self._info(running, final_status)
+
+    def _stop(self, running: _Running) -> None:
+        running.status = KILLED
+        running.runner.stop()
+        if running.reporter is not None:
+            running.reporter.stop()  # the consumers get the final figures
+        with self._lock:
+            self._topologies.pop(running.name, None)
+
+    def shutdown(self) -> None:
+        """Kill every topology at once (no wait)."""
+        for name in list(self._topologies):
+            try:
+                self.kill_topology(name, wait_secs=0)
+            except NotAliveError:
+                pass
+
+    def get_topologies(self) -> list[str]:
+        return list(self._topologies)
+
+    # -- introspection ------------------------------------------------------------------
+
+    def get_topology_info(self, name: str) -> dict[str, Any]:
+        """Status, workers/executors/tasks and per-component statistics and errors."""
+        running = self._get(name)
+        return self._info(running, self._status(running))
+
+    @staticmethod
+    def _status(running: _Running) -> str:
+        """``FAILED`` once the runner gave up on the topology (unless it is being killed), else
+        the status activate/deactivate/kill set."""
+        return FAILED if running.runner.failure and running.status != KILLED else running.status
+
+    def get_topology_conf(self, name: str) -> dict[str, Any]:
+        """The topology's merged config (Storm's ``getTopologyConf``)."""
+        return dict(self._get(name).conf)
+
+    def get_topology(self, name: str) -> StormTopology:
+        """The topology as submitted (Storm's ``getTopology``)."""
+        return self._get(name).topology
+
+    def get_window_totals(self, name: str, windows: tuple[int | None, ...]) -> dict[int | None, Totals]:
+        """Per window (seconds, None for all time), each component's cumulative figures over that
+        window (see :mod:`squall.cluster.stats_history`): what Storm UI's windows show."""
+        running, now, totals = self._sample(name)
+        return {window: running.history.window(now, totals, window) for window in windows}
+
+    def get_recent_totals(self, name: str) -> list[tuple[float, Totals]]:
+        """(time, each component's cumulative figures) over the last ten minutes, oldest first,
+        the last taken now: what the UI's live plots draw."""
+        running, now, totals = self._sample(name)
+        return running.history.recent(now, totals)
+
+    def _sample(self, name: str) -> tuple[_Running, float, Totals]:
+        running = self._get(name)
+        now = clock.now()
+        totals = totals_of([*running.runner.executor_snapshots(), *running.retired.items()])
+        running.history.record(now, totals)
+        return running, now, totals
+
+    @staticmethod
+    def _info(running: _Running, status: str) -> dict[str, Any]:
+        """:meth:`get_topology_info`'s dict for ``running``, with ``status``: the figures are the
+        runner's ``executor_snapshots()`` as of now with what the runners before its rebalances
+        did (also kept for the windows of :meth:`get_window_totals`), and each component's
+        current run alone (``current``)."""
+        snapshots: dict[str, list[dict[str, Any]]] = {}
+        pairs = running.runner.executor_snapshots()
+        for component, snapshot in pairs:
+            snapshots.setdefault(component, []).append(snapshot)
+        running.history.record(clock.now(), totals_of([*pairs, *running.retired.items()]))
+        components = {}
+        for cid, spec in running.topology.components.items():
+            kind = "spout" if spec.is_spout else "bolt"
+            summary = {"type": kind, "parallelism": spec.parallelism, "num_tasks": spec.num_tasks}
+            summary.update(component_summary(kind, snapshots.get(cid, []), running.retired.get(cid)))
+            summary["errors"] = running.state.errors(cid)
+            summary["error_count"] = running.state.error_count(cid)
+            components[cid] = summary
+        return {
+            "name": running.name,
+            "status": status,
+            "uptime_secs": max(0.0, clock.now() - running.started),
+            "workers": running.runner.workers_info(),
+            "components": components,
+        }
+
+
+def _rebalanced(running: _Running, num_workers: int | None,
+                executors: dict[str, int] | None) -> tuple[StormTopology, dict[str, Any]]:
+    """The topology and config ``running`` gets from a rebalance to ``num_workers`` workers and
+    ``executors`` (component -> executors); ValueError naming the option at fault."""
+    where = f"rebalance of topology {running.name!r}"
+    if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
+                                    or num_workers < 1):
+        raise ValueError(f"{where}: numWorkers must be an integer >= 1, got {num_workers!r}")
+    components = dict(running.topology.components)
+    for cid, parallelism in (executors or {}).items():
+        spec = components.get(cid)
+        if spec is None or cid.startswith("__"):
+            known = sorted(c for c in components if not c.startswith("__"))
+            raise ValueError(f"{where}: executors: no component {cid!r} (components: {known})")
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not 1 <= parallelism <= spec.num_tasks:
+            raise ValueError(f"{where}: executors of {cid!r} must be an integer from 1 to its {spec.num_tasks} "
+                             f"task(s) (tasks are fixed at submission; set_num_tasks raises them), got {parallelism!r}")
+        components[cid] = dataclasses.replace(spec, parallelism=parallelism)
+    conf = dict(running.conf)
+    if num_workers is not None:
+        conf["topology.workers"] = num_workers
+    # the ackers keep their tasks, so that every task keeps its id (ids are numbered over all)
+    conf["topology.acker.executors"] = assign(running.topology, running.conf).num_ackers
+    return dataclasses.replace(running.topology, components=types.MappingProxyType(components)), conf
+
+
+def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_process: bool) -> None:
+    """A checkpointed topology needs ackers and an interval below the message timeout (a
+    checkpoint is a tracked tuple), and a state provider every worker can reach, whose location
+    holds no other topology's state. A stateful bolt fed by a spout that keeps no position gets
+    a warning (``squall.nimbus``)."""
+    where = f"topology {name!r} has stateful components {sorted(topology.state_layout)}"
+    if conf["topology.acker.executors"] == 0:
+        raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so 'topology.acker.executors' "
+                                   "cannot be 0")
+    interval, timeout = conf["topology.state.checkpoint.interval.ms"], conf["topology.message.timeout.secs"]
+    if interval >= timeout * 1000:
+        raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so "
+                                   f"'topology.state.checkpoint.interval.ms' ({interval}) must be below the message "
+                                   f"timeout ({timeout} s)")
+    provider = provider_for(conf, name)
+    try:
+        if provider.name == "memory" and not in_process:
+            raise StateProviderError(
+                f"{where}: the 'memory' state provider keeps state in one process, and this cluster runs its workers "
+                "as processes of their own; use 'sqlite' (a directory every worker can reach) or 'redis' "
+                "(topology.state.provider)"
+            )
+        provider.check(topology.state_layout)
+    finally:
+        provider.close()
+    for bolt, spout in _inputs_read_again(topology):
+        log.warning("topology %r: stateful bolt %r is fed by spout %r, which keeps no position (Spout.keeps_position): "
+                    "after a restart it reads its input again, on top of the state the bolt restores; make it a "
+                    "StatefulSpout, or read from a broker", name, bolt, spout)
+
+
+def _inputs_read_again(topology: StormTopology) -> list[tuple[str, str]]:
+    """(stateful bolt, spout upstream of it that keeps no position), for each such pair."""
+    components = topology.components
+    pairs = []
+    for bolt, spec in components.items():
+        if not spec.stateful or spec.is_spout:
+            continue
+        seen, todo = set(), [source for source, _ in spec.inputs]
+        while todo:
+            source = todo.pop()
+            if source in seen or source not in components or source == CHECKPOINT_COMPONENT:
+                continue  # the checkpoint spout and __system feed every stateful bolt: not its input
+            seen.add(source)
+            upstream = components[source]
+            if upstream.is_spout:
+                if not upstream.keeps_position:
+                    pairs.append((bolt, source))
+            else:
+                todo.extend(s for s, _ in upstream.inputs)
+    return sorted(pairs)

@@ -1,0 +1,198 @@
+"""An executor's side of acking: every init, ack, fail and timeout reset it sends to the ackers.
+
+Storm's executors send one message per tuple to the acker. Squall's combine them first, in one
+:class:`AckLedger` per executor, the only place that knows how:
+
+* **combining**: a tree's acks are XOR-ed together until the executor flushes (XOR is
+  associative: the acker ends with the same value, from fewer messages), :func:`combine_ack`;
+* **rounds**: the executors sharing a worker's cooperative thread combine theirs in one
+  :class:`RoundAcks` until the end of the thread's round, so that a tree whose init and acks all
+  meet there completes without its acker;
+* **held acks**: a stateful bolt's acks wait for its state's commit (``held``, managed by
+  :mod:`squall.runtime.state.checkpointing`);
+* **routing and encoding**: what is left goes to each tree's acker task (:func:`acker_for`),
+  one batch per acker task and flush: an ``ACK_BATCH`` tuple to an acker of this worker, a typed
+  :class:`~squall.runtime.messaging.tuple_batch.AckBatch` to another worker's. Fails and timeout resets
+  go at once, one message per tree (a failed edge is never acked, so combining gains nothing).
+
+The acker's side (what it does with all this) is :mod:`squall.runtime.acker`.
+
+Threads: the executor's thread (or its cooperative thread) uses :attr:`AckLedger.pending`;
+threads of a bolt's own combine into :attr:`AckLedger.foreign` holding the executor's lock.
+Nothing here blocks: sending appends to the executor's send path (see
+:class:`~squall.runtime.executor.transfer.ExecutorTransfer`), which decides when to hand on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from squall.api.system_ids import ACK_BATCH, ACK_INIT, ACKED_BATCH
+from squall.runtime.acker import acker_for
+from squall.runtime.messaging.tuple_batch import AckBatch
+
+if TYPE_CHECKING:
+    from squall.api.tuple import StreamSource, Tuple
+    from squall.runtime.executor.transfer import ExecutorTransfer
+
+#: set in the root id of the trees of stateful spouts: a stateful bolt does not hold their acks
+#: (those spouts replay through rollbacks, not through fails; see squall.runtime.state.checkpointing)
+UNHELD_ROOT_BIT = 1 << 63
+
+
+def combine_ack(pending: dict[int, int], tup: Tuple) -> None:
+    """XOR the ack of ``tup`` into ``pending`` (root id -> XOR of acks not sent yet)."""
+    ack_val = tup.ack_val
+    for root, edge in tup.tree_ids.items():
+        pending[root] = pending.get(root, 0) ^ edge ^ ack_val
+
+
+class RoundAcks:
+    """The inits and acks of the executors sharing a worker's cooperative thread, combined
+    until the end of its round (XOR is associative, so the acker sees the same values).
+
+    A tree whose init and every ack met here within the round adds up to 0: it is complete,
+    its spout is told at once and its acker never hears of it (in a single worker, most trees).
+    Otherwise the combined value goes to the tree's acker, as an init (with the spout task)
+    when the init was here. Fails and timeout resets go to the acker directly: a failed
+    tuple's edge is never acked, so its tree cannot add up to 0 here.
+
+    Used only by the cooperative thread (a component's own threads keep acks of their own).
+    """
+
+    __slots__ = ("acks", "inits")
+
+    def __init__(self) -> None:
+        self.acks: dict[int, int] = {}  # root id -> XOR of inits and acks not sent yet
+        self.inits: dict[int, int] = {}  # root id -> spout task, for the inits among them
+
+    def init(self, root: int, val: int, spout_task: int) -> None:
+        """A spout task's init of tree ``root`` (what ACK_INIT would carry)."""
+        self.acks[root] = self.acks.get(root, 0) ^ val
+        self.inits[root] = spout_task
+
+    def take(self) -> tuple[list[tuple[int, int, int | None]], dict[int, list[int]]]:
+        """Empty the round: ``(root, value, spout task or None)`` inits and acks for the ackers,
+        and per spout task the roots of the trees that completed here."""
+        to_ackers: list[tuple[int, int, int | None]] = []
+        completed: dict[int, list[int]] = {}
+        inits = self.inits
+        for root, val in self.acks.items():
+            task = inits.pop(root, None)
+            if task is None:
+                if val:  # acks that cancel out would not change the acker's value
+                    to_ackers.append((root, val, None))
+            elif val:
+                to_ackers.append((root, val, task))
+            else:
+                completed.setdefault(task, []).append(root)
+        self.acks.clear()
+        return to_ackers, completed
+
+
+class AckLedger:
+    """One executor's acks on their way to the ackers (see the module's docstring).
+
+    ``transfer`` is the executor's send path, ``sources`` its system streams' sources and
+    ``task`` the task its messages come from; ``held``: a stateful bolt's, whose acks wait for
+    its commits.
+    """
+
+    __slots__ = ("pending", "foreign", "held", "round", "acker_tasks", "_transfer", "_sources", "_task")
+
+    def __init__(self, acker_tasks: list[int], transfer: ExecutorTransfer, sources: dict[str, StreamSource],
+                 task: int, held: bool) -> None:
+        self.acker_tasks = acker_tasks
+        #: root id -> XOR of acks not sent yet, of the executor's thread (the round's when shared)
+        self.pending: dict[int, int] = {}
+        #: the same for threads of the component's own, sent when they flush
+        self.foreign = self.pending
+        #: a stateful bolt's acks of trees of plain spouts, held until its state is committed
+        #: (see squall.runtime.state.checkpointing); None: acks are sent as they are flushed
+        self.held: dict[int, int] | None = {} if held else None
+        #: the round the executor's inits and acks join, or None
+        self.round: RoundAcks | None = None
+        self._transfer = transfer
+        self._sources = sources
+        self._task = task
+
+    def share_round(self, round_acks: RoundAcks) -> bool:
+        """Combine this executor's acks (and a spout's inits) in ``round_acks`` until the end of
+        the round; False for a stateful bolt, whose acks are held. Called again, with a new
+        round, when the executor moves to another cooperative thread (which is not running it
+        then)."""
+        if self.held is not None:
+            return False
+        if self.foreign is self.pending:  # the component's threads keep a map of their own
+            self.foreign = {}
+        self.round = round_acks
+        self.pending = round_acks.acks
+        return True
+
+    @property
+    def round_waiting(self) -> bool:
+        """Whether the round holds inits or acks not sent yet."""
+        return self.round is not None and bool(self.round.acks)
+
+    def init(self, root: int, val: int, spout_task: int) -> None:
+        """A spout task's new tree ``root``: into the round, or to its acker now."""
+        if self.round is None:
+            self.to_acker(root, ACK_INIT, [root, val, spout_task])
+        else:
+            self.round.init(root, val, spout_task)
+
+    def to_acker(self, root: int, stream: str, values: list[Any]) -> None:
+        """One message on ``stream`` to the acker of tree ``root``, now (fails, timeout resets,
+        and what must not wait for a flush)."""
+        self._transfer.send((acker_for(root, self.acker_tasks),), self._sources[stream], self._task, values)
+
+    def flush(self) -> None:
+        """Send the acks the component's own threads combined (all of them, when the executor
+        has no round), but those a stateful bolt holds."""
+        acks = self.foreign
+        if not acks:
+            return
+        held = self.held
+        out: list[tuple[int, int, int | None]] = []
+        for root, val in acks.items():
+            if not val:
+                continue  # acks that cancel out would not change the acker's value
+            if held is None or root & UNHELD_ROOT_BIT:
+                out.append((root, val, None))
+            else:
+                held[root] = held.get(root, 0) ^ val
+        acks.clear()
+        self.send(out)
+
+    def flush_round(self) -> None:
+        """The end of the round: its inits and acks to the ackers, and to each spout task of the
+        trees that completed in it, one ``ACKED_BATCH`` tuple (the round's spouts are all in
+        this worker)."""
+        if self.round is None:
+            return
+        to_ackers, completed = self.round.take()
+        self.send(to_ackers)
+        source, me = self._sources[ACKED_BATCH], self._task
+        for spout_task, roots in completed.items():
+            self._transfer.send((spout_task,), source, me, [roots])
+
+    def send(self, acks: list[tuple[int, int, int | None]]) -> None:
+        """Send ``(root, value, spout task or None)`` inits and acks to the trees' ackers, one
+        batch per acker task: to an acker task of this worker as one ACK_BATCH tuple, to another
+        worker's as one AckBatch group."""
+        acker_tasks = self.acker_tasks
+        batches: dict[int, dict[int, tuple[int, int | None]]] = {}
+        for root, val, spout_task in acks:
+            task = acker_tasks[root % len(acker_tasks)]  # acker_for, inlined
+            batch = batches.get(task)
+            if batch is None:
+                batch = batches[task] = {}
+            batch[root] = (val, spout_task)
+        transfer, source, me = self._transfer, self._sources[ACK_BATCH], self._task
+        for task, batch in batches.items():
+            if task in transfer.local_tasks:
+                transfer.send((task,), source, me, [batch])
+            else:
+                transfer.send_group(task, AckBatch(
+                    me, task, list(batch), [val for val, _ in batch.values()],
+                    [-1 if spout_task is None else spout_task for _, spout_task in batch.values()]))

@@ -1,0 +1,384 @@
+"""Output collectors: how spouts and bolts emit, ack and fail.
+
+One collector per task. Emitting picks target tasks with the stream's groupings, creates
+the tuples (with fresh edge ids when the emit is tracked) and hands them to the executor's
+send path.
+
+Threading: the thread running the executor holds the executor's lock while it runs user
+code, so its own calls take no lock. A bolt's ``OutputCollector`` may also be called from
+threads of the bolt's own: such a call takes the lock (waiting for the executor to finish
+its current batch), hands its tuples on at once, and then (without the lock) waits while
+the executor's destinations are full. Spout collectors and ``BasicOutputCollector`` belong
+to the thread running the executor, as in Storm.
+
+A collector sees its executor through :class:`CollectorHost` only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from threading import get_ident
+from typing import TYPE_CHECKING, Any, Protocol
+
+from squall.api.errors import EmitError, invalid_emit
+from squall.api.system_ids import ACK_FAIL, ACK_RESET_TIMEOUT
+from squall.api.tuple import Tuple
+from squall.runtime.ack_ledger import combine_ack
+from squall.runtime.acker import RootIds
+from squall.utils.rand import rand_bits
+
+if TYPE_CHECKING:
+    import threading
+
+    from squall.api.tuple import StreamSource
+    from squall.runtime.ack_ledger import AckLedger
+    from squall.runtime.executor.route import StreamRoute
+    from squall.runtime.executor.transfer import ExecutorTransfer
+
+
+class CollectorHost(Protocol):
+    """What a collector needs of its executor."""
+
+    component: str
+    lock: threading.Lock
+    acker_tasks: list[int]
+    acks: AckLedger  # where inits, acks, fails and resets go
+
+    transfer: ExecutorTransfer
+
+    def send(self, tasks: list[int] | tuple[int, ...], source: StreamSource, source_task: int, values: list[Any],
+             tree_ids: dict[int, int] | None = None) -> None:
+        """Queue a tuple for ``tasks`` (see ExecutorTransfer.send)."""
+
+    def flush_all(self) -> None:
+        """Hand on the combined acks and every gathered batch."""
+
+    def wait_for_room(self) -> None:
+        """Wait (not holding the lock) while what was handed on cannot be taken yet."""
+
+    def report_error(self, task_id: int, error: BaseException) -> None: ...
+
+    def record_ack(self, tup: Tuple) -> None: ...
+
+    def record_fail(self, tup: Tuple) -> None: ...
+
+
+class SpoutHost(CollectorHost, Protocol):
+    """What a spout's collector needs besides."""
+
+    def pending_for(self, task_id: int) -> Any:
+        """The task's pending trees: root id -> (msg id, emit time)."""
+
+    def settle_now(self, task_id: int, method: str, msg_id: Any) -> None:
+        """Call the spout's ``ack``/``fail`` for ``msg_id`` once the current call returns."""
+
+
+class _Collector:
+    def __init__(self, executor: CollectorHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
+        self._executor = executor
+        self._task_id = task_id
+        self._routes = routes
+        self._lock = executor.lock
+        self._send = executor.send
+        self._acker_tasks = executor.acker_tasks
+        self._acks = executor.acks
+        # stream id -> emit(values) of an untracked, regular emit: prepared once per stream
+        self._emitters = {stream: self._emitter(route) for stream, route in routes.items()}
+
+    def _emitter(self, route: StreamRoute, basic: BasicOutputCollector | None = None) -> Callable[..., list[int]]:
+        """``emit(values, stream=route's stream, anchor=None) -> tasks``: a regular emit on
+        ``route``'s stream, untracked or anchored to one tracked tuple, prepared once per task
+        and stream: no stream lookup, no anchor list; a tuple for a one-task executor of this
+        worker goes straight into its outbox. An emit on another stream goes through
+        :meth:`_emit_other`, so that the emitter can stand for a collector's whole ``emit``.
+        With ``basic``, the emitter is that BasicOutputCollector's ``emit``: anchored to its
+        input (when tracked)."""
+        transfer = self._executor.transfer
+        source, arity, choose, send, task_id = route.source, route.arity, route.choose, self._send, self._task_id
+        # task -> its outbox when it is the only task of an executor of this worker: such a
+        # tuple goes straight into the outbox (the rest through ExecutorTransfer.send)
+        one_task = {task: ob if ob.queue is not None and ob.single_task else None
+                    for task, ob in transfer.outboxes().items()}
+        batch_size, flush = transfer.batch_size, transfer.flush
+        own_stream, invalid, other_stream = source.stream, self._invalid, self._emit_other
+
+        def emit(values: Any, stream: str = own_stream, anchor: Tuple | None = None) -> list[int]:
+            if basic is not None:
+                anchor = basic.input
+                if not anchor.tree_ids:
+                    anchor = None
+            if stream != own_stream:
+                return other_stream(values, stream, anchor)
+            if values.__class__ is not list:
+                values = list(values)
+            if len(values) != arity:
+                raise invalid(stream, values)
+            tasks = choose(values)
+            route.emitted += 1
+            if anchor is None:
+                if len(tasks) != 1 or (ob := one_task[tasks[0]]) is None:
+                    send(tasks, source, task_id, values)  # all or nothing, should a value not serialize
+                    return tasks
+                items = ob.items
+                items.append(Tuple(values, source, task_id))
+                if len(items) >= batch_size:
+                    flush(ob)
+                return tasks
+            for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
+                edge = rand_bits(64)
+                anchor.ack_val ^= edge
+                if (ob := one_task[task]) is None:
+                    send((task,), source, task_id, values, dict.fromkeys(anchor.tree_ids, edge))
+                    continue
+                items = ob.items
+                items.append(Tuple(values, source, task_id, dict.fromkeys(anchor.tree_ids, edge)))
+                if len(items) >= batch_size:
+                    flush(ob)
+            return tasks
+
+        return emit
+
+    def _invalid(self, stream: str, values: list[Any], direct_task: int | None = None) -> EmitError:
+        """The error for an emit that breaks the declarations (the fast path found it invalid)."""
+        route = self._routes.get(stream)
+        declared = {s: r.source.fields.to_list() for s, r in self._routes.items()}
+        targets = list(route.direct_targets) if route is not None and route.direct else None
+        return invalid_emit(self._executor.component, stream, values, declared, direct_task, targets)
+
+    def _targets(self, values: list[Any], stream: str, direct_task: int | None) -> tuple[StreamRoute, list[int]]:
+        """The route and target tasks of an emit (raises EmitError for an invalid one)."""
+        route = self._routes.get(stream)
+        if route is None or len(values) != route.arity:
+            raise self._invalid(stream, values, direct_task)
+        if direct_task is None:
+            tasks = route.choose(values)
+        elif direct_task in route.direct_targets:
+            tasks = route.choose_direct(direct_task, values)
+        else:
+            raise self._invalid(stream, values, direct_task)
+        route.emitted += 1
+        return route, tasks
+
+    def report_error(self, error: BaseException) -> None:
+        """Record ``error`` for this component (the last 10 are kept); processing goes on."""
+        self._executor.report_error(self._task_id, error)
+
+    def _emit_other(self, values: Any, stream: str, anchor: Tuple | None) -> list[int]:
+        """An emit on ``stream`` through another stream's emitter (see :meth:`_emitter`)."""
+        emit = self._emitters.get(stream)
+        if emit is None:
+            raise self._invalid(stream, values if values.__class__ is list else list(values))
+        return emit(values, stream, anchor)
+
+
+class SpoutOutputCollector(_Collector):
+    """A spout's collector. ``msg_id`` makes the tuple tracked (acked or failed later).
+
+    Call it only from the spout's methods (the executor thread), as in Storm.
+    """
+
+    def __init__(self, executor: SpoutHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
+        super().__init__(executor, task_id, routes)
+        self._pending = executor.pending_for(task_id)
+        self.emitted_count = 0
+        #: the root ids of this task's trees
+        self.root_ids = RootIds(self._acker_tasks, executor.transfer.local_tasks)
+
+    def emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> list[int]:
+        """Emit ``values`` on ``stream``; returns the ids of the tasks that will receive it
+        (a list the caller must not modify, as in Storm)."""
+        if msg_id is None and (emit := self._emitters.get(stream)) is not None:
+            self.emitted_count += 1  # untracked: nothing to settle should it raise
+            return emit(values)
+        return self._emit(values, stream, msg_id, None)
+
+    def emit_direct(self, task_id: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
+        """Emit ``values`` on direct ``stream`` to task ``task_id``."""
+        self._emit(values, stream, msg_id, task_id)
+
+    def _emit(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
+        try:
+            return self._emit_values(values, stream, msg_id, direct_task)
+        except Exception:
+            if msg_id is not None:  # exactly one ack or fail per message id, even for a failed emit
+                self._executor.settle_now(self._task_id, "fail", msg_id)
+            raise
+
+    def _emit_values(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
+        if values.__class__ is not list:
+            values = list(values)
+        route, tasks = self._targets(values, stream, direct_task)
+        self.emitted_count += 1
+        if msg_id is None or not self._acker_tasks or not tasks:
+            self._send(tasks, route.source, self._task_id, values)
+            if msg_id is not None:
+                self._executor.settle_now(self._task_id, "ack", msg_id)
+            return tasks
+        root = self._emit_tree(values, route, tasks)
+        self._pending.put(root, (msg_id, time.perf_counter()))
+        return tasks
+
+    def emit_marker(self, values: list[Any], stream: str) -> int | None:
+        """A tracked emit of ``values`` on ``stream`` (every target gets it) that no message id
+        stands for: the root id of its tree, whose completion reaches the executor's
+        ``_tree_done`` (None: nobody subscribes, or nothing is tracked). A stateful spout's
+        in-flight markers (see squall.runtime.executor.inflight)."""
+        if not self.marker_targets(stream):
+            return None
+        route = self._routes[stream]
+        return self._emit_tree(values, route, route.choose(values))
+
+    def marker_targets(self, stream: str) -> int:
+        """How many tasks a marker on ``stream`` reaches (0: none, or nothing is tracked)."""
+        route = self._routes.get(stream)
+        return (route.fanout or 0) if route is not None and self._acker_tasks else 0
+
+    def _emit_tree(self, values: list[Any], route: StreamRoute, tasks: list[int]) -> int:
+        """Send ``values`` to ``tasks`` as the root of a new tree (its init to the acker); its id."""
+        root = self.root_ids.new()
+        ack_val = 0
+        for task in tasks:
+            edge = rand_bits(64)
+            ack_val ^= edge
+            # should a later target fail, the tuples already sent belong to a tree that is
+            # failed below: at-least-once holds (the acker forgets such trees after timeouts)
+            self._send((task,), route.source, self._task_id, values, {root: edge})
+        self._acks.init(root, ack_val, self._task_id)
+        return root
+
+
+class OutputCollector(_Collector):
+    """A bolt's collector (Storm's ``OutputCollector``); thread-safe."""
+
+    def __init__(self, executor: CollectorHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
+        super().__init__(executor, task_id, routes)
+        self._owner = 0  # the executor thread's id (see run_on)
+
+    def run_on(self, thread_ident: int) -> None:
+        """The thread running the executor from now on: its calls take no lock, any other
+        thread's are a component's own (see the module's docstring)."""
+        self._owner = thread_ident
+
+    def emit(self, values: Any, anchors: Tuple | Iterable[Tuple] | None = None,
+             stream: str = "default") -> list[int]:
+        """Emit ``values`` on ``stream``, anchored to ``anchors`` (a tuple or several);
+        returns the ids of the receiving tasks (a list the caller must not modify)."""
+        if get_ident() != self._owner:
+            return self._foreign(self._emit, values, stream, anchors, None)
+        return self._emit(values, stream, anchors, None)
+
+    def emit_direct(self, task_id: int, values: Any, anchors: Tuple | Iterable[Tuple] | None = None,
+                    stream: str = "default") -> None:
+        """Emit ``values`` on direct ``stream`` to task ``task_id``."""
+        if get_ident() != self._owner:
+            self._foreign(self._emit, values, stream, anchors, task_id)
+        else:
+            self._emit(values, stream, anchors, task_id)
+
+    def ack(self, tup: Tuple) -> None:
+        """The tuple is processed: its part of every tree it belongs to is done."""
+        if get_ident() != self._owner:
+            self._foreign(self._ack, tup, self._acks.foreign)
+        else:
+            self._ack(tup, self._acks.pending)
+
+    def fail(self, tup: Tuple) -> None:
+        """Fail the tuple: every spout tuple whose tree it belongs to is failed."""
+        if get_ident() != self._owner:
+            self._foreign(self._fail, tup)
+        else:
+            self._fail(tup)
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Restart the timeout of every tree the tuple belongs to (for long processing)."""
+        if get_ident() != self._owner:
+            self._foreign(self._reset_timeout, tup)
+        else:
+            self._reset_timeout(tup)
+
+    def _foreign(self, method, *args: Any) -> Any:
+        # a call from a thread of the bolt's own: wait for the executor's lock, and hand
+        # the result on now since the executor may be idle
+        with self._lock:
+            result = method(*args)
+            self._executor.flush_all()
+        self._executor.wait_for_room()
+        return result
+
+    def _emit(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:
+        if direct_task is None and (emit := self._emitters.get(stream)) is not None:
+            if anchors is None:
+                return emit(values)
+            if anchors.__class__ is Tuple:
+                return emit(values, stream, anchors if anchors.tree_ids else None)
+            anchors = [a for a in anchors if a.tree_ids]
+            if len(anchors) <= 1:
+                return emit(values, stream, anchors[0] if anchors else None)
+        # direct emits, emits anchored to several tracked tuples, and emits that are invalid
+        if values.__class__ is not list:
+            values = list(values)
+        route, tasks = self._targets(values, stream, direct_task)
+        if anchors.__class__ is Tuple:
+            anchors = (anchors,)
+        anchors = [a for a in anchors or () if a.tree_ids]
+        if not anchors:
+            self._send(tasks, route.source, self._task_id, values)
+            return tasks
+        for task in tasks:
+            ids: dict[int, int] = {}
+            for anchor in anchors:  # a new edge per anchor, XOR-ed into each of its trees
+                edge = rand_bits(64)
+                anchor.ack_val ^= edge
+                for root in anchor.tree_ids:
+                    ids[root] = ids.get(root, 0) ^ edge
+            self._send((task,), route.source, self._task_id, values, ids)
+        return tasks
+
+    def _ack(self, tup: Tuple, pending_acks: dict[int, int]) -> None:
+        if tup.tree_ids and self._acker_tasks:
+            combine_ack(pending_acks, tup)
+        self._executor.record_ack(tup)
+
+    def _fail(self, tup: Tuple) -> None:
+        self._tell_ackers(tup, ACK_FAIL)
+        self._executor.record_fail(tup)
+
+    def _reset_timeout(self, tup: Tuple) -> None:
+        self._tell_ackers(tup, ACK_RESET_TIMEOUT)
+
+    def _tell_ackers(self, tup: Tuple, stream: str) -> None:
+        """Send ``[root]`` on ``stream`` to the acker of every tree ``tup`` belongs to."""
+        if tup.tree_ids and self._acker_tasks:
+            for root in tup.tree_ids:
+                self._acks.to_acker(root, stream, [root])
+
+
+class BasicOutputCollector:
+    """A ``BasicBolt``'s collector: emits are anchored to the input being executed.
+
+    Call it only from ``execute`` (the executor thread), as in Storm.
+    """
+
+    def __init__(self, collector: OutputCollector) -> None:
+        self._emit = collector._emit
+        self._emitters = collector._emitters
+        self._collector = collector
+        self.input: Tuple | None = None
+        if "default" in self._emitters:
+            # the default stream's emitter, reading the input itself: one call per emit, not two
+            self.emit = (self._emitters["default"] if not collector._acker_tasks  # nothing is tracked
+                         else collector._emitter(collector._routes["default"], self))  # type: ignore[method-assign]
+
+    def emit(self, values: Any, stream: str = "default") -> list[int]:
+        emit = self._emitters.get(stream)
+        if emit is None:
+            raise self._collector._invalid(stream, values if values.__class__ is list else list(values))
+        anchor = self.input
+        return emit(values, stream, anchor if anchor.tree_ids else None)
+
+    def emit_direct(self, task_id: int, values: Any, stream: str = "default") -> None:
+        self._emit(values, stream, self.input, task_id)
+
+    def report_error(self, error: BaseException) -> None:
+        self._collector.report_error(error)

@@ -1,0 +1,177 @@
+"""Runs the tasks of a bolt (Storm's ``BoltExecutor``): ``Bolt`` or ``BasicBolt``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from squall.api.bolt import BasicBolt, Bolt
+from squall.api.errors import FailedException
+from squall.api.stateful import StatefulComponent
+from squall.api.system_ids import CHECKPOINT_STREAM
+from squall.api.tuple import TICK_SOURCE, Tuple
+from squall.runtime.ack_ledger import combine_ack
+from squall.runtime.collector import BasicOutputCollector, OutputCollector
+from squall.runtime.executor.executor import Control, Executor
+from squall.runtime.state.checkpointing import Checkpointing, TaskStates
+
+
+class BoltExecutor(Executor):
+    """Each incoming batch is executed under the executor's lock, then the combined acks and
+    every gathered output batch are handed on. Execute latency is measured per batch."""
+
+    _finishers: dict[int, Any] = {}  # task -> its bolt's finish_batch, if overridden (set in setup)
+
+    def setup(self) -> None:
+        self.bolts: dict[int, Any] = {}
+        self.collectors: dict[int, OutputCollector] = {}
+        self.basic_collectors: dict[int, BasicOutputCollector] = {}
+        for task in self.task_ids:
+            bolt, context, collector = self.make_task(task, OutputCollector)
+            collector.run_on(threading.get_ident())
+            self.bolts[task] = bolt
+            self.collectors[task] = collector
+            if isinstance(bolt, BasicBolt):
+                self.basic_collectors[task] = BasicOutputCollector(collector)
+                bolt.prepare(dict(self.conf), context)
+            else:
+                bolt.prepare(dict(self.conf), context, collector)
+        # the bolts that buffer work until the end of a batch (Bolt.finish_batch overridden)
+        self._finishers = {task: bolt.finish_batch for task, bolt in self.bolts.items()
+                           if getattr(type(bolt), "finish_batch", Bolt.finish_batch) is not Bolt.finish_batch}
+        self.is_basic = bool(self.basic_collectors)
+        self.stats.process_is_execute = self.is_basic
+        self.process_batch = self._process_basic if self.is_basic else self._process_rich
+        self.checkpointing: Checkpointing | None = None
+        if self.worker.topology.checkpointed:
+            stateful = {task: bolt for task, bolt in self.bolts.items() if isinstance(bolt, StatefulComponent)}
+            states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, self.report_error)
+                      if stateful else None)
+            self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
+            if states is not None:
+                states.init()
+            self.process_batch = self.checkpointing.wrap(self.process_batch)
+            if self.worker.restarted:
+                self.checkpointing.request_recovery()
+
+    def _emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
+        self.collectors[task]._emit(values, CHECKPOINT_STREAM, anchors, None)
+
+    def teardown(self) -> None:
+        for task, bolt in getattr(self, "bolts", {}).items():
+            try:
+                bolt.cleanup()
+            except Exception as e:
+                self.report_error(task, e)
+        checkpointing = getattr(self, "checkpointing", None)
+        if checkpointing is not None and checkpointing.states is not None:
+            checkpointing.states.close()
+
+    def move_to_this_thread(self) -> None:
+        super().move_to_this_thread()
+        for collector in getattr(self, "collectors", {}).values():  # an acker has none
+            collector.run_on(threading.get_ident())
+
+    def run_once(self, timeout: float) -> bool:
+        transfer = self.transfer
+        if transfer.pending:
+            with self.lock:
+                if not transfer.retry_overflow():
+                    return False  # no new input until the output is handed on (backpressure)
+        items = self.queue.take_all(timeout)
+        if not items:
+            return False
+        stats = self.stats
+        perf_counter = time.perf_counter
+        executed = 0
+        with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
+            for item in items:
+                if item.__class__ is list:
+                    t0 = perf_counter()
+                    self.process_batch(item)
+                    stats.record_execute(len(item), perf_counter() - t0)  # figures stay current
+                    executed += len(item)
+                else:
+                    self.control(item)
+                if self.stopping:
+                    break
+            if self._finishers:
+                self.finish_batches()
+            self.flush_all()
+        self.queue.done()
+        if self._tracker is not None:
+            self._tracker.done(executed)
+        return True
+
+    def finish_batches(self) -> None:
+        for task, finish_batch in self._finishers.items():
+            try:
+                finish_batch()
+            except Exception as e:
+                self.report_error(task, e)
+
+    def control(self, msg: Control) -> None:
+        if msg.kind == Control.TICK:
+            tick = Tuple([msg.arg], TICK_SOURCE, -1)
+            self.process_batch([tick] if self.single_task else [(task, tick) for task in self.task_ids])
+        elif msg.kind == Control.STOP:
+            self.stopping = True
+
+    def _execute_failed(self, task: int, tup: Tuple, error: Exception) -> None:
+        if not isinstance(error, FailedException):
+            self.report_error(task, error)
+        self.collectors[task].fail(tup)
+
+    def _process_rich(self, batch: list[Any]) -> None:
+        self._sample(batch[0] if self.single_task else batch[0][1])
+        bolts = self.bolts
+        for task, tup in self.pairs(batch):
+            try:
+                bolts[task].execute(tup)
+            except Exception as e:
+                self._execute_failed(task, tup, e)
+
+    def _process_basic(self, batch: list[Any]) -> None:
+        # no sampling: a basic bolt's input is acked as execute returns, so its process
+        # latency is its execute latency (see ExecutorStats.process_is_execute)
+        if self.single_task:
+            self._process_basic_one_task(batch)
+            return
+        bolts, basic = self.bolts, self.basic_collectors
+        pending_acks = self.acks.pending if self.acker_tasks else None
+        acked = 0
+        for task, tup in batch:
+            bc = basic[task]
+            bc.input = tup
+            try:
+                bolts[task].execute(tup, bc)
+            except Exception as e:
+                self._execute_failed(task, tup, e)
+            else:
+                acked += 1
+                if tup.tree_ids and pending_acks is not None:
+                    combine_ack(pending_acks, tup)  # the auto-ack
+        self.stats.acked += acked
+
+    def _process_basic_one_task(self, batch: list[Any]) -> None:
+        """The same for an executor of one task: its execute and collector looked up once per
+        batch, acks counted once."""
+        task = self.task_ids[0]
+        bc = self.basic_collectors[task]
+        execute = self.bolts[task].execute
+        pending_acks = self.acks.pending if self.acker_tasks else None
+        failed = 0
+        for tup in batch:
+            bc.input = tup
+            try:
+                execute(tup, bc)
+            except Exception as e:
+                failed += 1
+                self._execute_failed(task, tup, e)
+                continue
+            if pending_acks is not None and (ids := tup.tree_ids):
+                ack_val = tup.ack_val  # the auto-ack: combine_ack, inlined
+                for root, edge in ids.items():
+                    pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
+        self.stats.acked += len(batch) - failed

@@ -1,0 +1,211 @@
+"""Who runs a worker's executors: one cooperative thread, and a thread per blocking executor.
+
+(Where executors run, on which worker, is :mod:`squall.runtime.assignment`'s.)
+
+By default one thread runs every executor of a worker, batch at a time, the way
+Bytewax/Timely workers run their operators (:class:`CooperativeThread`): a round calls
+:meth:`~squall.runtime.executor.executor.Executor.run_once` of each executor in topology order
+(spouts first, ackers last), so a batch a spout emits is executed by the next bolts in the
+same round; executors hand batches to each other without locks and without handing the
+GIL to another thread. The same thread moves the worker's tuples to and from other
+workers between rounds (its :class:`WorkerIO`: the transfer and receive paths), so the
+data path of a busy worker never waits for the GIL. When a round did nothing, the thread
+sleeps until something arrives — on the bell its queues share, and on the transport — or a
+spout wants its next call.
+
+A component declared blocking (``set_blocking(True)`` / ``topology.component.blocking``,
+e.g. ShellBolt and ShellSpout, whose subprocess I/O blocks) runs on a thread of its own
+(:class:`ExecutorThread`), so a slow ``execute`` never stalls the others; so does every
+executor when ``topology.worker.cooperative`` is false (Storm's thread per executor).
+
+A component that blocks without being declared so (a ``next_tuple`` waiting on a socket, an
+``execute`` stuck in a call) does not stall its worker either. Like Go's scheduler when a
+goroutine blocks in a system call, the worker's watchdog (every
+``topology.worker.handoff.secs``) finds the cooperative thread inside the same executor call
+since its previous look, that executor having made no progress meanwhile (no batch executed,
+no tuple emitted: a bolt slow on a large batch is not stuck), and hands the other executors, and the worker's data path, to a new
+cooperative thread (:meth:`CooperativeThread.hand_off`), and logs a warning naming it. When
+the stuck call returns, its thread keeps that executor alone, as if it were declared blocking.
+
+Guarantees either way: one task's methods are never called concurrently; an executor
+runs its user code holding its lock, which a component's own threads take to emit; a
+runner whose executor raises out of Squall's own code fails the worker (fail-fast).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from squall.runtime.executor.executor import Executor
+from squall.utils.batch_queue import Bell
+
+# How long an idle runner sleeps before it looks at its stop flag again.
+_POLL_SECS = 0.1
+
+#: ``on_death(executor, error)``: an executor raised out of its runner's loop.
+DeathFn = Callable[[Executor, BaseException], None]
+
+
+class WorkerIO(Protocol):
+    """The worker's traffic with other workers, as the cooperative thread runs it."""
+
+    def exchange(self) -> bool:
+        """Send what executors queued for other workers and deliver what arrived, without
+        waiting; True if anything moved."""
+
+    def idle(self) -> bool:
+        """Nothing waits to be sent (checked with the bell armed)."""
+
+    @property
+    def idle_poll_secs(self) -> float | None:
+        """How soon :meth:`exchange` wants another call though nothing arrives, or None."""
+
+    def wait(self, bell: Bell, timeout: float) -> None:
+        """Wait (``bell`` armed) for a payload, a ring or ``timeout``; ``bell`` disarmed after."""
+
+    def end_round(self) -> None:
+        """Hand on what the round left to the worker as a whole (its combined acks)."""
+
+
+class _Runner:
+    """A thread running one or more executors (see the module's docstring)."""
+
+    def __init__(self, executors: list[Executor], name: str, on_death: DeathFn, started: bool = False) -> None:
+        self.executors = executors
+        self._started = started  # the executors are running already (taken over from another runner)
+        self._on_death = on_death
+        self._stopping = False
+        self._current: Executor | None = None  # the executor being run: a death names it
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        self._stopping = True
+        for executor in self.executors:
+            executor.request_stop()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        running = list(self.executors) if self._started else [e for e in self.executors if e.start_up()]
+        try:
+            if self._started:
+                for executor in running:
+                    executor.move_to_this_thread()
+            if len(running) == len(self.executors):  # else the worker is not started: it stops
+                self._loop(running)
+        except BaseException as e:  # noqa: BLE001 - an executor must never die silently
+            self._on_death(self._current or running[0], e)
+        finally:
+            for executor in running:
+                if executor in self.executors:  # not handed to another runner
+                    executor.shut_down()
+
+    def _loop(self, executors: list[Executor]) -> None:
+        raise NotImplementedError
+
+
+class ExecutorThread(_Runner):
+    """One executor on a thread of its own."""
+
+    def __init__(self, executor: Executor, on_death: DeathFn) -> None:
+        super().__init__([executor], f"executor-{executor.component}-{executor.task_ids}", on_death)
+
+    def _loop(self, executors: list[Executor]) -> None:
+        executor = self._current = executors[0]
+        while not self._stopping and not executor.stopping:
+            executor.run_once(_POLL_SECS)
+
+
+class CooperativeThread(_Runner):
+    """Several executors on one thread, whose queues share ``bell``, and the worker's
+    traffic ``io``."""
+
+    def __init__(self, executors: list[Executor], bell: Bell, io: WorkerIO, name: str, on_death: DeathFn,
+                 started: bool = False) -> None:
+        super().__init__(executors, name, on_death, started)
+        self._bell = bell
+        self._io = io
+        self._calls = 0  # executor calls made: the watchdog's clock
+        self._last_look: tuple[Executor | None, int, int] = (None, 0, 0)
+        # taken by the thread as a call returns, and by the watchdog as it hands off
+        self._switch = threading.Lock()
+        self._handed_off = False
+
+    def stuck_call(self) -> Executor | None:
+        """The executor whose call has run since the previous look (the watchdog's thread,
+        which looks every ``topology.worker.handoff.secs``) without progress, if this thread
+        has others to hand off; else None."""
+        current = self._current
+        look = (current, self._calls, 0 if current is None else current.progress())
+        previous, self._last_look = self._last_look, look
+        if look[0] is None or look != previous or len(self.executors) < 2 or self._handed_off:
+            return None
+        return look[0]
+
+    def hand_off(self, stuck: Executor) -> list[Executor] | None:
+        """Keep only ``stuck`` (its call still running) and return the other executors, for a
+        new runner; None if the call returned meanwhile (nothing changes). The other executors'
+        queues get no consumer until their new runner starts."""
+        with self._switch:
+            if self._current is not stuck or self._handed_off:
+                return None
+            self._handed_off = True
+            others = [e for e in self.executors if e is not stuck]
+            self.executors = [stuck]
+        for executor in others:
+            executor.queue.consumer = None  # producers take the queue's lock until then
+        return others
+
+    def request_stop(self) -> None:
+        super().request_stop()
+        self._bell.ring()
+
+    def _loop(self, executors: list[Executor]) -> None:
+        bell, io = self._bell, self._io
+        while not self._stopping:
+            did = io.exchange()
+            for executor in executors:
+                self._current = executor
+                self._calls += 1
+                if executor.run_once(0):
+                    did = True
+                with self._switch:
+                    self._current = None
+                    if self._handed_off:
+                        break
+            if self._handed_off:
+                self._run_alone(executor)
+                return
+            io.end_round()
+            if did:
+                continue
+            bell.arm()
+            # an executor whose output waits for room takes no input (backpressure): its queue
+            # must not keep the thread spinning; its idle_poll_secs brings it back soon
+            if not (io.idle() and all(e.queue.is_empty() or e.transfer.overflow for e in executors)) or self._stopping:
+                bell.disarm()
+                continue
+            polls = [p for e in executors if (p := e.idle_poll_secs) is not None]
+            if (io_poll := io.idle_poll_secs) is not None:
+                polls.append(io_poll)
+            io.wait(bell, min(polls) if polls else _POLL_SECS)
+
+    def _run_alone(self, executor: Executor) -> None:
+        """After a hand-off: run the executor whose call was stuck, alone, as a blocking
+        component's thread would (its round's acks are its own to send)."""
+        self._current = executor
+        while not self._stopping and not executor.stopping:
+            if not executor.run_once(_POLL_SECS) and executor.transfer.pending:
+                time.sleep(executor.idle_poll_secs or _POLL_SECS)  # no input until the output is handed on
+            if executor.acks.round_waiting:
+                executor.flush_round_acks()

@@ -1,0 +1,113 @@
+"""The wire format of tuples between workers: typed batches, encoded and decoded in one call.
+
+A payload is a list of groups, in the order they were made, encoded as msgpack by msgspec
+(``array_like`` Structs, so no field names travel) and decoded against these schemas in C:
+a payload that does not fit (truncated, a wrong type anywhere, an unknown group tag) is
+rejected whole with :class:`~squall.runtime.messaging.schema.MalformedMessage`. Three kinds of group:
+
+* :class:`TupleGroup`: consecutive tuples of one source task on one stream, column by
+  column: the target task, the values and (for tracked tuples) the tree ids of each. A
+  tuple's values are a list of plain values (None, bool, int within 64 bits, float, str),
+  checked at emit; any other value list was packed at emit by the topology's
+  :class:`~squall.runtime.serialization.Serializer` and travels as bytes, decoded by the receiver one
+  tuple at a time (so a value it cannot rebuild is blamed on its own tuple);
+* :class:`AckBatch`: an executor's inits and acks for one acker task since its last flush
+  (what a local acker gets as one ``__ack_batch`` tuple);
+* :class:`CompletedBatch`: an acker's completed trees for one spout task (a local spout
+  gets them as one ``__ack_acked`` tuple).
+
+Nothing here is pickled: a peer's payload can only ever decode to these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any, Union
+
+import msgspec
+
+from squall.api.errors import SerializationError
+from squall.runtime.messaging.schema import MalformedMessage
+from squall.runtime.serialization import Serializer
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+U64 = NonNegative  # msgpack ints stop at 2**64 - 1
+#: what a tuple's values may hold without being packed at emit
+Plain = Union[None, bool, int, float, str]
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
+_MIN_INT, _MAX_INT = -(1 << 63), (1 << 64) - 1
+
+
+class TupleGroup(msgspec.Struct, array_like=True, forbid_unknown_fields=True, tag=0):
+    """Tuples of ``source_task`` on ``stream``, in emit order; ``tree_ids`` is None when none
+    of them is tracked."""
+
+    source_task: NonNegative
+    stream: str
+    tasks: list[NonNegative]
+    values: list[Union[list[Plain], bytes]]
+    tree_ids: Union[list[dict[U64, U64]], None]
+
+
+class AckBatch(msgspec.Struct, array_like=True, forbid_unknown_fields=True, tag=1):
+    """Inits and acks from ``source_task``'s executor for acker task ``acker_task``:
+    ``roots[i]`` gets ``vals[i]`` XOR-ed in; ``spout_tasks[i]`` is the spout task of an init,
+    -1 for an ack."""
+
+    source_task: NonNegative
+    acker_task: NonNegative
+    roots: list[U64]
+    vals: list[U64]
+    spout_tasks: list[Annotated[int, msgspec.Meta(ge=-1)]]
+
+
+class CompletedBatch(msgspec.Struct, array_like=True, forbid_unknown_fields=True, tag=2):
+    """Trees of ``spout_task`` that acker task ``source_task`` saw complete."""
+
+    source_task: NonNegative
+    spout_task: NonNegative
+    roots: list[U64]
+
+
+Group = Union[TupleGroup, AckBatch, CompletedBatch]
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[Group])
+
+
+def encode(groups: list[Any]) -> bytes:
+    """One payload of ``groups`` (made by this module's users, of these types), in one call."""
+    return _encoder.encode(groups)
+
+
+def decode(payload: bytes) -> list[Group]:
+    """The groups of ``payload``; :class:`MalformedMessage` saying what does not fit."""
+    try:
+        return _decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise MalformedMessage(f"{e} ({len(payload)} bytes)") from None
+
+
+def target_tasks(groups: list[Group]) -> Iterator[int]:
+    """The tasks ``groups`` are for."""
+    for group in groups:
+        if group.__class__ is TupleGroup:
+            yield from group.tasks
+        else:
+            yield group.acker_task if group.__class__ is AckBatch else group.spout_task
+
+
+def wire_values(values: list[Any], serializer: Serializer) -> list[Any] | bytes:
+    """``values`` as a :class:`TupleGroup` carries them: the list itself when every value is
+    plain, else packed now by ``serializer`` (raising
+    :class:`~squall.api.errors.SerializationError` for a value that cannot be, so that the emit
+    fails)."""
+    for value in values:
+        cls = value.__class__
+        if cls not in _PLAIN_TYPES or (cls is int and not _MIN_INT <= value <= _MAX_INT):
+            return serializer.dumps(values)
+        if cls is str and not value.isascii():
+            try:  # a lone surrogate would fail the encoding of the whole payload, later
+                value.encode()
+            except UnicodeEncodeError as e:
+                raise SerializationError(f"string {value!r:.40} cannot be encoded as UTF-8: {e.reason}") from None
+    return values

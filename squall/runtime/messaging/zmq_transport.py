@@ -1,0 +1,266 @@
+"""The transport between worker processes: ZeroMQ over TCP.
+
+A worker listens on its host's address: 127.0.0.1 for worker processes of this machine,
+the executor's address inside a Spark task. Each worker binds
+
+* a PULL socket on its worker port (from ``supervisor.slots.ports``, or an ephemeral port
+  when that one is taken or the list is empty) on which its receive thread takes payloads;
+* a PUB socket on an ephemeral port on which it publishes which of its tasks are
+  backpressured (their incoming queues are full).
+
+and connects a PUSH socket to every other worker's port (used by its transfer thread only)
+and a SUB socket to every other worker's PUB (read by its control thread only). Every one
+of them is secured by the worker's :class:`~squall.runtime.messaging.security.LinkSecurity`: only the
+topology's own workers get through (another topology's traffic on a re-used port included),
+and a backpressure message that does not fit its schema is logged and dropped. Nothing is
+sent to a worker before its first backpressure state arrives (workers republish theirs
+every 0.1 s), so a worker that starts or restarts is not flooded. ZeroMQ
+reconnects by itself when a peer restarts on the same port and queues what is sent
+meanwhile (up to its high-water mark); a peer that comes back on another port is
+reconnected when the master announces the new address.
+
+A payload travels as two frames: a header naming the sending worker and its incarnation,
+then the batch. What a dead run of a worker left unread is dropped once its new run is heard
+from (see :mod:`squall.runtime.messaging.incarnation`).
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import struct
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from squall.runtime.messaging import schema
+from squall.runtime.messaging.incarnation import Incarnations
+from squall.runtime.messaging.security import LinkSecurity
+from squall.runtime.messaging.transport import FullTasksFn, Transport
+from squall.utils.batch_queue import Bell
+
+log = logging.getLogger("squall.transport")
+
+LOOPBACK = "127.0.0.1"
+# How often a worker republishes its backpressure state even when it did not change (a
+# subscriber that just connected misses earlier messages).
+_REPUBLISH_SECS = 0.1
+# The kernel's buffers of a link, each side: what a peer sends while this worker's thread is
+# busy elsewhere waits there (and in ZeroMQ's high-water marks), unseen by backpressure, so
+# they are kept small (the kernel's default on loopback grows to megabytes).
+_SOCKET_BUFFER_BYTES = 64 * 1024
+# A payload's first frame: the sending worker's index and incarnation.
+PAYLOAD_HEADER = struct.Struct("<IQ")
+
+
+def endpoint(host: str, port: int) -> str:
+    return f"tcp://{host}:{port}"
+
+
+class ZmqTransport(Transport):
+    def __init__(self, context: zmq.Context, index: int, security: LinkSecurity, host: str = LOOPBACK,
+                 buffered_payloads: int = 8, incarnation: int = 0) -> None:
+        self._context = context
+        self._index = index
+        self._header = PAYLOAD_HEADER.pack(index, incarnation)
+        self._incarnations = Incarnations(index)
+        self._security = security
+        self.host = host
+        # payloads ZeroMQ holds per link on each side (topology.receiver.buffer.size): past
+        # that, a sender keeps a backlog and sends the peer nothing new (see full_tasks)
+        self._hwm = buffered_payloads
+        self._pull = context.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.RCVHWM, buffered_payloads)
+        self._pull.setsockopt(zmq.RCVBUF, _SOCKET_BUFFER_BYTES)
+        security.server(self._pull, "worker port")
+        self._pub = context.socket(zmq.PUB)
+        security.server(self._pub, "backpressure port")
+        self._sub = context.socket(zmq.SUB)
+        security.client(self._sub)
+        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self._pull_poller = zmq.Poller()
+        self._pull_poller.register(self._pull, zmq.POLLIN)
+        self.port = 0
+        self.bp_port = 0
+        # peers: worker index -> (host, port, backpressure port); written by the control thread
+        self._peers: dict[int, tuple[str, int, int]] = {}
+        self._peers_version = 0
+        self._peers_lock = threading.Lock()
+        self._push: dict[int, tuple[zmq.Socket, str]] = {}  # transfer thread only: socket, endpoint
+        self._push_version = -1
+        self._backlog: dict[int, collections.deque[bytes]] = {}  # transfer thread only
+        self._sub_endpoints: dict[int, str] = {}  # control thread only
+        self._peer_backpressure: dict[int, frozenset[int]] = {}
+        self._published: frozenset[int] = frozenset()
+        self._published_at = 0.0
+
+    # -- set-up (worker process main thread / control thread) -------------------------
+
+    def bind(self, preferred_port: int | None) -> tuple[int, int]:
+        """Bind the worker port (``preferred_port``, or an ephemeral one if it is taken or
+        None) and the backpressure port; return both."""
+        self.port = 0
+        if preferred_port:
+            try:
+                self._pull.bind(endpoint(self.host, preferred_port))
+                self.port = preferred_port
+            except zmq.ZMQError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+        if not self.port:
+            self.port = self._pull.bind_to_random_port(f"tcp://{self.host}")
+        self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
+        return self.port, self.bp_port
+
+    def register(self, worker: int, full_tasks: FullTasksFn, bell: Bell) -> None:
+        # peers announce their full queues (see publish_backpressure); the reading thread
+        # waits for the worker port and its bell at once
+        self._wait_poller = zmq.Poller()
+        self._wait_poller.register(self._pull, zmq.POLLIN)
+        self._wait_poller.register(bell.fileno(), zmq.POLLIN)
+
+    def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
+        """The other workers' addresses (control thread). A peer whose address changed is
+        reconnected, and its backpressure state forgotten (it restarted)."""
+        with self._peers_lock:
+            changed = {i for i, addr in peers.items() if self._peers.get(i) != addr}
+            self._peers = {i: tuple(addr) for i, addr in peers.items() if i != self._index}
+            self._peers_version += 1
+        for i in changed:
+            self._peer_backpressure.pop(i, None)
+            old = self._sub_endpoints.pop(i, None)
+            if old is not None:
+                self._sub.disconnect(old)
+        for i, (host, _, bp_port) in self._peers.items():
+            if i not in self._sub_endpoints:
+                self._sub_endpoints[i] = endpoint(host, bp_port)
+                self._sub.connect(self._sub_endpoints[i])
+
+    # -- data path ----------------------------------------------------------------------
+
+    def _sync_push_sockets(self) -> None:
+        with self._peers_lock:
+            if self._push_version == self._peers_version:
+                return
+            peers, self._push_version = dict(self._peers), self._peers_version
+        for i, (host, port, _) in peers.items():
+            address = endpoint(host, port)
+            current = self._push.get(i)
+            if current is not None and current[1] == address:
+                continue
+            if current is not None:
+                current[0].close(linger=0)
+            sock = self._context.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, self._hwm)
+            sock.setsockopt(zmq.SNDBUF, _SOCKET_BUFFER_BYTES)
+            self._security.client(sock)
+            sock.connect(address)
+            self._push[i] = (sock, address)
+
+    def send(self, dest_worker: int, payload: bytes) -> None:
+        """Send from the transfer thread, without waiting: what ZeroMQ cannot take now (the
+        peer is down, or far behind) waits in that peer's backlog, so other peers are not held
+        up. Backlogs are bounded by backpressure: a peer that restarts is sent nothing until it
+        announces room."""
+        self._sync_push_sockets()
+        backlog = self._backlog.get(dest_worker)
+        if backlog:
+            backlog.append(payload)
+            self.send_backlog()
+        elif not self._try_send(dest_worker, payload):
+            self._backlog.setdefault(dest_worker, collections.deque()).append(payload)
+
+    def send_backlog(self) -> bool:
+        """Retry the backlogs (transfer thread); True while some remain."""
+        self._sync_push_sockets()
+        pending = False
+        for dest, backlog in self._backlog.items():
+            while backlog and self._try_send(dest, backlog[0]):
+                backlog.popleft()
+            pending = pending or bool(backlog)
+        return pending
+
+    def _try_send(self, dest_worker: int, payload: bytes) -> bool:
+        target = self._push.get(dest_worker)
+        if target is None:
+            return False
+        try:
+            # copied: cheaper than a zero-copy frame for payloads this size; both frames or neither
+            target[0].send_multipart((self._header, payload), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def receive(self, worker: int, timeout: float) -> list[bytes]:
+        # without a timeout, the socket's own flags say whether anything waits (a poll costs
+        # more, and this is called every round of a busy worker)
+        if not (self._pull.getsockopt(zmq.EVENTS) & zmq.POLLIN if timeout == 0
+                else self._pull_poller.poll(timeout * 1000)):
+            return []
+        payloads = []
+        # at most what ZeroMQ buffers: a peer sending as fast as this reads does not keep the
+        # reader here
+        for _ in range(2 * self._hwm):
+            try:
+                frames = self._pull.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if len(frames) != 2 or len(frames[0]) != PAYLOAD_HEADER.size:
+                log.warning("worker %d dropped a malformed payload (%d frames)", self._index, len(frames))
+                continue
+            if self._incarnations.admit(*PAYLOAD_HEADER.unpack(frames[0])):
+                payloads.append(frames[1])
+        return payloads
+
+    def wait(self, worker: int, bell: Bell, timeout: float) -> None:
+        self._wait_poller.poll(timeout * 1000)
+        bell.disarm()
+
+    def full_tasks(self, dest_worker: int) -> frozenset[int] | None:
+        if self._backlog.get(dest_worker):
+            return None  # it has not taken what was sent yet
+        return self._peer_backpressure.get(dest_worker)  # None: not heard from it yet
+
+    # -- backpressure (control thread) ------------------------------------------------------
+
+    @property
+    def published_backpressure(self) -> frozenset[int]:
+        """The tasks last announced as backpressured."""
+        return self._published
+
+    def publish_backpressure(self, full_tasks: frozenset[int]) -> None:
+        if not self._peers:
+            return  # a single worker: nobody to tell
+        now = time.monotonic()
+        if full_tasks != self._published or now - self._published_at >= _REPUBLISH_SECS:
+            self._pub.send(schema.encode(schema.Backpressure(self._index, sorted(full_tasks))))
+            self._published, self._published_at = full_tasks, now
+
+    def read_backpressure(self) -> None:
+        while True:
+            try:
+                data = self._sub.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                state = schema.decode(data, schema.Backpressure)
+            except schema.MalformedMessage as e:
+                log.warning("worker %d dropped a malformed backpressure message: %s", self._index, e)
+                continue
+            if state.worker in self._peers:
+                self._peer_backpressure[state.worker] = frozenset(state.full)
+
+    @property
+    def sub_socket(self) -> Any:
+        return self._sub
+
+    def close(self) -> None:
+        """Close every socket; the worker's threads must have stopped."""
+        for sock, _ in self._push.values():
+            sock.close(linger=0)
+        for sock in (self._pull, self._pub, self._sub):
+            sock.close(linger=0)

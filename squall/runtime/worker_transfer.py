@@ -1,0 +1,87 @@
+"""A worker's transfer path (Storm's ``WorkerTransfer``): batches bound for other workers.
+
+Executors hand groups of :mod:`squall.runtime.messaging.tuple_batch` (tuples by source task and
+stream, column by column, their values checked or packed at emit; ack and completion
+batches) to :meth:`WorkerTransfer.transfer`. They wait in the bounded transfer queue
+(``topology.transfer.buffer.size``) until :meth:`WorkerTransfer.send_queued` encodes each
+destination's groups, in one call, and gives the payload to the transport. Whoever consumes the queue calls ``send_queued``: the worker's cooperative thread
+between rounds, or a transfer thread of its own when the worker has none.
+
+Backpressure: nothing is queued for a peer task whose queue the peer announced full, nor
+for a peer not heard from yet (no burst into a starting worker).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from squall.runtime.messaging import tuple_batch
+from squall.runtime.messaging.transport import Transport
+from squall.utils.batch_queue import BatchQueue, Bell
+
+log = logging.getLogger("squall.worker")
+
+# How long a blocked hand-off, or an idle transfer thread, waits before it looks again.
+_POLL_SECS = 0.1
+# How soon a backlog (a peer that could not take more) is retried.
+BACKLOG_RETRY_SECS = 0.001
+
+
+class WorkerTransfer:
+    """The transfer queue and what sends it; ``bell`` wakes the queue's consumer."""
+
+    def __init__(self, index: int, conf: dict[str, Any], transport: Transport, bell: Bell | None = None) -> None:
+        self.index = index
+        self.transport = transport
+        self.queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer", bell)
+        #: whether a peer could not take everything sent to it yet (retry soon)
+        self.backlog = False
+
+    def transfer(self, dest_worker: int, groups: list[Any], count: int, block: bool,
+                 stopping: Callable[[], bool]) -> bool:
+        """Queue groups for another worker (an executor's send path; see
+        :data:`squall.runtime.executor.worker_context.TransferFn`)."""
+        if not block:
+            if not (self.queue.has_room() and self._peer_has_room(dest_worker, groups)):
+                return False
+            self.queue.force_put((dest_worker, groups), count)
+            return True
+        while not self._peer_has_room(dest_worker, groups):
+            if stopping():
+                return True
+            time.sleep(0.001)  # the transport has no "room" event to wait on
+        while not self.queue.put((dest_worker, groups), count, _POLL_SECS):
+            if stopping():
+                return True
+        return True
+
+    def _peer_has_room(self, dest_worker: int, groups: list[Any]) -> bool:
+        full = self.transport.full_tasks(dest_worker)
+        return full is not None and (not full or full.isdisjoint(tuple_batch.target_tasks(groups)))
+
+    def send_queued(self, timeout: float = 0) -> bool:
+        """Pack and send what is queued, waiting up to ``timeout`` for something (the
+        consumer's thread); True if anything was sent or retried."""
+        items = self.queue.take_all(timeout)
+        if self.backlog:
+            self.backlog = self.transport.send_backlog()
+        by_dest: dict[int, list[Any]] = {}
+        for dest, groups in items:
+            by_dest.setdefault(dest, []).extend(groups)
+        for dest, groups in by_dest.items():
+            try:
+                self.transport.send(dest, tuple_batch.encode(groups))
+            except Exception:  # a transport fault must not kill the worker's sender
+                log.exception("worker %s could not send %d groups to worker %s", self.index, len(groups), dest)
+        if by_dest:
+            self.backlog = self.transport.send_backlog()
+        return bool(items)
+
+    def run(self, stopping: Callable[[], bool]) -> None:
+        """The transfer thread's loop, for a worker without a cooperative thread."""
+        while not stopping():
+            # with a backlog (a peer that cannot take more yet), come back soon to retry it
+            self.send_queued(BACKLOG_RETRY_SECS if self.backlog else _POLL_SECS)
