@@ -44,7 +44,7 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wordcount  # noqa: E402 - benchmarks/ is not a package
 from squall.ops.command.overrides import parse_overrides  # noqa: E402
-from squall.api.grouping import FieldsGrouper  # noqa: E402
+from squall.runtime.grouping import FieldsGrouper  # noqa: E402
 from squall.api.tuple import Fields  # noqa: E402
 from wordcount import make_sentences, plain_loop, timed_run  # noqa: E402
 

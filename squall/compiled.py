@@ -39,7 +39,7 @@ DATA_PATH_MODULES: tuple[str, ...] = (
     "squall.api.tuple",
     "squall.utils.batch_queue",
     "squall.utils.rotating_map",
-    "squall.api.grouping",
+    "squall.runtime.grouping",
     "squall.runtime.acker",
     "squall.runtime.ack_ledger",
     "squall.runtime.acker_executor",

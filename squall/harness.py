@@ -37,7 +37,8 @@ from typing import Any, NamedTuple
 
 from squall.api.bolt import BasicBolt, Bolt
 from squall.api.checkpoint_spout import COMMIT, PREPARE, ROLLBACK
-from squall.api.config import checked_config
+from squall.api.config import Config, checked_config
+from squall.api.component import OutputFieldsDeclarer
 from squall.api.context import TopologyContext
 from squall.api.errors import FailedException, invalid_emit
 from squall.api.spout import Spout
@@ -68,7 +69,11 @@ class _Sources(Spout):
     """Declares the streams a bolt under test subscribes to; never runs."""
 
     def __init__(self, streams: Mapping[str, list[str]]) -> None:
-        self.outputs = dict(streams)
+        self._streams = dict(streams)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        for stream, fields in self._streams.items():
+            declarer.declare_stream(stream, fields)
 
     def next_tuple(self) -> None:
         pass
@@ -85,7 +90,7 @@ class _Harness:
         name = name or f"harness-{uuid.uuid4().hex[:12]}"
         topology = builder.create_topology()
         spec: ComponentSpec = topology.components[component_id]
-        merged = checked_config(name, {"topology.workers": 1, **(conf or {})},
+        merged = checked_config(name, {Config.TOPOLOGY_WORKERS: 1, **(conf or {})},
                                 {c.id: c.conf for c in topology.components.values()})
         self.topology: StormTopology = topology
         self.component_id = component_id
@@ -257,16 +262,17 @@ class BoltHarness(_Harness):
         super().__init__(component_id, builder, conf, name)
         self.sources = {(component, stream): StreamSource(component, stream, Fields(fields))
                         for component, declared in streams.items() for stream, fields in declared.items()}
+        runs: Any = windowed_executor(bolt) if isinstance(bolt, BaseWindowedBolt) else bolt
         #: what runs: the bolt, or the bolt the builder wraps a windowed bolt in
-        self.bolt: Any = windowed_executor(bolt) if isinstance(bolt, BaseWindowedBolt) else bolt
+        self.bolt = runs
         self._collector = _BoltCollector(self)
-        self._basic = _BasicCollector(self._collector) if isinstance(self.bolt, BasicBolt) else None
+        self._basic = _BasicCollector(self._collector) if isinstance(runs, BasicBolt) else None
         self._edge_ids = itertools.count(1)
         if self._basic is not None:
-            self.bolt.prepare(dict(self.conf), self.context())
+            runs.prepare(dict(self.conf), self.context())
         else:
-            self.bolt.prepare(dict(self.conf), self.context(), self._collector)
-        self._init_state(self.bolt)
+            runs.prepare(dict(self.conf), self.context(), self._collector)
+        self._init_state(runs)
 
     def make_tuple(self, values: Iterable[Any], source: str | None = None, stream: str = "default",
                    source_task: int = 0, tracked: bool = True) -> Tuple:

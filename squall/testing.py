@@ -47,7 +47,6 @@ from squall.api.tuple import Fields
 from squall.cluster.local_cluster import LocalCluster
 from squall.harness import BoltHarness, Emit, SpoutHarness
 from squall.runtime.assignment import assign
-from squall.runtime.cluster_state import TopologyState, Tracker
 from squall.runtime.serialization import Serializer
 from squall.utils.time import advance_time, simulated_time
 
@@ -177,20 +176,14 @@ def complete_topology(
         with lock:
             results[component].setdefault(stream, []).append(list(values))
 
-    tracker = Tracker()
     name = f"complete-topology-{uuid.uuid4().hex[:8]}"
     with LocalCluster() as cluster:
-        cluster._submit(name, conf, StormTopology(types.MappingProxyType(components)), TopologyState(tracker, capture))
-        spouts = [e for w in cluster._get(name).workers for e in w.executors if e.kind == "spout"]
-        deadline = time.monotonic() + timeout_secs
-        while not (all(e.exhausted for e in spouts) and tracker.in_flight == 0):
-            if time.monotonic() > deadline:
-                busy = sorted({e.component for e in spouts if not e.exhausted})
-                raise TimeoutError(
-                    f"complete_topology: not done after {timeout_secs}s (spouts not exhausted: {busy}; "
-                    f"tuples in flight: {tracker.in_flight})"
-                )
-            time.sleep(0.002)
+        cluster.submit_topology(name, conf, StormTopology(types.MappingProxyType(components)), tracked=True,
+                                capture=capture)
+        try:
+            cluster.wait_idle(name, timeout_secs)
+        except TimeoutError as e:
+            raise TimeoutError(f"complete_topology: {e}") from None
     return results
 
 

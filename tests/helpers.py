@@ -142,12 +142,27 @@ def where(context) -> dict:
 
 
 def stays(condition, secs=0.3, what="condition") -> None:
-    """Assert ``condition()`` holds during the whole of ``secs`` (for 'nothing more happens')."""
+    """Assert ``condition()`` holds during the whole of ``secs``: 'nothing more happens' where no
+    event can mark it (worker processes, an inactive or throttled spout). In-process, prefer a
+    tracked topology and ``cluster.wait_idle``, or a barrier."""
     deadline = time.monotonic() + secs
     while time.monotonic() < deadline:
         assert condition(), f"{what} stopped holding"
         time.sleep(0.01)
     assert condition(), f"{what} stopped holding"
+
+
+def settled(read, what: str, interval: float = 0.2, timeout: float = 5.0) -> int:
+    """``read()`` once two readings ``interval`` seconds apart agree: for figures of another
+    process (they come with its heartbeats), where no event says they stopped changing."""
+    readings: list[int] = []
+
+    def agree() -> bool:
+        readings.append(read())
+        return len(readings) > 1 and readings[-1] == readings[-2]
+
+    wait_until(agree, timeout=timeout, interval=interval, message=f"{what} settled")
+    return readings[-1]
 
 
 def wait_for(feeder: FeederSpout, msg_id, outcome: str = "acked", timeout: float = WAIT) -> None:

@@ -61,6 +61,7 @@ GROUPINGS = ("shuffle", "local_or_shuffle", "fields:group", "fields:path", "all"
 # the join tuples of a group all meet on a task: the grouping sends them to one task, or each to every task
 JOIN_GROUPINGS = ("fields:group", "all", "global")
 SETTLE_SECS = 20.0  # below the message timeout (30 s): a tree still pending then was lost
+QUIET_SECS = 0.2  # how long worker processes are watched for anything more once done
 
 
 # -- the plan and the reference model ---------------------------------------------------------
@@ -329,6 +330,9 @@ class PlanSpout(Spout):
     def close(self) -> None:
         os.close(self.fd)
 
+    def is_exhausted(self) -> bool:
+        return not self.todo
+
 
 class PlanBolt(Bolt):
     """Logs every input (group, path, the trees it should be in, how many it is in), then does
@@ -469,7 +473,7 @@ def errors(cluster: LocalCluster, name: str) -> dict[str, list[str]]:
     return {cid: [e["error"] for e in c["errors"]] for cid, c in components.items() if c["errors"]}
 
 
-def check(cluster: LocalCluster, case: Case, directory: str, conf: dict[str, Any], quiet_secs: float,
+def check(cluster: LocalCluster, case: Case, directory: str, conf: dict[str, Any],
           settle_secs: float = SETTLE_SECS) -> None:
     """Run ``case`` on ``cluster`` until every tree settled and every tuple was executed (fail
     after ``settle_secs``), then compare with the reference."""
@@ -488,7 +492,8 @@ def check(cluster: LocalCluster, case: Case, directory: str, conf: dict[str, Any
         outcomes, executions = progress()
         return outcomes >= case.trees and executions >= total
 
-    cluster.submit_topology(name, conf, build(case, expected.arrivals, log))
+    tracked = cluster.in_process  # worker processes cannot be tracked from here
+    cluster.submit_topology(name, conf, build(case, expected.arrivals, log), tracked=tracked)
     try:
         try:
             wait_until(done, timeout=settle_secs, interval=0.01)
@@ -497,7 +502,12 @@ def check(cluster: LocalCluster, case: Case, directory: str, conf: dict[str, Any
             pytest.fail(f"not done after {settle_secs}s: outcomes {o.outcomes}; executions missing "
                         f"{sorted((expected.executions - o.executions).items())}; errors {errors(cluster, name)}")
         # and nothing more comes (a second ack or fail of a tree would follow at once)
-        stays(lambda: progress() == (case.trees, total), quiet_secs, "no further ack, fail or execution")
+        if tracked:
+            cluster.wait_idle(name, settle_secs)  # nothing queued or being processed: nothing can come
+            assert progress() == (case.trees, total), "a further ack, fail or execution"
+        else:
+            # in worker processes nothing here sees the queues: only watching shows that nothing comes
+            stays(lambda: progress() == (case.trees, total), QUIET_SECS, "no further ack, fail or execution")
         assert errors(cluster, name) == {}
     finally:
         cluster.kill_topology(name, wait_secs=0)
@@ -542,7 +552,7 @@ def test_in_process_trees_settle_as_the_reference_says(in_process_cluster: Local
                                                        case: Case) -> None:
     conf = Config().set_num_workers(case.workers).set_num_ackers(case.ackers)
     conf.update(case.tuning)
-    check(in_process_cluster, case, directory, conf, quiet_secs=0.05)
+    check(in_process_cluster, case, directory, conf)
 
 
 @pytest.mark.processes
@@ -555,4 +565,4 @@ def test_worker_processes_trees_settle_as_the_reference_says(process_cluster: Lo
     conf = Config().set_num_workers(case.workers).set_num_ackers(case.ackers)
     # ephemeral worker ports: concurrent test sessions never share one
     conf.update({"supervisor.slots.ports": [], **case.tuning})
-    check(process_cluster, case, directory, conf, quiet_secs=0.2)
+    check(process_cluster, case, directory, conf)

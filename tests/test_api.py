@@ -858,7 +858,7 @@ def test_topology_debug_logs_every_emit(cluster, caplog):
 
     feeder, b = feeder_builder(["word"], spout_id="words")
     conf = Config().set_debug(True)
-    with caplog.at_level(logging.INFO, logger="squall.runtime.executor"):
+    with caplog.at_level(logging.INFO, logger="squall.executor"):
         cluster.submit_topology("debug", conf, b.create_topology())
         feeder.feed(["hello"], msg_id=1)
         wait_until(lambda: any("'hello'" in r.getMessage() for r in caplog.records), timeout=5)

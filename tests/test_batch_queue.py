@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from squall.testing import wait_until
 from squall.utils.batch_queue import BatchQueue
 
 
@@ -30,7 +31,7 @@ def test_a_waiting_consumer_wakes_when_a_batch_arrives():
     got = []
     consumer = threading.Thread(target=lambda: got.append(q.take_all(10)))
     consumer.start()
-    time.sleep(0.02)  # let it wait; the assertion below does not depend on this
+    wait_until(lambda: q._bell.waiting, timeout=5, message="the consumer waiting")
     q.put(["x"], 1)
     consumer.join(5)
     assert got == [[["x"]]]
@@ -44,10 +45,12 @@ def test_put_blocks_while_full_and_resumes_once_the_consumer_is_done_with_what_i
     done = threading.Event()
     producer = threading.Thread(target=lambda: (q.put([3], 1, timeout=5), done.set()))
     producer.start()
-    assert not done.wait(0.05)
+    wait_until(lambda: q._producers_waiting == 1, timeout=5, message="the producer waiting for room")
+    assert not done.is_set()
     assert q.take_all() == [[1, 2]]
-    assert not done.wait(0.05)  # the batch taken is being executed: it still occupies the queue
+    # the batch taken is being executed: it still occupies the queue, and the producer still waits
     assert not q.has_room() and len(q) == 0
+    assert q._producers_waiting == 1 and not done.is_set()
     assert q.take_all(5) == [[3]]  # done with it: room, and the producer's batch arrives
     assert done.wait(5)
     producer.join(5)
@@ -65,9 +68,7 @@ def test_wake_releases_a_waiting_consumer():
     got = []
     consumer = threading.Thread(target=lambda: got.append(q.take_all(10)))
     consumer.start()
-    deadline = time.monotonic() + 5
-    while not q._bell.waiting and time.monotonic() < deadline:
-        time.sleep(0.001)
+    wait_until(lambda: q._bell.waiting, timeout=5, message="the consumer waiting")
     q.wake()
     consumer.join(5)
     assert got == [[]]

@@ -46,7 +46,7 @@ class SlowCount(swc.WordCount):
         self.metrics = {"counted": 0}
 
     def execute(self, tup) -> None:
-        time.sleep(SECS_PER_RECORD)
+        time.sleep(SECS_PER_RECORD)  # the slow store (the component's behaviour), not a wait
         super().execute(tup)
         self.metrics["counted"] += 1
 

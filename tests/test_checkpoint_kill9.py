@@ -237,7 +237,7 @@ class SlowWordCount(swc.WordCount):
         self.metrics = {"counted": 0}  # the test's clock (see Progress), in the workers' heartbeats
 
     def execute(self, tup: Any) -> None:
-        time.sleep(self.secs_per_word)
+        time.sleep(self.secs_per_word)  # the component's slowness (a backlog), not a wait
         super().execute(tup)
         self.metrics["counted"] += 1
 

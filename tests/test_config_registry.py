@@ -4,6 +4,7 @@ the topology's own keys left alone; ``squall plan`` and ``config_table`` show th
 
 from __future__ import annotations
 
+import ast
 import logging
 import pathlib
 import re
@@ -21,10 +22,11 @@ from squall.api.windowing import Count, Duration
 from squall.api.windowing.config import WindowConfig
 
 SQUALL = pathlib.Path(__file__).resolve().parent.parent / "squall"
+REGISTRY_FILES = ("api/defaults.py", "api/config.py")  # where keys are defined, as strings
 
 
 def warnings_of(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "squall.api.config" and r.levelno == logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name == "squall.config" and r.levelno == logging.WARNING]
 
 
 # -- the registry ----------------------------------------------------------------------------------
@@ -58,9 +60,26 @@ def test_every_key_is_read_by_squall():
     """No key is registered that nothing reads: each is named (by its string or its Config
     constant) somewhere in squall/ besides the registry and Config's setters."""
     sources = "\n".join(path.read_text() for path in SQUALL.rglob("*.py")
-                        if path.relative_to(SQUALL).as_posix() not in ("defaults.py", "config.py"))
+                        if path.relative_to(SQUALL).as_posix() not in REGISTRY_FILES)
     unread = [name for name, key in KEYS.items() if name not in sources and f".{key.constant}" not in sources]
     assert unread == []
+
+
+def test_squall_names_every_key_by_its_config_constant():
+    """One spelling per key: outside the registry, squall/ names a registered key only as
+    ``Config.<CONSTANT>``, never as a string (messages and docstrings may quote it)."""
+    spelled = []
+    for path in SQUALL.rglob("*.py"):
+        if path.relative_to(SQUALL).as_posix() in REGISTRY_FILES:
+            continue
+        tree = ast.parse(path.read_text())
+        quoted = {id(n) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for n in ast.walk(node)}
+        quoted |= {id(node.body[0].value) for node in ast.walk(tree)
+                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                   and node.body and isinstance(node.body[0], ast.Expr)}
+        spelled += [f"{path.relative_to(SQUALL)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and node.value in KEYS and id(node) not in quoted]
+    assert spelled == [], "use Config.<CONSTANT> for these keys:\n" + "\n".join(spelled)
 
 
 @pytest.mark.parametrize("name", sorted(STORM_KEYS_NOT_USED))
@@ -117,7 +136,7 @@ def test_a_bad_component_value_names_the_component():
     ("storm.zookeeper.auth.payload", "from storm.zookeeper.auth.file (mode 0600), never from a config"),
 ])
 def test_a_key_that_looks_like_a_setting_but_is_none_is_warned_about(caplog, name, expected):
-    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.config"):
         checked_config("t", {name: 2}, {})
     (message,) = warnings_of(caplog)
     assert expected in message
@@ -125,7 +144,7 @@ def test_a_key_that_looks_like_a_setting_but_is_none_is_warned_about(caplog, nam
 
 def test_the_topologys_own_keys_and_registered_ones_are_not_warned_about(caplog):
     window = WindowConfig(length=Duration(5), sliding=Count(2), timestamp_field="ts").to_conf()
-    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.config"):
         checked_config("t", {"my.app.rate": 3, "my.workers": 2, "kafka.topic": "x", "topology.workers": 2},
                        {"windowed": window, "count": {"topology.tick.tuple.freq.secs": 1, "db.url": "x"}})
     assert warnings_of(caplog) == []
@@ -135,7 +154,7 @@ def test_submit_warns_about_the_topologys_and_a_components_unknown_keys(cluster,
     feeder, builder = feeder_builder(["word"])
     builder.set_bolt("sink", BasicSink()).shuffle_grouping("spout").add_configuration(
         "topology.tick.tuple.freq.sec", 5)
-    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.config"):
         cluster.submit_topology("typos", {"topology.max.spout.pendng": 10, "app.mode": "fast"},
                                 builder.create_topology())
     assert warnings_of(caplog) == [
@@ -154,7 +173,7 @@ def test_submit_warns_about_the_topologys_and_a_components_unknown_keys(cluster,
 def test_topology_debug_off_logs_no_emit(cluster, caplog):
     """topology.debug on logs every emit (tests/test_api.py); off, none is logged."""
     feeder, builder = feeder_builder(["word"], spout_id="words")
-    with caplog.at_level(logging.DEBUG, logger="squall.runtime.executor"):
+    with caplog.at_level(logging.DEBUG, logger="squall.executor"):
         cluster.submit_topology("quiet", Config().set_debug(False), builder.create_topology())
         feeder.feed(["hello"], msg_id=1)
         wait_until(lambda: feeder.acked == [1], timeout=5)  # emitted (and its tree completed) by then
@@ -196,7 +215,7 @@ config = {"topology.workers": 2, "app.rate": 5}
 def test_squall_plan_shows_every_key_its_value_a_mark_when_changed_and_its_doc(tmp_path, capsys, caplog):
     path = tmp_path / "words.py"
     path.write_text(PLAN_FILE)
-    with caplog.at_level(logging.WARNING, logger="squall.api.config"):
+    with caplog.at_level(logging.WARNING, logger="squall.config"):
         assert main(["plan", str(path), "-c", "topology.debug=true", "-c", "topology.worker=3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = lines[lines.index(CONFIG_HEADER) + 1:]

@@ -156,6 +156,7 @@ def test_a_live_owner_heartbeats_its_lock_and_keeps_it(tmp_path):
         other.next_tuple()
         return out2.emitted == []
 
+    # a heartbeat against a lock timeout, both in wall-clock time (the lock file's age): only time shows it
     stays(both_polled, secs=1.0, what="the lock kept by its live owner")
     assert len(out.emitted) == 1 and other.metrics["locks_taken_over"] == 0
 

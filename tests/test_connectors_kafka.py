@@ -13,7 +13,7 @@ import pytest
 
 from helpers import (
     CLOSED_PORT, KILL_9_CONF, HoldBolt, Recorder, RecordSink, errors_of, held, kill_9_spout_worker_mid_stream,
-    logged, received, record, stays,
+    logged, received, record,
 )
 from kafka_mock import (  # noqa: F401  (fixtures: kafka_cluster, names, offsets)
     PARTITIONS, WAIT, Offsets, consumer as _consumer, kafka_cluster, names, offsets,
@@ -110,13 +110,24 @@ def test_a_failed_tuple_is_replayed_and_its_offset_not_committed_until_acked(clu
         else:
             collector.ack(tup)
     wait_until(lambda: len(held("held")) == 11, timeout=WAIT, message="the failed record redelivered")
-    assert held("held")[-1][1].values[0] == 3
+    redelivered = held("held")[-1]
+    assert redelivered[1].values[0] == 3
     wait_until(lambda: offsets.committed()[0] == 3, timeout=WAIT, message="offsets 0-2 committed")
-    stays(lambda: offsets.committed()[0] == 3, secs=0.5, what="the commit stopping at the un-acked offset 3")
+    # The commit stops at the un-acked offset 3. A barrier through the spout's commits: once the
+    # spout has the nine acks of partition 0, a record of partition 1 goes through and is acked; the
+    # commit carrying it is one request for every partition, made with all of partition 0's acks in.
+    wait_until(lambda: cluster.get_topology_info("replay")["components"]["spout"]["metrics"]["acked"] == 9,
+               timeout=WAIT, message="the spout has the acks of partition 0")
+    _produce(kafka_cluster, topic, 10, 11, partition=1)
+    wait_until(lambda: len(held("held")) == 12, timeout=WAIT, message="the record of partition 1 held")
     collector, tup = held("held")[-1]
     collector.ack(tup)
+    wait_until(lambda: offsets.committed()[1] == 1, timeout=WAIT, message="partition 1 committed")
+    assert offsets.committed()[0] == 3, "committed past the un-acked offset 3"
+    collector, tup = redelivered
+    collector.ack(tup)
     wait_until(lambda: offsets.committed()[0] == 10, timeout=WAIT, message="every offset committed")
-    assert sorted(logged("held")) == sorted([*range(10), 3])
+    assert sorted(logged("held")) == sorted([*range(11), 3])
 
 
 def test_a_restarted_topology_loses_nothing_and_replays_no_committed_record(cluster, kafka_cluster, names,  # noqa: F811
@@ -180,13 +191,19 @@ def test_first_poll_offset_strategies_on_a_group_with_committed_offsets(cluster,
         builder.set_spout(strategy, _spout(kafka_cluster, topic, group, first_poll_offset_strategy=strategy))
         builder.set_bolt(f"sink-{strategy}", RecordSink(strategy)).shuffle_grouping(strategy)
     cluster.submit_topology("strategies", {}, builder.create_topology())
-    # LATEST reads from the end as of its assignment: produce until it sees something
+    # LATEST reads from the end as of an offset lookup it makes some time after its assignment, which
+    # no client sees: one record more per poll until it got one (any record produced after the lookup)
     n = 10
-    while LATEST not in [k for k in strategies if logged(k) and logged(k)[-1] >= 10]:
+
+    def latest_got_one() -> bool:
+        nonlocal n
+        if logged(LATEST) and logged(LATEST)[-1] >= 10:
+            return True
         _produce(kafka_cluster, topic, n, n + 1, partition=0)
         n += 1
-        time.sleep(0.2)  # one marker record per 0.2 s while the group joins
-        assert n < 10 + WAIT / 0.2, "LATEST saw none of the records produced after it started"
+        return False
+
+    wait_until(latest_got_one, timeout=WAIT, interval=0.2, message="LATEST got a record produced after it started")
     wait_until(lambda: all(logged(k) and logged(k)[-1] == n - 1 for k in strategies), timeout=WAIT,
                message="every spout reached the last record")
     later = list(range(10, n))

@@ -5,7 +5,6 @@ and broker restarts, bad input) and the publishing bolt with publisher confirms.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections import Counter
 
@@ -111,15 +110,16 @@ def test_a_failed_tuple_is_requeued_and_redelivered(cluster, rabbitmq_server, ch
 def test_prefetch_bounds_the_unacked_deliveries(cluster, rabbitmq_server, channel, queue):  # noqa: F811
     _publish(channel, queue, 0, 20)
     cluster.submit_topology("prefetch", {}, spout_to_sink(_spout(rabbitmq_server, queue, prefetch=5), HoldBolt("held")))
+    # The broker's queue hands a consumer every ready message it has room for in the step that
+    # gives it room (its consume, an ack), before it answers a later queue_declare: a count of 15
+    # ready (of 20, none acked) says that exactly 5 were delivered and no more will be without an ack.
+    wait_until(lambda: _ready(channel, queue) == 15, timeout=WAIT, message="5 delivered, the rest still in the queue")
     wait_until(lambda: len(held("held")) == 5, timeout=WAIT, message="prefetch deliveries held")
-    wait_until(lambda: _ready(channel, queue) == 15, timeout=WAIT, message="the rest still in the queue")
-    time.sleep(0.5)  # give a broken prefetch the chance to deliver more
-    assert len(held("held")) == 5 and _ready(channel, queue) == 15
     for collector, tup in held("held")[:2]:
         collector.ack(tup)
-    wait_until(lambda: len(held("held")) == 7, timeout=WAIT, message="two more delivered")
-    time.sleep(0.3)
-    assert len(held("held")) == 7 and _ready(channel, queue) == 13
+    wait_until(lambda: _ready(channel, queue) == 13, timeout=WAIT, message="two acks, two more delivered")
+    wait_until(lambda: len(held("held")) == 7, timeout=WAIT, message="two more held")
+    assert _ready(channel, queue) == 13
 
 
 def test_the_prefetch_defaults_to_max_spout_pending(cluster, rabbitmq_server, channel, queue):  # noqa: F811

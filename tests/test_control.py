@@ -19,10 +19,12 @@ import sys
 import time
 
 import pytest
-from helpers import squall_cli, stays
+from command_line import Run
+from helpers import settled, squall_cli, stays
 
-from squall import control
+from squall.ops import control
 from squall.cluster.registry.local import LocalRegistry
+from squall.runtime.info import to_dict
 from squall.testing import wait_until
 
 pytestmark = pytest.mark.processes
@@ -48,7 +50,7 @@ class Numbers(Spout):
     def next_tuple(self):
         self.n += 1
         self.collector.emit([self.n], msg_id=self.n)
-        time.sleep(0.001)  # a steady trickle is enough here
+        time.sleep(0.001)  # the spout's own pace (the topology under test): a steady trickle
 
 
 class Sink(BasicBolt):
@@ -106,33 +108,6 @@ def topology_file(tmp_path):
     return path
 
 
-class Run:
-    """A ``squall run`` in the background; its stdout and stderr go to files."""
-
-    def __init__(self, tmp_path, args: list[str]) -> None:
-        index = len(list(tmp_path.glob("run-*.err")))
-        self.err_path = tmp_path / f"run-{index}.err"
-        with open(tmp_path / f"run-{index}.out", "w") as out, open(self.err_path, "w") as err:
-            # SIGINT as a terminal gives it, even when these tests run in a background job (which
-            # ignores it, and Python then never turns it into KeyboardInterrupt)
-            self.proc = subprocess.Popen([sys.executable, "-m", "squall", "run", *args], stdout=out, stderr=err,
-                                         cwd=tmp_path, start_new_session=True,
-                                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def wait_running(self) -> None:
-        """Until the topology is submitted (its 'running' line is out)."""
-        wait_until(lambda: "running, workers" in self.stderr() or self.proc.poll() is not None, timeout=30,
-                   message="squall run started")
-        assert self.proc.poll() is None, self.stderr()
-
-
 @pytest.fixture
 def start(tmp_path, home, topology_file):
     """``start(*args)`` starts ``squall run <topology file> *args``; every run still going at
@@ -173,25 +148,11 @@ def list_output(cwd) -> str:
 
 
 def info(name: str = NAME) -> dict:
-    return control.info(LocalRegistry(), name)
+    return to_dict(control.info(LocalRegistry(), name))
 
 
 def spout_emitted() -> int:
     return info()["components"]["numbers"]["emitted"]
-
-
-def settled(read, what: str, interval: float = 0.2, timeout: float = 5.0) -> int:
-    """``read()`` once two readings ``interval`` seconds apart agree."""
-    deadline = time.monotonic() + timeout
-    previous = read()
-    while True:
-        time.sleep(interval)  # the readings must be apart: figures come with heartbeats
-        current = read()
-        if current == previous:
-            return current
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not settled within {timeout}s")
-        previous = current
 
 
 def alive(pid: int) -> bool:
@@ -241,6 +202,7 @@ def test_deactivate_stops_the_spouts_and_activate_resumes_them(start, tmp_path):
     assert info()["status"] == "INACTIVE"
     assert list_rows(tmp_path)[NAME]["status"] == "INACTIVE"
     emitted = settled(spout_emitted, "the spout's emitted count")
+    # the topology runs in the `squall run` process: only its figures show that nothing is emitted
     stays(lambda: spout_emitted() == emitted, secs=1.0, what="no emits while inactive")
 
     proc = squall_cli("activate", NAME, cwd=tmp_path)
@@ -285,6 +247,7 @@ def test_kill_waits_the_message_timeout_with_the_spouts_deactivated(start, tmp_p
         refused = squall_cli("activate", NAME, cwd=tmp_path)
         assert refused.returncode == 2 and "being killed" in refused.stderr, refused.stderr
         emitted = settled(spout_emitted, "the spout's emitted count")
+        # the topology runs in the `squall run` process: only its figures show that nothing is emitted
         stays(lambda: spout_emitted() == emitted, secs=0.3, what="no emits while being killed")
         _, err = killer.communicate(timeout=30)
     finally:

@@ -25,7 +25,7 @@ from helpers import (
     tasks_of, where,
 )
 from squall import BasicBolt, Bolt, Config, CustomStreamGrouping, Fields, GlobalStreamId, Spout, TopologyBuilder
-from squall.api.grouping import FieldsGrouper, stable_key_bytes
+from squall.runtime.grouping import FieldsGrouper, stable_key_bytes
 from squall.testing import complete_topology, wait_until
 
 # ---------------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ class SlowFirstTask(Bolt):
 
     def execute(self, tup) -> None:
         if self.slow:
-            time.sleep(0.002)
+            time.sleep(0.002)  # the slow task under test: its pace is the point
         record("worked", self.task)
         self.collector.ack(tup)
 
@@ -189,7 +189,7 @@ class PacedSpout(Spout):
         for _ in range(min(20, self.n - self.i)):
             self.collector.emit([self.i], msg_id=self.i)
             self.i += 1
-        time.sleep(0.001)
+        time.sleep(0.001)  # the spout's own pace (see the docstring), not a wait
 
     def ack(self, msg_id) -> None:
         record("acked", msg_id)
@@ -294,7 +294,7 @@ _HASH_SCRIPT = textwrap.dedent(
     """
     import json, sys, zlib
     from squall import Bolt, Config, Fields, Spout, TopologyBuilder
-    from squall.api.grouping import FieldsGrouper, stable_key_bytes
+    from squall.runtime.grouping import FieldsGrouper, stable_key_bytes
     from squall.testing import complete_topology, read_tuples
 
     keys = json.loads(sys.argv[1])
@@ -372,7 +372,7 @@ def test_running_topology_uses_the_process_independent_hash():
     script = (
         "import json, sys\n"
         "from squall import Fields\n"
-        "from squall.api.grouping import FieldsGrouper\n"
+        "from squall.runtime.grouping import FieldsGrouper\n"
         "keys, targets = json.loads(sys.argv[1]), json.loads(sys.argv[2])\n"
         "g = FieldsGrouper(targets, Fields('key', 'n'), Fields('key'))\n"
         "print(json.dumps({k: g.choose([k, 0]) for k in keys}))\n"

@@ -29,11 +29,12 @@ from netbed import Bed, SparkBed, bed_unavailable, listeners, require_bed  # noq
 from spark_standalone import spark_unavailable_reason  # noqa: E402
 from squall.api.state import StateProviderError  # noqa: E402
 from squall.testing import RedisServer, wait_until  # noqa: E402
-from test_processes import put_messages, read_lines  # noqa: E402
-from test_spark import WORDLIB  # noqa: E402
-from wordcount_state import counts_of, expected_counts  # noqa: E402
-from test_state_recovery import committed_offset, swc  # noqa: E402 - swc: examples/stateful_wordcount.py
-from test_zookeeper import user_home  # noqa: E402
+from command_line import user_home  # noqa: E402
+from process_topologies import put_messages, read_lines  # noqa: E402
+from spark_helpers import WORDLIB  # noqa: E402
+from wordcount_state import (  # noqa: E402
+    committed_offset, counts_of, expected_counts, swc,  # swc: examples/stateful_wordcount.py
+)
 from zookeeper_server import ZooKeeperServer, write_credentials  # noqa: E402
 
 pytestmark = [pytest.mark.hosts, pytest.mark.spark, pytest.mark.timeout(180)]
@@ -226,7 +227,7 @@ RELIABLE_TOPOLOGY = """
 import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from test_processes import at_least_once_topology
+from process_topologies import at_least_once_topology
 
 topology, config = at_least_once_topology(Path({root!r}), {first!r})
 config = {{**config, "topology.workers": 2, "worker.heartbeat.frequency.secs": 0.5}}

@@ -14,10 +14,11 @@ import msgspec
 import pytest
 import pystorm
 from helpers import CountingSpout, errors_of, feed_and_wait, feeder_builder, tasks_of
+from metered_topology import Metered, metered_topology, run_metered
 from prometheus_client.parser import text_string_to_metric_families
 
 import squall.api.metrics2.metrics as metrics_module
-from squall import Bolt, Config, LocalCluster, TopologyBuilder, TopologySetupError
+from squall import Bolt, Config, LocalCluster, TopologySetupError
 from squall.runtime.messaging import schema
 from squall.api.metrics2 import Counter, Gauge, Histogram, Meter, MetricRegistry, MetricsConsumer, Timer
 from squall.api.metrics2.metrics import WINDOW_SIZE
@@ -32,29 +33,6 @@ CONSUMERS = "topology.metrics.consumer.register"
 BUCKET = "topology.builtin.metrics.bucket.size.secs"
 
 # -- components and consumers -----------------------------------------------------------------------
-
-
-class Metered(Bolt):
-    """Per input: counter "processed" +1, timer "work" times the histogram "values" taking the
-    input's value, meter "marks" +2; gauge "one" is 1 per task."""
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-        self.processed = context.register_counter("processed")
-        self.work = context.register_timer("work")
-        self.values = context.register_histogram("values")
-        self.marks = context.register_meter("marks")
-        context.register_gauge("one", lambda: 1)
-        # registering again (same type) gives the same object
-        assert context.register_counter("processed") is self.processed
-        assert context.get_registered_metric_by_name("work") is self.work
-
-    def execute(self, tup):
-        self.processed.inc()
-        with self.work.time():
-            self.values.update(tup.values[0])
-        self.marks.mark(2)
-        self.collector.ack(tup)
 
 
 class Confused(Bolt):
@@ -116,23 +94,6 @@ def latest(key: str, component: str, name: str) -> dict[int, object]:
         if info.src_component_id == component and point.name == name:
             out[info.src_task_id] = point.value
     return out
-
-
-def metered_topology(feeder_or_spout, metered_par=2, metered_tasks=4):
-    b = TopologyBuilder()
-    b.set_spout("spout", feeder_or_spout)
-    b.set_bolt("metered", Metered(), metered_par).set_num_tasks(metered_tasks).shuffle_grouping("spout")
-    b.set_bolt("single", Metered()).shuffle_grouping("spout")
-    return b.create_topology()
-
-
-def run_metered(cluster, n: int, conf: dict | None = None) -> None:
-    """Submit the metered topology as "t", feed it 1..n and wait until each is acked."""
-    feeder, _ = feeder_builder()
-    cluster.submit_topology("t", conf or Config(), metered_topology(feeder))
-    for v in range(1, n + 1):
-        feeder.feed([v], msg_id=v)
-    wait_until(lambda: len(feeder.acked) == n, message="every tuple acked")
 
 
 def prometheus_samples(text: str) -> dict[str, list]:
@@ -346,7 +307,7 @@ def test_prometheus_text_parses_with_builtin_and_user_metrics(cluster):
 
 
 def test_logging_consumer_logs_every_tasks_data_points(cluster, caplog):
-    caplog.set_level(logging.INFO, logger="squall.api.metrics2.LoggingMetricsConsumer")
+    caplog.set_level(logging.INFO, logger="squall.metrics2.LoggingMetricsConsumer")
     conf = {CONSUMERS: [{"class": "org.apache.storm.metric.LoggingMetricsConsumer", "parallelism.hint": 1}],
             BUCKET: 0.1}
     run_metered(cluster, 10, conf)
@@ -354,7 +315,7 @@ def test_logging_consumer_logs_every_tasks_data_points(cluster, caplog):
 
     def logged(name):
         return [r.getMessage().split("\t") for r in caplog.records
-                if r.name == "squall.api.metrics2.LoggingMetricsConsumer"
+                if r.name == "squall.metrics2.LoggingMetricsConsumer"
                 and r.getMessage().split("\t")[3].strip() == name]
 
     wait_until(lambda: any(line[4] == "10" and line[2].strip() == f"{single}:single"

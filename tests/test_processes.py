@@ -9,8 +9,9 @@ test's ``tmp_path`` (one ``os.write`` per line on an ``O_APPEND`` descriptor, so
 processes killed with ``kill -9`` are whole) or read from ``get_topology_info``, whose
 figures come with the workers' heartbeats (every 0.2 s in these tests).
 
-Components are classes of this module: they are pickled by reference, and the workers
-import this module (the supervisor hands them this process's ``sys.path``).
+Components are classes of this module and of ``process_topologies`` (the word count and the
+at-least-once pipeline, shared with the Spark and host tests): they are pickled by reference,
+and the workers import those modules (the supervisor hands them this process's ``sys.path``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import collections
 import importlib
 import json
 import os
-import random
 import re
 import signal
 import socket
@@ -33,9 +33,12 @@ from collections import Counter
 
 import pytest
 
-from helpers import CountingSpout, free_ports, squall_cli
-
-from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder, TopologySetupError
+from helpers import CountingSpout, free_ports, squall_cli, stays
+from process_topologies import (
+    LineLog, LogBolt, append_line, at_least_once_topology, component, gone, pconf, put_messages, read_file_lines,
+    read_lines, sentences, wordcount,
+)
+from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder, TopologySetupError
 from squall.testing import complete_topology, read_tuples, wait_until
 
 pytestmark = pytest.mark.processes
@@ -44,67 +47,6 @@ WORKER_MODULE = b"squall.cluster.worker_process"
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def pconf(extra: dict | None = None, workers: int = 2) -> Config:
-    """A config for a process-mode test: frequent heartbeats, short timeouts, private ports."""
-    conf = Config()
-    conf.update({
-        "topology.workers": workers,
-        "worker.heartbeat.frequency.secs": 0.2,
-        "topology.message.timeout.secs": 3,
-        "supervisor.worker.timeout.secs": 5,
-        "supervisor.worker.start.timeout.secs": 10,
-        "supervisor.slots.ports": free_ports(workers),
-    })
-    conf.update(extra or {})
-    return conf
-
-
-def append_line(path: str, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-class LineLog:
-    """An append-only file written one whole line per ``os.write`` (safe across processes
-    and across ``kill -9``)."""
-
-    def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def write(self, line: str) -> None:
-        os.write(self.fd, (line + "\n").encode())
-
-
-def read_lines(directory, prefix: str) -> list[str]:
-    """Every line of the files in ``directory`` whose names start with ``prefix``."""
-    lines: list[str] = []
-    for name in sorted(os.listdir(directory)):
-        if name.startswith(prefix):
-            with open(os.path.join(directory, name)) as f:
-                lines.extend(line.rstrip("\n") for line in f if line.endswith("\n"))
-    return lines
-
-
-def read_file_lines(path) -> list[str]:
-    try:
-        with open(path) as f:
-            return [line.rstrip("\n") for line in f if line.endswith("\n")]
-    except FileNotFoundError:
-        return []
-
-
-def gone(pid: int) -> bool:
-    """True when no process (not even a zombie) has ``pid``."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def running_worker(pid: int) -> bool:
@@ -157,10 +99,6 @@ def worker_index(cluster: LocalCluster, name: str, component: str) -> int:
     return found.pop()
 
 
-def component(cluster: LocalCluster, name: str, cid: str) -> dict:
-    return cluster.get_topology_info(name)["components"][cid]
-
-
 @pytest.fixture
 def pcluster():
     SEEN_PIDS.clear()
@@ -185,151 +123,6 @@ def pcluster():
 
 
 # -- components --------------------------------------------------------------------------------------
-
-
-class SentenceSpout(Spout):
-    """Emits its share of ``sentences`` (task index modulo the number of tasks), each with a
-    message id (its index); replays what fails."""
-
-    outputs = ["sentence"]
-
-    def __init__(self, sentences):
-        self.sentences = list(sentences)
-
-    def open(self, conf, context, collector):
-        self.collector = collector
-        tasks = len(context.get_component_tasks(context.get_this_component_id()))
-        index = context.get_this_task_index()
-        self.todo = collections.deque((i, s) for i, s in enumerate(self.sentences) if i % tasks == index)
-        self.pending = {}
-
-    def next_tuple(self):
-        if self.todo:
-            i, sentence = self.todo.popleft()
-            self.pending[i] = sentence
-            self.collector.emit([sentence], msg_id=i)
-
-    def ack(self, msg_id):
-        del self.pending[msg_id]
-
-    def fail(self, msg_id):
-        self.todo.append((msg_id, self.pending.pop(msg_id)))
-
-    def is_exhausted(self):
-        return not self.todo and not self.pending
-
-
-class Split(BasicBolt):
-    outputs = ["word"]
-
-    def execute(self, tup, collector):
-        for word in tup.values[0].split():
-            collector.emit([word])
-
-
-class Count(BasicBolt):
-    """Running counts per word, emitted on every input; with ``out_dir``, writes its final
-    counts (and pid) to ``out_dir/count-<task>.json`` at cleanup."""
-
-    outputs = ["word", "count"]
-
-    def __init__(self, out_dir=None):
-        self.out_dir = out_dir
-
-    def prepare(self, conf, context):
-        self.task = context.get_this_task_id()
-        self.counts = Counter()
-
-    def execute(self, tup, collector):
-        word = tup.values[0]
-        self.counts[word] += 1
-        collector.emit([word, self.counts[word]])
-
-    def cleanup(self):
-        if self.out_dir is not None:
-            path = os.path.join(self.out_dir, f"count-{self.task}.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump({"pid": os.getpid(), "counts": self.counts}, f)
-            os.replace(path + ".tmp", path)
-
-
-class DirSpout(Spout):
-    """A reliable spout whose source survives any worker: the files of ``root/inbox``.
-
-    Emits each file's name with the name as message id; on ack moves the file to
-    ``root/done``; on fail emits it again. On open (a restart included) and whenever it has
-    nothing queued, it scans the inbox for files it has not emitted (or queued) yet. Each
-    open appends this process's pid to ``root/spout-opens.log``."""
-
-    outputs = ["name"]
-
-    def __init__(self, root):
-        self.root = str(root)
-
-    def open(self, conf, context, collector):
-        self.collector = collector
-        self.inbox = os.path.join(self.root, "inbox")
-        self.done = os.path.join(self.root, "done")
-        self.queue = collections.deque()
-        self.queued = set()
-        self.pending = set()
-        self.next_scan = 0.0
-        append_line(os.path.join(self.root, "spout-opens.log"), str(os.getpid()))
-
-    def _enqueue(self, name):
-        if name not in self.queued:
-            self.queue.append(name)
-            self.queued.add(name)
-
-    def next_tuple(self):
-        now = time.monotonic()
-        if not self.queue and now >= self.next_scan:
-            self.next_scan = now + 0.05
-            for name in sorted(os.listdir(self.inbox)):
-                if name not in self.pending:
-                    self._enqueue(name)
-        if self.queue:
-            name = self.queue.popleft()
-            self.queued.discard(name)
-            self.pending.add(name)
-            self.collector.emit([name], msg_id=name)
-
-    def ack(self, name):
-        self.pending.discard(name)
-        try:
-            os.replace(os.path.join(self.inbox, name), os.path.join(self.done, name))
-        except FileNotFoundError:
-            pass  # acked before (a replay of an already acked message)
-
-    def fail(self, name):
-        self.pending.discard(name)
-        self._enqueue(name)
-
-
-class LogBolt(Bolt):
-    """Appends ``"<first value> <pid>"`` to ``root/<prefix>-<task>.log`` for every input,
-    sleeps ``delay`` seconds, re-emits the input anchored to it (``emits`` copies) and acks it."""
-
-    outputs = ["v"]
-
-    def __init__(self, root, prefix, delay=0.0, emits=0):
-        self.root = str(root)
-        self.prefix = prefix
-        self.delay = delay
-        self.emits = emits
-
-    def prepare(self, conf, context, collector):
-        self.collector = collector
-        self.pid = os.getpid()
-        self.log = LineLog(os.path.join(self.root, f"{self.prefix}-{context.get_this_task_id()}.log"))
-
-    def execute(self, tup):
-        if self.delay:
-            time.sleep(self.delay)
-        self.log.write(f"{tup.values[0]} {self.pid}")
-        for _ in range(self.emits):
-            self.collector.emit([tup.values[0]], anchors=[tup])
-        self.collector.ack(tup)
 
 
 class FileCounter:
@@ -682,22 +475,6 @@ class PointBolt(Bolt):
 # -- 1. word count --------------------------------------------------------------------------------
 
 
-WORDS = "the cow jumped over moon an apple a day keeps doctor away four score and seven years ago".split()
-
-
-def sentences(n: int, seed: int = 7) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))) for _ in range(n)]
-
-
-def wordcount(lines: list[str], out_dir=None):
-    builder = TopologyBuilder()
-    builder.set_spout("sentences", SentenceSpout(lines), 2)
-    builder.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
-    builder.set_bolt("count", Count(out_dir), 2).fields_grouping("split", ["word"])
-    return builder.create_topology()
-
-
 def test_wordcount_in_two_worker_processes_counts_like_complete_topology(pcluster, tmp_path):
     lines = sentences(400)
     expected = Counter(word for line in lines for word in line.split())
@@ -729,27 +506,6 @@ def test_wordcount_in_two_worker_processes_counts_like_complete_topology(pcluste
 
 
 # -- 2, 3. at-least-once across kill -9 -------------------------------------------------------------
-
-
-def put_messages(root, names) -> None:
-    for name in names:
-        tmp = os.path.join(root, "tmp", name)
-        with open(tmp, "w") as f:
-            f.write(name)
-        os.replace(tmp, os.path.join(root, "inbox", name))
-
-
-def at_least_once_topology(root, first: list[str]):
-    """The inbox of ``root`` with messages ``first``, read by a DirSpout (a_src) -> b_work ->
-    c_sink (logging what they see under ``root``), and the settings for a kill -9 test."""
-    for d in ("inbox", "done", "tmp"):
-        (root / d).mkdir()
-    put_messages(root, first)
-    builder = TopologyBuilder()
-    builder.set_spout("a_src", DirSpout(root))
-    builder.set_bolt("b_work", LogBolt(root, "work", delay=0.01, emits=1)).shuffle_grouping("a_src")
-    builder.set_bolt("c_sink", LogBolt(root, "sink")).shuffle_grouping("b_work")
-    return builder.create_topology(), {"topology.message.timeout.secs": 2, "topology.max.spout.pending": 20}
 
 
 @pytest.mark.parametrize("victim", ["b_work", "a_src"])
@@ -844,7 +600,7 @@ def test_slow_bolt_in_one_worker_throttles_fast_spout_in_the_other(pcluster, tmp
     rss_start = rss_kb(slow_pid)
     t_end = time.monotonic() + 3
     while time.monotonic() < t_end:
-        time.sleep(0.2)
+        time.sleep(0.2)  # the sampling period of a 3 s measurement, not a wait
         samples.append(figures())
     rss_end = rss_kb(slow_pid)
     backlog = [emitted - executed for emitted, executed in samples]
@@ -925,10 +681,9 @@ def test_deactivate_activate_and_kill_reach_every_worker(pcluster, tmp_path):
     frozen = sum(counts("deactivate"))
     assert all(c > 0 for c in counts("deactivate"))  # both spout tasks had been emitting
     wait_until(lambda: emitted() == frozen, timeout=5, message="the heartbeats' figures at deactivation")
-    deadline = time.monotonic() + 0.6
-    while time.monotonic() < deadline:  # no next_tuple while inactive, in either worker
-        assert emitted() == frozen
-        time.sleep(0.05)
+    # no next_tuple while inactive, in either worker: from here only the workers' heartbeats show
+    # that nothing is emitted, so nothing can mark the end of a wait for it
+    stays(lambda: emitted() == frozen, secs=0.6, what="no emit while inactive")
 
     pcluster.activate("life")
     wait_until(lambda: all(kinds(t)[-1] == "activate" for t in spout_tasks), timeout=5,
@@ -1128,9 +883,10 @@ def test_worker_that_cannot_restart_is_given_up_with_the_cause(pcluster, tmp_pat
     assert after[v]["restarts"] == 3  # the restart after the kill, then 2 more failed starts
     prepares = read_file_lines(tmp_path / "prepares.log")
     assert len(prepares) == 4 and len(set(prepares)) == 4  # the first start, then 3 failed ones
-    time.sleep(1.0)  # not retried forever
-    assert workers(pcluster, "fragile")[v] == after[v]
-    assert len(read_file_lines(tmp_path / "prepares.log")) == 4
+    # not retried forever: a retry would come from the supervisor's loop at any later time, and no
+    # event of its marks that none will
+    stays(lambda: workers(pcluster, "fragile")[v] == after[v] and len(read_file_lines(tmp_path / "prepares.log")) == 4,
+          secs=1.0, what="the worker given up, not started again")
     assert all(gone(int(pid)) for pid in prepares)
     assert after[1 - v]["pid"] == before[1 - v]["pid"] and not gone(after[1 - v]["pid"])
     pcluster.kill_topology("fragile", wait_secs=0)
@@ -1286,9 +1042,10 @@ def test_unserializable_value_fails_the_tuple_and_keeps_the_worker(pcluster, tmp
                message="an error per point")
     for e in component(pcluster, "nopoints", "a_points")["errors"]:
         assert "cannot be serialized" in e["error"] and "Point" in e["error"], e["error"]
-    time.sleep(0.5)
+    # the worker lives on: a crash would show at any later time, and no event marks that none comes
+    stays(lambda: [(w["pid"], w["restarts"]) for w in workers(pcluster, "nopoints")]
+          == [(w["pid"], w["restarts"]) for w in before], secs=0.5, what="every worker as it was")
     after = workers(pcluster, "nopoints")
-    assert [(w["pid"], w["restarts"]) for w in after] == [(w["pid"], w["restarts"]) for w in before]
     assert not gone(after[v]["pid"])
 
 
@@ -1333,12 +1090,12 @@ class Chatty(BasicBolt):
 
 def test_worker_logs_that_stayed_empty_are_removed_and_the_others_kept(pcluster):
     pcluster.submit_topology("quiet", pconf(), wordcount(sentences(50)))
-    quiet = pcluster._get("quiet").runner.log_dir
+    quiet = pcluster.runner("quiet").log_dir
     builder = TopologyBuilder()
     builder.set_spout("numbers", CountingSpout(10))
     builder.set_bolt("chatty", Chatty()).shuffle_grouping("numbers")
     pcluster.submit_topology("chatty", pconf(), builder.create_topology())
-    chatty = pcluster._get("chatty").runner.log_dir
+    chatty = pcluster.runner("chatty").log_dir
     pcluster.kill_topology("quiet", wait_secs=0)
     pcluster.kill_topology("chatty", wait_secs=0)
     assert not os.path.exists(quiet)  # nothing left behind by a run that printed nothing

@@ -15,7 +15,7 @@ from squall.testing import FeederSpout, wait_until
 from squall.ops.ui.server import UiServer
 
 from helpers import logged, record
-from test_processes import Split
+from process_topologies import Split
 from ui_client import AUTH, TOKEN, call
 
 SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away",
@@ -82,7 +82,7 @@ def test_rebalance_to_two_workers_and_back_and_to_four_executors_loses_and_moves
     spout = components()["sentences"]
     assert (spout["acked"], spout["current"]["acked"]) == (900, 300)
     assert "\nsince the last worker restart or rebalance: sentences emitted 300 acked 300 failed 0; " in \
-        format_summary(cluster.get_topology_info("wc"))
+        format_summary(cluster.topology_info("wc"))
     assert spout["streams"]["default"]["emitted"] >= 900
 
     # every message id acked exactly once, none failed, as without a rebalance

@@ -19,7 +19,7 @@ from helpers import (
 from squall import (
     AlreadyAliveError, BasicBolt, Bolt, Config, LocalCluster, NotAliveError, Spout, TopologyBuilder,
 )
-from squall.testing import advance_time, wait_until
+from squall.testing import advance_time, simulated_time, wait_until
 
 
 def emitted_by_task() -> dict:
@@ -47,6 +47,9 @@ class FastSpout(Spout):
         self.collector.emit([(self.task, self.n)])
         self.n += 1
         emitted_by_task()[self.task] = self.n
+
+    def is_exhausted(self):
+        return STOP.is_set()
 
 
 def _thread(key, task):
@@ -258,7 +261,7 @@ class FailPrefixSink(Bolt):
 
 def _queues(cluster, name):
     """(executor component, queue) of every executor of the topology."""
-    return [(e.component, e.queue) for w in cluster._get(name).workers for e in w.executors]
+    return [(e.component, e.queue) for e in cluster.executors(name)]
 
 
 def _small_queues(capacity, batch, conf=None):
@@ -269,13 +272,13 @@ def _small_queues(capacity, batch, conf=None):
 
 
 def _submit_fast_to_slow(cluster, conf):
-    """Submit "bp": a FastSpout -> a Relay -> a SlowSink ("sink"), slowed down (SLOW set)."""
+    """Submit "bp" (tracked): a FastSpout -> a Relay -> a SlowSink ("sink"), slowed down (SLOW set)."""
     b = TopologyBuilder()
     b.set_spout("spout", FastSpout())
     b.set_bolt("relay", Relay()).shuffle_grouping("spout")
     b.set_bolt("sink", SlowSink("sink")).shuffle_grouping("relay")
     SLOW.set()
-    cluster.submit_topology("bp", conf, b.create_topology())
+    cluster.submit_topology("bp", conf, b.create_topology(), tracked=True)
 
 
 # -- backpressure and bounded memory ----------------------------------------------------------------
@@ -310,7 +313,7 @@ def test_slow_bolt_backpressures_a_fast_spout_and_nothing_is_dropped(cluster, wo
         emitted = sum(emitted_by_task().values())
         max_in_flight = max(max_in_flight, emitted - processed)
         samples.append((emitted, processed))
-        time.sleep(0.002)
+        time.sleep(0.002)  # the sampling period of a measurement over 1.2 s, not a wait
     for component, longest in max_len.items():
         assert longest <= queue_bound, (
             f"queue of {component} held {longest} tuples (capacity {capacity}, batch {batch})"
@@ -322,8 +325,8 @@ def test_slow_bolt_backpressures_a_fast_spout_and_nothing_is_dropped(cluster, wo
     # stop the spout, speed the bolt up: everything emitted is processed, once
     STOP.set()
     SLOW.clear()
-    wait_until(lambda: len(logged("sink")) >= sum(emitted_by_task().values()), WAIT, message="sink caught up")
-    stays(lambda: len(logged("sink")) == sum(emitted_by_task().values()), 0.2, "no extra tuples")
+    cluster.wait_idle("bp", WAIT)  # the spout stopped, and nothing is queued or being processed
+    assert len(logged("sink")) == sum(emitted_by_task().values()), "the sink got more or less than was emitted"
     seen = logged("sink")
     assert len(seen) == len(set(seen)), "a tuple was processed twice"
     (task, total), = emitted_by_task().items()
@@ -358,7 +361,7 @@ def test_backpressure_with_acking_and_parallel_slow_bolts(cluster):
             assert len(q) <= bound, f"queue of {component}: {len(q)} tuples (capacity {capacity})"
         emitted = n - len(feeder._channel.queue)
         max_in_flight = max(max_in_flight, emitted - len(LOG["sink-str"]) // 2)
-        time.sleep(0.002)
+        time.sleep(0.002)  # the sampling period of a measurement over 0.8 s, not a wait
     assert max_in_flight <= in_flight_bound
     assert len(feeder._channel.queue) > 0, "the spout drained its source although the bolts are slow"
     SLOW.clear()
@@ -401,6 +404,7 @@ def test_activate_deactivate_kill_call_the_spout_and_bolt_hooks(cluster, workers
     assert cluster.get_topology_info("life")["status"] == "INACTIVE"
     wait_until(lambda: sum(1 for e, _ in logged("spout") if e == "deactivate") == 2, WAIT)
     calls = _calls()
+    # an inactive spout's executor only waits: nothing marks that it did not call, so watch it
     stays(lambda: _calls() == calls, 0.3, "next_tuple not called while inactive")
     cluster.deactivate("life")  # already inactive: nothing happens
     cluster.activate("life")
@@ -768,16 +772,25 @@ def test_a_spout_whose_next_tuple_blocks_is_reported_once_per_stall():
     builder.set_spout("stuck", StallingSpout())
     conf = Config()
     conf["topology.spout.stall.secs"] = 0.3
-    with LocalCluster() as cluster:
+    # the stall checks run on the worker's timer (every 0.15 s), which runs on the simulated clock:
+    # each advance_time returns once the checks it was due have run; the stall is in real time
+    with simulated_time(), LocalCluster() as cluster:
         cluster.submit_topology("stall", conf, builder.create_topology())
         errors = lambda: cluster.get_topology_info("stall")["components"]["stuck"]["errors"]  # noqa: E731
+
+        def checked() -> list[dict]:
+            advance_time(0.2)
+            return errors()
+
         try:
-            wait_until(lambda: errors(), timeout=10)
+            wait_until(checked, timeout=10, interval=0.05, message="the stall reported")
             first = errors()[0]
             assert first["task"] == tasks_of(cluster, "stall", "stuck")[0]
             assert f"spout 'stuck' task {first['task']}: next_tuple has not returned" in first["error"]
             assert "topology.spout.stall.secs" in first["error"]
-            # the same stall is not reported again, however long it lasts
-            stays(lambda: len(errors()) == 1, 1.0, "a single stall error")
+            # the same stall is not reported again, however long it lasts: ten more checks
+            for _ in range(10):
+                advance_time(0.2)
+            assert len(errors()) == 1
         finally:
             STALL_RELEASE.set()

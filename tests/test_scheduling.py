@@ -854,7 +854,7 @@ def test_a_kill_deactivates_the_spouts_before_closing_them_even_while_the_worker
     b.set_bolt("stuck", GatedBolt()).shuffle_grouping("spout")
     cluster.submit_topology("t", Config(), b.create_topology())
     wait_until(lambda: logged("gated-entered") == [0], WAIT, message="the worker's thread busy in execute")
-    executors = [e for w in cluster._get("t").runner.workers for e in w.executors]
+    executors = cluster.executors("t")
     killer = threading.Thread(target=cluster.kill_topology, args=("t",), kwargs={"wait_secs": 0})
     killer.start()
     wait_until(lambda: all(e.stopping for e in executors), WAIT, message="the stop requested")

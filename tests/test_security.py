@@ -28,7 +28,7 @@ import textwrap
 import msgpack
 import pytest
 import zmq
-from test_processes import LineLog, gone, pconf, read_lines
+from process_topologies import LineLog, gone, pconf, read_lines
 
 from squall import BasicBolt, Bolt, Config, LocalCluster, Spout, TopologyBuilder
 from squall.ops.control import ControlServer
@@ -134,7 +134,7 @@ def sunk(directory) -> list[str]:
 
 
 def worker_logs(cluster: LocalCluster, name: str) -> str:
-    log_dir = cluster._get(name).runner.log_dir
+    log_dir = cluster.runner(name).log_dir
     text = ""
     for entry in sorted(os.listdir(log_dir)):
         with open(os.path.join(log_dir, entry), errors="replace") as f:
@@ -244,7 +244,7 @@ def test_a_process_without_the_keys_gets_nothing_in_and_nothing_out(cluster, hom
     canary = tmp_path / "canary"
     with ControlServer(cluster, "guarded", "processes", 3, LocalRegistry()) as control:
         cluster.submit_topology("guarded", pconf(), numbers_topology(str(tmp_path), limit=N))
-        runner = cluster._get("guarded").runner
+        runner = cluster.runner("guarded")
         workers = cluster.get_topology_info("guarded")["workers"]
         endpoints = {
             "worker port": (workers[1]["port"], "PUSH"),
@@ -319,7 +319,7 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
         [0, relay_task, "default", [sink_task], [[1]], None, "extra"],  # a field too many
         [0, relay_task, "default", [sink_task], [[-42]], None],         # the one well-formed tuple
     ]
-    context, security, sock = keyed_push(cluster._get("forged").runner.keys, sink_worker["port"])
+    context, security, sock = keyed_push(cluster.runner("forged").keys, sink_worker["port"])
     try:
         for group in groups:
             send_payload(sock, msgpack.packb([group]))
@@ -356,7 +356,7 @@ def test_forged_ack_batches_from_another_worker_are_dropped(cluster, tmp_path):
     acker_port, acker_task = tasks["__acker"]
     spout_port, spout_task = tasks["numbers"]
     relay_port, relay_task = tasks["relay"]
-    runner_keys = cluster._get("forged").runner.keys
+    runner_keys = cluster.runner("forged").keys
     # [1, source, acker task, roots, vals, spout tasks] and [2, source, spout task, roots]
     for port, group in ((acker_port, [1, relay_task, relay_task, [1], [3], [spout_task]]),  # not an acker
                         (acker_port, [1, relay_task, acker_task, [1], [3], [9999]]),  # no such spout task
@@ -386,7 +386,7 @@ def test_forged_ack_batches_from_another_worker_are_dropped(cluster, tmp_path):
 def test_random_bytes_from_a_peer_with_the_keys_leave_the_master_supervising(cluster, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="squall.master")
     cluster.submit_topology("noisy", pconf(), numbers_topology(str(tmp_path), limit=N))
-    runner = cluster._get("noisy").runner
+    runner = cluster.runner("noisy")
     context = zmq.Context()
     security = LinkSecurity(context, runner.keys, "test")
     dealer = context.socket(zmq.DEALER)
@@ -470,7 +470,7 @@ def as_nobody(action) -> str:
 @pytest.mark.processes
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user (nobody) needs root")
 def test_another_user_cannot_list_read_or_kill_a_topology(cluster, home, tmp_path):
-    from squall import control as ctl
+    from squall.ops import control as ctl
 
     os.chmod(tmp_path, 0o755)  # let the other user reach SQUALL_HOME: the registry's own modes must hold
     with ControlServer(cluster, "mine", "processes", 3, LocalRegistry()) as control:
@@ -499,7 +499,7 @@ def test_another_user_cannot_list_read_or_kill_a_topology(cluster, home, tmp_pat
 def test_links_are_plain_when_asked_and_the_topology_still_runs(cluster, tmp_path):
     conf = pconf(Config().set_messaging_secure(False))
     cluster.submit_topology("plain", conf, numbers_topology(str(tmp_path), limit=N))
-    assert cluster._get("plain").runner.keys is None
+    assert cluster.runner("plain").keys is None
     wait_until(lambda: acked(tmp_path) == list(range(1, N + 1)), timeout=30)
 
 
@@ -516,7 +516,7 @@ def test_a_topology_refuses_another_topologys_traffic(cluster, tmp_path):
     sink_task = next(e["tasks"][0] for e in worker["executors"] if e["component"] == "sink")
     relay_task = next(t for w in info["workers"] for e in w["executors"] if e["component"] == "relay"
                       for t in e["tasks"])
-    context, security, sock = keyed_push(cluster._get("a").runner.keys, worker["port"])
+    context, security, sock = keyed_push(cluster.runner("a").keys, worker["port"])
     try:
         send_payload(sock, msgpack.packb([[sink_task], [relay_task], ["default"], [[-1]], [{}]]))
         wait_until(lambda: refusals(worker_logs(cluster, "b"), "worker port") >= 1, timeout=10)

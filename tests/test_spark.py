@@ -3,8 +3,8 @@ embedded Spark (``local[2]``: one JVM, Python workers forked by PySpark's daemon
 
 One SparkSession serves the module (a JVM start costs seconds); it is handed to
 ``SparkCluster(spark=...)``, the way a user with a session of their own would. Components
-come from ``test_processes`` (pickled by reference: SparkCluster ships this test directory's
-modules to the executors) and record what they do in files under ``tmp_path``.
+come from ``process_topologies`` (pickled by reference: SparkCluster ships this test
+directory's modules to the executors) and record what they do in files under ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -22,35 +23,20 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from squall import BasicBolt, Config, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
+from squall import BasicBolt, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
 from squall.cluster.spark import SparkCluster, SparkSetupError  # noqa: E402
 from squall.cluster.spark.cluster import prepare_driver, spark_defaults, start_session  # noqa: E402
 from squall.cluster.registry.local import LocalRegistry  # noqa: E402
-from helpers import squall_cli, stays  # noqa: E402
-from squall.testing import wait_until  # noqa: E402
-from test_control import settled  # noqa: E402
-from test_processes import (  # noqa: E402
+from helpers import settled, squall_cli, stays  # noqa: E402
+from process_topologies import (  # noqa: E402
     DirSpout, at_least_once_topology, component, put_messages, read_file_lines, read_lines, sentences, wordcount,
 )
+from spark_helpers import WORDLIB, run_wordcount, sconf, spark_workers  # noqa: E402
+from squall.testing import wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.spark]  # the first test also pays for the JVM start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def sconf(extra: dict | None = None, workers: int = 2) -> Config:
-    """Frequent heartbeats, short timeouts and restart backoffs for tests."""
-    conf = Config()
-    conf.update({
-        "topology.workers": workers,
-        "worker.heartbeat.frequency.secs": 0.2,
-        "topology.message.timeout.secs": 3,
-        "supervisor.worker.timeout.secs": 10,
-        "supervisor.worker.start.timeout.secs": 20,
-        "topology.spark.restart.backoff.secs": 0.2,
-    })
-    conf.update(extra or {})
-    return conf
 
 
 @pytest.fixture(scope="module")
@@ -76,24 +62,7 @@ def scluster(session):
                    message="no Spark job left running")
 
 
-def spark_workers(cluster: SparkCluster, name: str) -> list[dict]:
-    return cluster.get_topology_info(name)["workers"]
-
-
 # -- word count, the same counts as in process mode ---------------------------------------------
-
-
-def run_wordcount(cluster, lines, out_dir, conf) -> Counter:
-    cluster.submit_topology("wc", conf, wordcount(lines, str(out_dir)))
-    wait_until(lambda: component(cluster, "wc", "sentences")["acked"] == len(lines), timeout=20,
-               message="every sentence acked")
-    cluster.kill_topology("wc", wait_secs=0)  # the count tasks write their totals at cleanup
-    written = [json.loads((out_dir / name).read_text()) for name in sorted(os.listdir(out_dir))
-               if name.startswith("count-")]
-    assert len(written) == 2
-    first, second = (Counter(w["counts"]) for w in written)
-    assert not set(first) & set(second), "fields grouping sent a word to both count tasks"
-    return first + second
 
 
 @pytest.mark.processes
@@ -114,7 +83,7 @@ def test_workers_are_spark_tasks_in_other_processes(scluster, tmp_path):
     assert len(set(pids)) == 2 and os.getpid() not in pids
     assert all(w["host"] == "127.0.0.1" and w["port"] for w in ws)
     # one Spark job runs the topology, in a job group named after it
-    group = scluster._get("wc").runner.job_group
+    group = scluster.runner("wc").job_group
     assert group.startswith("squall-wc-")
     tracker = scluster.spark.sparkContext.statusTracker()
     wait_until(lambda: tracker.getJobIdsForGroup(group) == tracker.getActiveJobsIds() != [], timeout=10,
@@ -223,8 +192,12 @@ def test_kill_while_a_resubmission_is_pending_stops_at_once(scluster, tmp_path):
     assert time.monotonic() - started < 5
     assert scluster.get_topologies() == []
     tracker = scluster.spark.sparkContext.statusTracker()
-    wait_until(lambda: tracker.getActiveJobsIds() == [], timeout=10, message="no job relaunched")
-    stays(lambda: tracker.getActiveJobsIds() == [], secs=1.0, what="no job relaunched")
+    wait_until(lambda: tracker.getActiveJobsIds() == [], timeout=10, message="no job left running")
+    # a relaunch would come from the topology's master thread or from a job thread it starts: the
+    # kill joined both, so none can come (however long the backoff)
+    left = [t.name for t in threading.enumerate()
+            if t.name == "master-pending" or t.name.startswith("spark-job-pending-")]
+    assert left == [], f"threads that could relaunch the job: {left}"
 
 
 class BadPrepare(BasicBolt):
@@ -270,6 +243,7 @@ def test_deactivate_and_activate_reach_spark_workers(scluster):
     scluster.deactivate("wc")
     # two readings two heartbeats apart agree, and the count then stays put for five more
     stalled = settled(emitted, "the spouts' emitted count", interval=0.5)
+    # the spouts run in Spark's Python workers: only their heartbeats' figures show that none emits
     stays(lambda: emitted() == stalled, secs=1.0, what="no tuple emitted while deactivated")
     scluster.activate("wc")
     wait_until(lambda: emitted() > stalled, timeout=10, message="the spouts emit again")
@@ -398,55 +372,6 @@ def path_without_java(tmp_path) -> str:
     return f"{os.path.dirname(sys.executable)}{os.pathsep}{bin_dir}"
 
 
-WORDLIB = """
-import collections, json, os
-from squall import BasicBolt, Spout
-
-class Lines(Spout):
-    outputs = ["line"]
-
-    def __init__(self, lines):
-        self.lines = lines
-
-    def open(self, conf, context, collector):
-        self.collector, self.todo, self.pending = collector, dict(enumerate(self.lines)), {}
-
-    def next_tuple(self):
-        if self.todo:
-            i, line = self.todo.popitem()
-            self.pending[i] = line
-            self.collector.emit([line], msg_id=i)
-
-    def ack(self, i):
-        del self.pending[i]
-
-    def fail(self, i):
-        self.todo[i] = self.pending.pop(i)
-
-class Split(BasicBolt):
-    outputs = ["word"]
-
-    def execute(self, tup, collector):
-        for word in tup.values[0].split():
-            collector.emit([word])
-
-class Count(BasicBolt):
-    def __init__(self, out):
-        self.out = out
-
-    def prepare(self, conf, context):
-        import shipped_with_py_files  # imported in the workers only: it travels with --py-files
-        self.counts = shipped_with_py_files.new_counter()
-        self.task = context.get_this_task_id()
-
-    def execute(self, tup, collector):
-        self.counts[tup.values[0]] += 1
-
-    def cleanup(self):
-        with open(os.path.join(self.out, f"counts-{self.task}.json"), "w") as f:
-            json.dump(self.counts, f)
-"""
-
 TOPOLOGY_FILE = """
 from squall import Config, TopologyBuilder
 from wordlib import Count, Lines, Split  # a module next to this file: shipped to the executors
@@ -486,7 +411,7 @@ def test_submit_from_a_shell_ships_the_project_runs_on_the_extras_jdk_and_obeys_
 
         wait_until(lambda: any(line.split()[:3] == ["topo", "ACTIVE", "spark"] for line in listed()),
                    timeout=60, interval=0.5, message="squall list shows the submitted topology")
-        acked = lambda: control.info(LocalRegistry(), "topo")["components"]["lines"]["acked"]  # noqa: E731
+        acked = lambda: control.info(LocalRegistry(), "topo").components["lines"].acked  # noqa: E731
         wait_until(lambda: acked() == len(lines), timeout=30, interval=0.2, message="every line acked")
         killed = squall_cli("kill", "topo", "-w", "0", env=env)
         assert killed.returncode == 0, killed.stderr

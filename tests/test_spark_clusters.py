@@ -3,7 +3,7 @@
 and worker started by the test from the pip package (``spark_standalone``).
 
 Each class shares one SparkCluster (one driver session: PySpark allows one per process).
-Components come from ``test_processes`` (see test_spark.py).
+Components come from ``process_topologies`` (see test_spark.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from spark_standalone import descendants, is_loopback, listening_addresses, spar
 from squall import TopologySetupError  # noqa: E402
 from squall.cluster.spark import SparkCluster  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
-from test_processes import at_least_once_topology, put_messages, read_lines, sentences, wordcount  # noqa: E402
-from test_spark import run_wordcount, sconf, spark_workers  # noqa: E402
-from test_state_recovery import committed_offset, crash_conf, counts_of, swc, wait_for_offset, words  # noqa: E402, F401
+from process_topologies import at_least_once_topology, put_messages, read_lines, sentences, wordcount  # noqa: E402
+from spark_helpers import run_wordcount, sconf, spark_workers  # noqa: E402
+from wordcount_state import (  # noqa: E402
+    committed_offset, counts_of, crash_conf, swc, wait_for_offset, words,  # noqa: F401  (words: a fixture)
+)
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.spark]  # the first test of a class also pays for the cluster's start
 

@@ -176,18 +176,20 @@ def test_counts_are_exact(words_file, workers):
 
 def test_the_status_line_counts_the_users_components_and_streams_not_the_checkpoints(words_file):
     from squall.ops.command.report import status_line
+    from squall.runtime.info import to_dict
 
     topology, c = swc.build(words_file), conf()
     with LocalCluster() as cluster:
         cluster.submit_topology("status", c, topology)
         wait_for_commit_of_all("status", topology, c, words_file)
-        info = cluster.get_topology_info("status")
+        typed = cluster.topology_info("status")
+    info = to_dict(typed)
     components = info["components"]
     assert components[CHECKPOINT_COMPONENT]["acked"] > 0  # its barriers' trees: not the user's
     user_emitted = sum(components[cid]["streams"].get("default", {}).get("emitted", 0)
                        for cid in ("lines", "split", "count"))
     assert user_emitted > 0
-    assert f"| emitted {user_emitted:,} | spout acked 0 failed 0 | errors 0" in status_line(info)
+    assert f"| emitted {user_emitted:,} | spout acked 0 failed 0 | errors 0" in status_line(typed)
 
 
 class FlakyCount(swc.WordCount):

@@ -21,9 +21,7 @@ from typing import Any
 import pytest
 
 from redis_server import redis_client_module, redis_server  # noqa: F401  (a fixture)
-from squall.api.state.provider import (
-    PROVIDER_CONFIG_KEY, PROVIDER_KEY, Commit, StateProvider, StateProviderError, provider_for,
-)
+from squall.api.state.provider import Commit, StateProvider, StateProviderError, provider_for
 from squall.testing import RedisServer
 
 pytestmark = pytest.mark.timeout(30)
@@ -54,7 +52,8 @@ def _maker(kind: str, config: dict[str, Any], topology: str) -> Iterator[MakePro
 
     def make(name: str = topology, **more: Any) -> StateProvider:
         """A new provider object of the location (``more``: other config)."""
-        provider = provider_for({PROVIDER_KEY: kind, PROVIDER_CONFIG_KEY: {**config, **more}}, name)
+        conf = {"topology.state.provider": kind, "topology.state.provider.config": {**config, **more}}
+        provider = provider_for(conf, name)
         made.append(provider)
         return provider
 
@@ -315,7 +314,7 @@ _CHILD = textwrap.dedent("""
 
 def test_committed_state_survives_a_killed_process(make_durable: MakeProvider, topology: str) -> None:
     probe = make_durable()
-    conf = {PROVIDER_KEY: probe.name, PROVIDER_CONFIG_KEY: probe.config}
+    conf = {"topology.state.provider": probe.name, "topology.state.provider.config": probe.config}
     child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(conf), topology],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -342,7 +341,7 @@ def test_committed_state_survives_a_killed_process(make_durable: MakeProvider, t
 # -- SQLite ------------------------------------------------------------------------------------
 
 def _sqlite(**config: Any) -> StateProvider:
-    return provider_for({PROVIDER_KEY: "sqlite", PROVIDER_CONFIG_KEY: config}, "topology")
+    return provider_for({"topology.state.provider": "sqlite", "topology.state.provider.config": config}, "topology")
 
 
 def test_sqlite_needs_a_path(tmp_path: Path) -> None:
@@ -395,8 +394,8 @@ def test_a_sqlite_location_older_than_the_commit_time_gets_it_at_its_next_commit
 
 def _redis(topology: str = "topology", **config: Any) -> StateProvider:
     redis_client_module()
-    return provider_for({PROVIDER_KEY: "org.apache.storm.redis.state.RedisKeyValueStateProvider",
-                         PROVIDER_CONFIG_KEY: config}, topology)
+    return provider_for({"topology.state.provider": "org.apache.storm.redis.state.RedisKeyValueStateProvider",
+                         "topology.state.provider.config": config}, topology)
 
 
 def test_redis_unreachable() -> None:

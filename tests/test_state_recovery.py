@@ -24,41 +24,17 @@ import pytest
 from redis_server import redis_server  # noqa: F401  (a fixture)
 from squall import Config, LocalCluster
 from squall.api.state import StateProviderError
-from squall.testing import committed_state, wait_until
+from squall.testing import wait_until
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's components; workers import it too
-from wordcount_state import counts_of, expected_counts  # noqa: E402
+from wordcount_state import (  # noqa: E402
+    committed_offset, counts_of, crash_conf, wait_for_offset, words,  # noqa: F401  (words: a fixture)
+)
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.processes]
 
-LINES, LINES_PER_SEC = 24_000, 2_000
-
-
-def crash_conf(state_dir, **extra) -> Config:
-    """SQLite state in ``state_dir``, or (None) the provider that ``extra`` names."""
-    conf = Config()
-    if state_dir is not None:
-        conf.update({"topology.state.provider": "sqlite", "topology.state.provider.config": {"path": str(state_dir)}})
-    conf.update({
-        "topology.workers": 3,
-        "topology.state.checkpoint.interval.ms": 200,
-        "topology.message.timeout.secs": 5,
-        "worker.heartbeat.frequency.secs": 0.2,
-        "supervisor.worker.timeout.secs": 5,
-        "supervisor.worker.start.timeout.secs": 20,
-    })
-    conf.update(extra)
-    return conf
-
-
-def committed_offset(name, topology, conf) -> int:
-    return sum(s.get("offset", 0) for s in committed_state(name, topology, "lines", conf).values())
-
-
-def wait_for_offset(name, topology, conf, fraction: float, size: int, timeout: float = 60) -> None:
-    wait_until(lambda: committed_offset(name, topology, conf) >= fraction * size, timeout=timeout, interval=0.05,
-               message=f"{fraction:.0%} of the file committed")
+LINES_PER_SEC = 2_000
 
 
 def worker_pids(cluster, name: str) -> list[tuple[int, set[str]]]:
@@ -66,13 +42,7 @@ def worker_pids(cluster, name: str) -> list[tuple[int, set[str]]]:
     return [(w["pid"], {e["component"] for e in w["executors"]}) for w in cluster.get_topology_info(name)["workers"]]
 
 
-@pytest.fixture
-def words(tmp_path):
-    path = swc.make_input(str(tmp_path / "words.txt"), LINES)
-    return path, os.path.getsize(path), expected_counts(path)
-
-
-def kill_9_mid_stream(conf: Config, words, kills: tuple[str, ...]) -> list[int]:
+def kill_9_mid_stream(conf: Config, words, kills: tuple[str, ...]) -> list[int]:  # noqa: F811
     """Run the word count in worker processes, ``kill -9`` the worker of the bolt ("bolt") or
     of the spout ("spout") in turn as the committed offset passes 15%, 35%, 55%... of the
     file, check that the counts are exact at the end; the workers' restarts."""
@@ -97,7 +67,7 @@ def kill_9_mid_stream(conf: Config, words, kills: tuple[str, ...]) -> list[int]:
         return [restarts[index_of[kill]] for kill in kills]
 
 
-def test_kill_9_of_bolt_and_spout_workers_leaves_the_exact_counts(tmp_path, words):
+def test_kill_9_of_bolt_and_spout_workers_leaves_the_exact_counts(tmp_path, words):  # noqa: F811
     assert kill_9_mid_stream(crash_conf(tmp_path / "state"), words, ("bolt", "bolt", "spout")) == [2, 2, 1]
 
 
@@ -107,7 +77,7 @@ def test_kill_9_with_the_state_in_redis_leaves_the_exact_counts(redis_server, wo
     assert kill_9_mid_stream(conf, words, ("bolt", "spout")) == [1, 1]
 
 
-def test_an_unreachable_redis_is_reported_at_submit_within_seconds(words):
+def test_an_unreachable_redis_is_reported_at_submit_within_seconds(words):  # noqa: F811
     with socket.socket() as closed:  # bound, not listening: connections are refused
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
@@ -121,7 +91,7 @@ def test_an_unreachable_redis_is_reported_at_submit_within_seconds(words):
             assert "unreachable" not in cluster.get_topologies()
 
 
-def test_killed_and_submitted_again_it_resumes_with_the_exact_counts(tmp_path, words):
+def test_killed_and_submitted_again_it_resumes_with_the_exact_counts(tmp_path, words):  # noqa: F811
     path, size, expected = words
     topology, conf = swc.build(path, lines_per_sec=LINES_PER_SEC), crash_conf(tmp_path / "state")
     with LocalCluster(processes=True) as cluster:

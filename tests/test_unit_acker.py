@@ -367,7 +367,7 @@ def test_an_ack_batch_settles_the_trees_its_messages_would(seed):
 ], ids=["one-of-three", "two-of-five", "all-local", "none-local", "single"])
 @pytest.mark.parametrize("high_bit", [0, 1 << 63], ids=["plain", "high-bit"])
 def test_a_new_root_is_tracked_by_a_local_acker_and_keeps_its_high_bit(monkeypatch, ackers, local, high_bit):
-    from squall import acker as acker_module
+    from squall.runtime import acker as acker_module
 
     roots = acker_module.RootIds(ackers, frozenset(local))
     roots.high_bit = high_bit

@@ -1,4 +1,4 @@
-"""The groupers of squall.api.grouping called directly, many times over, without a topology:
+"""The groupers of squall.runtime.grouping called directly, many times over, without a topology:
 the statistical and exact properties of each algorithm (tests/test_grouping.py checks the
 groupings end to end on running topologies, and the process-independent hash)."""
 
@@ -11,9 +11,9 @@ import cloudpickle
 import pytest
 
 from squall.api.errors import EmitError
-from squall.api.grouping import (
-    CUSTOM, DIRECT, LOCAL_OR_SHUFFLE, AllGrouper, CustomStreamGrouping, FieldsGrouper, GlobalGrouper,
-    GlobalStreamId, GroupingSpec, LoadAwareShuffleGrouper, NoneGrouper, PartialKeyGrouper, ShuffleGrouper,
+from squall.api.grouping import CUSTOM, DIRECT, LOCAL_OR_SHUFFLE, CustomStreamGrouping, GlobalStreamId, GroupingSpec
+from squall.runtime.grouping import (
+    AllGrouper, FieldsGrouper, GlobalGrouper, LoadAwareShuffleGrouper, NoneGrouper, PartialKeyGrouper, ShuffleGrouper,
     make_grouper,
 )
 from squall.api.tuple import Fields

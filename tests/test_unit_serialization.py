@@ -15,7 +15,7 @@ from squall.api.errors import EmitError, SerializationError
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.schema import MalformedMessage
 from squall.runtime.messaging.tuple_batch import TupleGroup
-from squall.runtime.serialization import PICKLE_FALLBACK_KEY, REGISTRATIONS_KEY, Serializer
+from squall.runtime.serialization import Serializer
 
 BIG = 2**200
 
@@ -191,7 +191,8 @@ def test_a_payload_that_does_not_fit_the_schemas_is_refused_whole(payload):
 
 
 def registered() -> Serializer:
-    return Serializer.for_config({REGISTRATIONS_KEY: [(Celsius, CelsiusSerializer())], PICKLE_FALLBACK_KEY: False})
+    return Serializer.for_config({"topology.kryo.register": [(Celsius, CelsiusSerializer())],
+                                  "topology.fall.back.on.java.serialization": False})
 
 
 def test_a_registered_type_travels_with_its_serializer_nested_too():
@@ -237,7 +238,8 @@ def test_a_value_of_another_type_is_refused_at_emit_naming_its_type(values, type
         wire(values)
     assert isinstance(error.value, EmitError)
     assert f"value of type {type_name} cannot travel to another worker" in str(error.value)
-    assert PICKLE_FALLBACK_KEY in str(error.value) and "register_serialization" in str(error.value)
+    assert "topology.fall.back.on.java.serialization" in str(error.value)
+    assert "register_serialization" in str(error.value)
 
 
 def test_a_refused_value_leaves_the_serializer_usable():

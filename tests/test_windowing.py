@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from helpers import HoldBolt, RecordSink, errors_of, held, logged, record, stays, wait_for
+from helpers import HoldBolt, RecordSink, errors_of, held, logged, record, wait_for
 from squall import (
     BaseWindowedBolt, Config, Count, Duration, InvalidTopologyError, LocalCluster, StatefulWindowedBolt,
     TopologyBuilder, TupleWindow,
@@ -246,15 +246,16 @@ def windows(key, *fields):
     return [{f: w[f] for f in fields} if fields else w for w in logged(key)]
 
 
-def submit_window(cluster, name, bolt, fields=("word",), conf=None, downstream=None):
-    """feeder -> "w" (``bolt``) [-> ``downstream`` as "down"]; returns the feeder."""
+def submit_window(cluster, name, bolt, fields=("word",), conf=None, downstream=None, tracked=False):
+    """feeder -> "w" (``bolt``) [-> ``downstream`` as "down"], ``tracked`` for
+    ``cluster.wait_idle``; returns the feeder."""
     feeder = FeederSpout(list(fields))
     builder = TopologyBuilder()
     builder.set_spout("feed", feeder)
     builder.set_bolt("w", bolt).shuffle_grouping("feed")
     if downstream is not None:
         builder.set_bolt("down", downstream).shuffle_grouping("w")
-    cluster.submit_topology(name, conf or Config(), builder.create_topology())
+    cluster.submit_topology(name, conf or Config(), builder.create_topology(), tracked=tracked)
     return feeder
 
 
@@ -271,7 +272,7 @@ def feed_all(feeder, values):
 
 
 def test_count_sliding_window_in_a_topology(cluster, key):
-    feeder = submit_window(cluster, "count", Collect(key).with_window(Count(3), Count(2)))
+    feeder = submit_window(cluster, "count", Collect(key).with_window(Count(3), Count(2)), tracked=True)
     feed_all(feeder, "abcdef")
     wait_until(lambda: len(logged(key)) == 3, WAIT, message="three windows")
     assert windows(key, "get", "new", "expired") == [
@@ -282,7 +283,9 @@ def test_count_sliding_window_in_a_topology(cluster, key):
     assert all(w["start"] is None and isinstance(w["end"], int) for w in logged(key))
     # tuples are acked as they leave: "f" is in the next window, so it stays pending
     wait_until(lambda: sorted(feeder.acked) == list("abcde"), WAIT, message="a..e acked")
-    stays(lambda: "f" not in feeder.acked, 0.3, "f pending")
+    # count windows fire on arrivals only: once nothing is in flight, nothing more is acked
+    cluster.wait_idle("count", WAIT)
+    assert "f" not in feeder.acked
     feed_all(feeder, "gh")
     wait_until(lambda: len(logged(key)) == 4, WAIT, message="a fourth window")
     assert windows(key, "get")[-1] == {"get": ["f", "g", "h"]}
@@ -291,22 +294,25 @@ def test_count_sliding_window_in_a_topology(cluster, key):
 
 
 def test_count_tumbling_window_acks_every_tuple_once_its_window_fired(cluster, key):
-    feeder = submit_window(cluster, "tumbling", Collect(key).with_tumbling_window(Count(3)))
+    feeder = submit_window(cluster, "tumbling", Collect(key).with_tumbling_window(Count(3)), tracked=True)
     feed_all(feeder, "abcdefg")
     wait_until(lambda: len(logged(key)) == 2, WAIT, message="two windows")
     assert windows(key, "get") == [{"get": ["a", "b", "c"]}, {"get": ["d", "e", "f"]}]
     wait_until(lambda: sorted(feeder.acked) == list("abcdef"), WAIT, message="a..f acked")
-    stays(lambda: "g" not in feeder.acked and feeder.failed == [], 0.3, "g pending, nothing failed")
+    cluster.wait_idle("tumbling", WAIT)  # count windows fire on arrivals only: nothing more comes
+    assert "g" not in feeder.acked and feeder.failed == []
 
 
 def test_emits_are_anchored_to_the_whole_window(cluster, key):
     feeder = submit_window(cluster, "anchored", Collect(key, emits=True).with_tumbling_window(Count(3)),
-                           downstream=HoldBolt("down"))
+                           downstream=HoldBolt("down"), tracked=True)
     feed_all(feeder, "abc")
     wait_until(lambda: len(held("down")) == 1, WAIT, message="the window's output held downstream")
     assert logged("down") == ["a b c"]
-    # the window's tuples left it (and were acked by "w"), but their trees wait for the output
-    stays(lambda: feeder.acked == [], 0.3, "no tree complete while the output is pending")
+    # the window's tuples left it (and were acked by "w"), but their trees wait for the output:
+    # once nothing is in flight, every ack of "w" reached the acker, and none completed a tree
+    cluster.wait_idle("anchored", WAIT)
+    assert feeder.acked == []
     collector, tup = held("down")[0]
     collector.ack(tup)
     wait_until(lambda: sorted(feeder.acked) == ["a", "b", "c"], WAIT, message="a, b, c acked")
@@ -353,8 +359,10 @@ def test_duration_windows_fire_on_the_clock_and_ack_what_leaves(cluster, key):
     wait_until(lambda: len(logged(key)) == 3, WAIT, message="the window ending at 15 s")
     wait_until(lambda: sorted(feeder.acked) == ["a", "b", "c"], WAIT, message="c acked")
     advance_time(10)  # t = 26: the windows ending at 20 and 25 are empty and do not fire
-    stays(lambda: len(logged(key)) == 3, 0.3, "no empty window")
+    # the ticks up to t = 26 were queued before "d": once it arrived, they had done all they do
+    arrives("d", 4)
     got = logged(key)
+    assert len(got) == 3, "an empty window fired"
     assert [w["get"] for w in got] == [["a", "b"], ["a", "b", "c"], ["c"]]
     assert [w["new"] for w in got] == [["a", "b"], ["c"], []]
     assert [w["expired"] for w in got] == [[], [], ["a", "b"]]
@@ -383,7 +391,6 @@ def test_event_time_windows_of_out_of_order_input_are_the_hand_computed_ones(clu
     for word, ts in EVENTS:
         feeder.feed([word, ts], msg_id=word)
     wait_until(lambda: len(logged(key)) == 4, WAIT, message="the four windows before the watermark")
-    stays(lambda: len(logged(key)) == 4, 0.2, "no window past the watermark (2100)")
     assert logged(key) == EXPECTED_EVENT_WINDOWS
     # the windows still to fire (ending at 2500, 3000) hold h and j, pending; the others were acked
     wait_until(lambda: sorted(feeder.acked) == list("abcdefgi"), WAIT, message="what left the windows acked")
@@ -391,11 +398,13 @@ def test_event_time_windows_of_out_of_order_input_are_the_hand_computed_ones(clu
     feeder.feed(["k", 1900], msg_id="k")
     wait_for(feeder, "k")
     assert logged("late") == [["k", 1900]]
+    # the fourth window fired on a tick after "j", the last input (no other is past 2300): that
+    # tick moved the watermark for the last time, and "k" came after it: no window past 2100
     assert len(logged(key)) == 4 and feeder.failed == []
 
 
 def test_late_tuples_without_a_late_stream_are_logged_and_acked(cluster, key, caplog):
-    caplog.set_level(logging.INFO, logger="squall.api.windowing")
+    caplog.set_level(logging.INFO, logger="squall.windowing")
     feeder = submit_window(cluster, "late-logged", event_time_bolt(key, late_stream=False), fields=("word", "ts"))
     for word, ts in EVENTS:
         feeder.feed([word, ts], msg_id=word)
@@ -404,9 +413,12 @@ def test_late_tuples_without_a_late_stream_are_logged_and_acked(cluster, key, ca
     wait_for(feeder, "k")
     assert any("late tuple" in r.getMessage() and "'w'" in r.getMessage() and "1900" in r.getMessage()
                for r in caplog.records)
-    stays(lambda: len(logged(key)) == 4, 0.1, "the late tuple in no window")
+    # the fourth window fired on the tick that moved the watermark for the last time (after "j",
+    # the last input); "k" came after it: the late tuple is in no window
+    assert len(logged(key)) == 4
 
 
+@pytest.mark.simulated_time
 def test_the_watermark_waits_for_every_input_stream(cluster, key):
     fast, slow = FeederSpout(["word", "ts"]), FeederSpout(["word", "ts"])
     builder = TopologyBuilder()
@@ -419,8 +431,11 @@ def test_the_watermark_waits_for_every_input_stream(cluster, key):
     for ts in (100, 900, 1500, 5000):
         fast.feed([f"f{ts}", ts], msg_id=ts)
     wait_until(lambda: executed(cluster, "two-streams") == 4, WAIT)
-    stays(lambda: logged(key) == [], 0.2, "no window before the slow stream delivered")
-    slow.feed(["s1200", 1200], msg_id=1200)  # watermark: min(5000, 1200) = 1200
+    advance_time(0.05)  # watermark ticks (every 20 ms), queued before the slow stream's first tuple
+    slow.feed(["s1200", 1200], msg_id=1200)
+    wait_until(lambda: executed(cluster, "two-streams") == 5, WAIT)
+    assert logged(key) == [], "a window fired before the slow stream delivered"
+    advance_time(0.05)  # watermark: min(5000, 1200) = 1200
     wait_until(lambda: len(logged(key)) == 1, WAIT, message="the window ending at 1000")
     assert windows(key, "get", "end") == [{"get": ["f100", "f900"], "end": 1000}]
 

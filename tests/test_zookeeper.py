@@ -16,15 +16,15 @@ import sys
 import time
 
 import pytest
-import yaml
 
+from command_line import Run, user_home
 from helpers import squall_cli
 from squall.api.config import merged_config
 from squall.api.errors import AlreadyAliveError, NotAliveError
 from squall.runtime.messaging.security import LinkKeys
 from squall.cluster.registry import Registration, RegistryError, open_registry
 from squall.testing import wait_until
-from test_control import Run
+from squall.runtime.info import TopologyInfo, WorkerInfo
 from zookeeper_server import CREDENTIALS, write_credentials, zookeeper  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.timeout(60)
@@ -99,12 +99,13 @@ def test_an_entry_lost_with_its_session_is_registered_again_but_a_name_taken_mea
         serving.register(entry("t"))
         path = f"{zk_conf['storm.zookeeper.root']}/storms/t"
         other._zk.delete(path)  # as an expired session would
-        serving.publish_state("t", {"workers": [], "components": {}})
+        serving.publish_state("t", TopologyInfo(name="t", status="ACTIVE", uptime_secs=0.0, workers=[], components={}))
         assert other.lookup("t").pid == os.getpid()
         other._zk.delete(path)
         other.register(entry("t", pid=1))  # another driver took the name meanwhile
-        serving.publish_state("t", {"workers": [{"host": "h", "port": 1, "pid": 2, "executors": []}],
-                                    "components": {}})
+        worker = WorkerInfo(host="h", port=1, pid=2, executors=[])
+        serving.publish_state("t", TopologyInfo(name="t", status="ACTIVE", uptime_secs=0.0, workers=[worker],
+                                                components={}))
         assert other.lookup("t").pid == 1
         assert not other._zk.exists(f"{zk_conf['storm.zookeeper.root']}/assignments/t")
     finally:
@@ -188,14 +189,6 @@ builder.set_bolt("picky", Picky(), 2).shuffle_grouping("numbers")
 topology = builder.create_topology()
 config = Config().set_num_workers(2).set_max_spout_pending(100)
 """
-
-
-def user_home(tmp_path, name: str, conf: dict) -> str:
-    """The SQUALL_HOME of a user whose squall.yaml holds ``conf``."""
-    home = tmp_path / name
-    home.mkdir()
-    (home / "squall.yaml").write_text(yaml.safe_dump(conf))
-    return str(home)
 
 
 def user_env(home: str) -> dict[str, str]:

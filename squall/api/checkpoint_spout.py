@@ -36,6 +36,7 @@ import logging
 import time
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.spout import Spout
 from squall.api.state.provider import StateProvider, provider_for
 from squall.api.system_ids import CHECKPOINT_STREAM
@@ -43,7 +44,6 @@ from squall.api.system_ids import CHECKPOINT_STREAM
 log = logging.getLogger("squall.checkpoint")
 
 CHECKPOINT_FIELDS = ["txid", "action", "id"]
-INTERVAL_KEY = "topology.state.checkpoint.interval.ms"
 
 INITSTATE, PREPARE, COMMIT, ROLLBACK = "INITSTATE", "PREPARE", "COMMIT", "ROLLBACK"
 #: not a barrier: a stateful spout task's in-flight marker, ``[spout task, MARK, marker id]``
@@ -60,7 +60,7 @@ class CheckpointSpout(Spout):
 
     def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         self._collector = collector
-        self._interval = conf[INTERVAL_KEY] / 1000.0
+        self._interval = conf[Config.TOPOLOGY_STATE_CHECKPOINT_INTERVAL] / 1000.0
         self._provider: StateProvider = provider_for(conf, context.topology_name)
         self.committed: int | None = self._provider.committed()
         # the barrier in flight: (id, txid, action), or None

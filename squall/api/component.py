@@ -24,7 +24,6 @@ def check_id(what: str, value: Any) -> None:
         raise InvalidTopologyError(f"{what} {value!r} is reserved (ids starting with '__' are Squall's)")
 
 
-BLOCKING_KEY = "topology.component.blocking"
 
 
 class OutputFieldsDeclarer:

@@ -15,15 +15,24 @@ from typing import Any
 from squall.api.defaults import DEFAULTS, KEYS, STORM_KEYS_NOT_USED
 
 
-class Config(dict):
+class _KeyConstants(type):
+    """Config's metaclass: the key constants (``Config.TOPOLOGY_WORKERS`` ...) are set from the
+    registry below the class, so that each key's name is written once; a constant that is none
+    raises ``AttributeError`` naming the closest (and type checkers see every constant as a str)."""
+
+    def __getattr__(cls, name: str) -> str:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        close = difflib.get_close_matches(name, [key.constant for key in KEYS.values()], n=1)
+        raise AttributeError(f"Config has no key constant {name!r}" + (f"; did you mean {close[0]}?" if close else ""))
+
+
+class Config(dict, metaclass=_KeyConstants):
     """Topology configuration. Keys are Storm's (``"topology.workers"``); user keys are kept too.
 
     Only the keys set here override :data:`squall.api.defaults.DEFAULTS`. Every registered key
     (:data:`squall.api.defaults.KEYS`) has its constant, as in Storm: ``Config.TOPOLOGY_WORKERS``.
     """
-
-    # The key constants (TOPOLOGY_WORKERS = "topology.workers", ...) are set from the
-    # registry below the class, so that each key's name is written once.
 
     def set_num_workers(self, n: int) -> Config:
         self[self.TOPOLOGY_WORKERS] = n
@@ -86,7 +95,7 @@ _set_key_constants()
 #: a Storm setting Squall does not use, never one of the topology's own settings.
 STORM_NAMESPACES = ("topology.", "supervisor.", "worker.", "nimbus.", "storm.", "ui.")
 
-log = logging.getLogger("squall.api.config")
+log = logging.getLogger("squall.config")
 
 
 def merged_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -112,7 +121,7 @@ def merged_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def warn_unknown_keys(conf: Mapping[str, Any], where: str) -> None:
-    """Log a warning (logger ``squall.api.config``) naming each key of ``conf`` that is not
+    """Log a warning (logger ``squall.config``) naming each key of ``conf`` that is not
     registered but looks like a setting: a close match of a registered key (the warning
     suggests it) or a key under one of :data:`STORM_NAMESPACES` (the warning says Squall does
     not use it, and why when :data:`~squall.api.defaults.STORM_KEYS_NOT_USED` knows). The

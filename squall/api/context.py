@@ -24,9 +24,14 @@ class WorkerSlotView(Protocol):
 class AssignmentView(Protocol):
     """What a context reads of the assignment (:class:`squall.runtime.assignment.Assignment`)."""
 
-    task_component: Mapping[int, str]
-    component_tasks: Mapping[str, Sequence[int]]
-    workers: Sequence[WorkerSlotView]
+    @property
+    def task_component(self) -> Mapping[int, str]: ...
+
+    @property
+    def component_tasks(self) -> Mapping[str, Sequence[int]]: ...
+
+    @property
+    def workers(self) -> Sequence[WorkerSlotView]: ...
 
 
 class TopologyContext:
@@ -101,7 +106,7 @@ class TopologyContext:
         return [c for c in self._assignment.component_tasks if not c.startswith("__")]
 
     def get_this_worker_tasks(self) -> list[int]:
-        return self._worker.tasks
+        return list(self._worker.tasks)
 
     def get_this_worker_port(self) -> int:
         return self._worker.port

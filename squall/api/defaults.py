@@ -146,7 +146,7 @@ KEYS: dict[str, ConfigKey] = _registry(
     ConfigKey("topology.disable.loadaware.messaging", False, BOOLEAN,
               "True: shuffle and local-or-shuffle groupings ignore the targets' load (plain round-robin).",
               note="By default, as in Storm 2, targets with fuller incoming queues get fewer tuples, so a slow "
-                   "task does not hold its stream back (squall.api.grouping.LoadAwareShuffleGrouper)."),
+                   "task does not hold its stream back (squall.runtime.grouping.LoadAwareShuffleGrouper)."),
     ConfigKey("topology.component.blocking", False, BOOLEAN,
               "Set per component (set_blocking or a `blocking` attribute): its executors get their own thread.",
               storm=False),
@@ -165,7 +165,7 @@ KEYS: dict[str, ConfigKey] = _registry(
                    "--processes). Workers in the submitting process (in-process mode) leave it alone.",
               storm=False),
     ConfigKey("topology.debug", False, BOOLEAN,
-              "Log every emit (component:task, stream, targets, values) at INFO on logger squall.runtime.executor.",
+              "Log every emit (component:task, stream, target tasks, values) at INFO on logger squall.executor.",
               note="As Storm's 'Emitting:' lines. Off, nothing is added to the emit path."),
     ConfigKey("topology.kryo.register", [],
               Check("a list of (class, serializer) pairs (Config.register_serialization)",

@@ -40,7 +40,7 @@ from squall.api.windowing.bolt import BaseWindowedBolt
 class Grouping:
     """How a stream is partitioned among the tasks of a bolt subscribing to it: the values of
     a ``Component.spec(inputs={...})`` dict. Storm's groupings (their algorithms are described
-    in :mod:`squall.api.grouping`):
+    in :mod:`squall.runtime.grouping`):
 
     * ``Grouping.SHUFFLE``: evenly, round-robin over a shuffled list (what list-form inputs get);
     * ``Grouping.fields(*names)``: equal values of the named fields reach the same task;

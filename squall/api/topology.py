@@ -10,7 +10,8 @@ import cloudpickle
 
 from squall.api.bolt import BasicBolt, Bolt
 from squall.api.checkpoint_spout import CHECKPOINT_FIELDS, CheckpointSpout
-from squall.api.component import BLOCKING_KEY, Component, OutputFieldsDeclarer, check_id
+from squall.api.component import Component, OutputFieldsDeclarer, check_id
+from squall.api.config import Config
 from squall.api.errors import InvalidTopologyError
 from squall.api.grouping import (
     ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE, CustomStreamGrouping,
@@ -103,12 +104,12 @@ class _ComponentDeclarer:
         executors then get a thread of their own instead of sharing the worker's cooperative
         thread, so they never stall the other components (``topology.component.blocking``;
         the default is the component's ``blocking`` attribute)."""
-        return self.add_configuration(BLOCKING_KEY, blocking)
+        return self.add_configuration(Config.TOPOLOGY_COMPONENT_BLOCKING, blocking)
 
 
 class SpoutDeclarer(_ComponentDeclarer):
     def set_max_spout_pending(self, n: int | None) -> SpoutDeclarer:
-        return self.add_configuration("topology.max.spout.pending", n)  # type: ignore[return-value]
+        return self.add_configuration(Config.TOPOLOGY_MAX_SPOUT_PENDING, n)  # type: ignore[return-value]
 
 
 class BoltDeclarer(_ComponentDeclarer):
@@ -243,7 +244,7 @@ class TopologyBuilder:
             inputs = inputs_of.get(cid, {})
             for (source, stream), grouping in inputs.items():
                 _check_subscription(cid, source, stream, grouping, outputs)
-            conf = {BLOCKING_KEY: True} if entry.obj.blocking else {}
+            conf = {Config.TOPOLOGY_COMPONENT_BLOCKING: True} if entry.obj.blocking else {}
             try:
                 conf.update(entry.obj.get_component_configuration() or {})
             except Exception as e:
@@ -252,9 +253,9 @@ class TopologyBuilder:
             if isinstance(entry.obj, WindowedBoltExecutor):
                 check_windowed_bolt(cid, conf, entry.obj.bolt.get_timestamp_extractor(), inputs, outputs,
                                     isinstance(entry.obj, StatefulComponent))
-            if not isinstance(conf.get(BLOCKING_KEY, False), bool):
-                raise InvalidTopologyError(f"component {cid!r}: {BLOCKING_KEY!r} must be true or false, "
-                                           f"got {conf[BLOCKING_KEY]!r}")
+            if not isinstance(conf.get(Config.TOPOLOGY_COMPONENT_BLOCKING, False), bool):
+                raise InvalidTopologyError(f"component {cid!r}: 'topology.component.blocking' must be true or false, "
+                                           f"got {conf[Config.TOPOLOGY_COMPONENT_BLOCKING]!r}")
             try:
                 serialized = pickling.dumps(entry.obj)
             except Exception as e:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
+from squall.api.dsl import Topology
 from squall.api.errors import TopologySetupError
 from squall.api.topology import StormTopology
-from squall.cluster.nimbus import Nimbus
+from squall.cluster.nimbus import ACTIVE, Nimbus
 from squall.cluster.supervisor import ProcessSupervisor
 from squall.runtime.assignment import Assignment
-from squall.runtime.cluster_state import TopologyState
+from squall.runtime.cluster_state import TopologyState, Tracker
+from squall.runtime.executor.executor import Executor
+from squall.runtime.executor.spout_executor import SpoutExecutor
+from squall.runtime.info import ExecutorPlace, WorkerInfo
 from squall.runtime.messaging.local import LocalTransport
 from squall.runtime.worker import Worker
 
@@ -55,9 +61,9 @@ class _InProcessRunner:
         for worker in self.workers:
             worker.stop()
 
-    def workers_info(self) -> list[dict[str, Any]]:
-        return [{"port": w.port, "pid": os.getpid(),
-                 "executors": [{"component": e.component, "tasks": list(e.task_ids)} for e in w.executors]}
+    def workers_info(self) -> list[WorkerInfo]:
+        return [WorkerInfo(port=w.port, pid=os.getpid(), executors=[
+                    ExecutorPlace(component=e.component, tasks=list(e.task_ids)) for e in w.executors])
                 for w in self.workers]
 
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
@@ -87,3 +93,50 @@ class LocalCluster(Nimbus):
         if self.processes:
             return ProcessSupervisor(name, topology, conf, assignment, state)
         return _InProcessRunner(name, topology, conf, assignment, state)
+
+    def submit_topology(self, name: str, conf: dict[str, Any] | None, topology: StormTopology | type[Topology], *,
+                        tracked: bool = False, capture: Callable[[str, str, list[Any]], None] | None = None) -> None:
+        """As :meth:`Nimbus.submit_topology`, with two test hooks for in-process workers:
+
+        * ``tracked``: count every tuple queued or being processed, for :meth:`wait_idle`
+          (Storm's tracked topologies);
+        * ``capture(component, stream, values)``: called with every tuple every component emits,
+          from the emitting executor's thread (it must not block).
+
+        ``ValueError`` for either with worker processes (``LocalCluster(processes=True)``)."""
+        if (tracked or capture is not None) and self.processes:
+            raise ValueError(f"topology {name!r}: tracked and capture need in-process workers (LocalCluster())")
+        self._submit(name, conf, topology, TopologyState(Tracker() if tracked else None, capture))
+
+    def executors(self, name: str) -> list[Executor]:
+        """Every executor of topology ``name``'s in-process workers, for tests that watch them;
+        ``NotAliveError`` if it does not run, ``TypeError`` with worker processes."""
+        runner = self.runner(name)
+        if not isinstance(runner, _InProcessRunner):
+            raise TypeError(f"topology {name!r} runs in worker processes: its executors are not in this process")
+        return [e for w in runner.workers for e in w.executors]
+
+    def wait_idle(self, name: str, timeout: float = 30.0) -> None:
+        """Return once topology ``name`` (submitted with ``tracked=True``) is idle: every spout
+        emitted nothing in its last round of ``next_tuple`` calls and, if it has
+        ``is_exhausted()`` (a ``FeederSpout`` fed from the test, say), says so; and no tuple is
+        queued or being processed anywhere. ``TimeoutError`` after ``timeout`` seconds, naming the
+        spouts not exhausted and the tuples in flight; ``ValueError`` if it is not tracked or is
+        inactive (its spouts are not asked for tuples, so they cannot say they are done)."""
+        running = self._get(name)
+        tracker = running.state.tracker
+        if tracker is None:
+            raise ValueError(f"topology {name!r} is not tracked: submit it with submit_topology(..., tracked=True)")
+        if running.status != ACTIVE:
+            raise ValueError(f"topology {name!r} is {running.status}: wait_idle needs it ACTIVE")
+        spouts = [e for e in self.executors(name) if isinstance(e, SpoutExecutor)]
+        # what a spout says counts from its second round after this call: the first may have
+        # asked is_exhausted() before the test fed it
+        since = {e: e.rounds + 2 for e in spouts}
+        deadline = time.monotonic() + timeout
+        while not (all(e.rounds >= since[e] and e.exhausted for e in spouts) and tracker.in_flight == 0):
+            if time.monotonic() > deadline:
+                busy = sorted({e.component for e in spouts if not e.exhausted})
+                raise TimeoutError(f"topology {name!r} not idle after {timeout}s (spouts not exhausted: {busy}; "
+                                   f"tuples in flight: {tracker.in_flight})")
+            time.sleep(0.002)

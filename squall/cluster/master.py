@@ -39,10 +39,12 @@ from typing import Any
 import cloudpickle
 import zmq
 
+from squall.api.config import Config
 from squall.api.errors import TopologySetupError
 from squall.api.topology import StormTopology
 from squall.runtime.assignment import Assignment
 from squall.runtime.cluster_state import TopologyState
+from squall.runtime.info import ExecutorPlace, WorkerInfo
 from squall.runtime.messaging import schema
 from squall.runtime.messaging.security import LinkKeys, LinkSecurity
 from squall.runtime.messaging.zmq_transport import LOOPBACK
@@ -146,7 +148,7 @@ class TopologyMaster(ABC):
         with the cause (after stopping everything) if they cannot start."""
         self._launch(self.slots)
         self._thread.start()
-        limit = self._conf["supervisor.worker.start.timeout.secs"]
+        limit = self._conf[Config.SUPERVISOR_WORKER_START_TIMEOUT_SECS]
         deadline = time.monotonic() + limit + 5
         try:
             while True:
@@ -188,19 +190,13 @@ class TopologyMaster(ABC):
         self._security.close()
         self._context.term()
 
-    def workers_info(self) -> list[dict[str, Any]]:
-        """Per worker: host, port, backpressure port, pid, restarts and its executors
-        (get_topology_info's shape)."""
+    def workers_info(self) -> list[WorkerInfo]:
+        """Per worker: host, port, backpressure port, pid, restarts and its executors."""
         return [
-            {
-                "host": slot.host or None,
-                "port": slot.port or slot.assigned_port,
-                "backpressure_port": slot.bp_port or None,
-                "pid": slot.pid,
-                "restarts": slot.restarts,
-                "executors": [{"component": e.component, "tasks": list(e.tasks)}
-                              for e in self._assignment.workers[slot.index].executors],
-            }
+            WorkerInfo(host=slot.host or None, port=slot.port or slot.assigned_port,
+                       backpressure_port=slot.bp_port or None, pid=slot.pid, restarts=slot.restarts,
+                       executors=[ExecutorPlace(component=e.component, tasks=list(e.tasks))
+                                  for e in self._assignment.workers[slot.index].executors])
             for slot in self.slots
         ]
 
@@ -252,7 +248,8 @@ class TopologyMaster(ABC):
 
     def silence_limit(self, slot: WorkerSlot) -> float:
         """How long ``slot`` may stay silent: the start timeout until ready, then the worker timeout."""
-        return self._conf["supervisor.worker.timeout.secs" if slot.ready else "supervisor.worker.start.timeout.secs"]
+        key = Config.SUPERVISOR_WORKER_TIMEOUT_SECS if slot.ready else Config.SUPERVISOR_WORKER_START_TIMEOUT_SECS
+        return self._conf[key]
 
     def report(self, slot: WorkerSlot | None, text: str, details: str = "") -> None:
         """Log ``text`` (one line) and record it, with ``details`` (a traceback) under it, as an

@@ -4,13 +4,10 @@
 activate/deactivate/kill, ``get_topology_info`` — over a *runner* per topology that owns the
 workers: threads of this process (:class:`~squall.cluster.local_cluster.LocalCluster`), worker
 processes of this machine, or tasks of a Spark barrier job
-(:class:`~squall.cluster.spark.SparkCluster`). A runner has ``start()`` (returns once every
-open/prepare has run; raises :class:`~squall.api.errors.TopologySetupError` otherwise),
-``set_active(bool)``, ``stop()`` (returns once every worker is gone), ``workers_info()``,
-``executor_snapshots()`` ((component, figures) per executor, the figures with the executor's
-``tasks``; after ``stop()``: the figures every worker had when it stopped) and
-``failure`` (why the topology can no longer run, or None). From those figures Nimbus also
-feeds the topology's metrics consumers (:class:`~squall.api.metrics2.consumer.MetricsReporter`).
+(:class:`~squall.cluster.spark.SparkCluster`). What a runner does is the
+:class:`~squall.cluster.runner.TopologyRunner` protocol; what the topology's figures become
+beside it (counts across rebalances, their history, the metrics consumers) is its
+:class:`~squall.cluster.monitor.TopologyMonitor`.
 """
 
 from __future__ import annotations
@@ -24,18 +21,19 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from squall.api.config import checked_config
+from squall.api.config import Config, checked_config
 from squall.api.dsl import Topology, as_storm_topology
 from squall.api.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
-from squall.api.metrics2.consumer import MetricsReporter
 from squall.api.state.provider import StateProviderError, provider_for
 from squall.api.system_ids import CHECKPOINT_COMPONENT
 from squall.api.topology import StormTopology
 from squall.api.windowing.checks import check_topology_windows
-from squall.cluster.stats_history import StatsHistory, Totals, totals_of
+from squall.cluster.monitor import TopologyMonitor
+from squall.cluster.runner import TopologyRunner
+from squall.cluster.stats_history import Totals
 from squall.runtime.assignment import Assignment, assign
 from squall.runtime.cluster_state import TopologyState
-from squall.runtime.stats import component_summary, retire
+from squall.runtime.info import TopologyInfo, to_dict
 from squall.utils import time as clock
 
 log = logging.getLogger("squall.nimbus")
@@ -49,25 +47,13 @@ class _Running:
     topology: StormTopology
     conf: dict[str, Any]
     state: TopologyState
-    runner: Any
-    started: float
+    runner: TopologyRunner
+    #: figures across rebalances, their history, the metrics consumers
+    monitor: TopologyMonitor
     status: str = ACTIVE
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: held by a rebalance while it swaps the runner, and by a kill: one waits for the other
     transition: threading.Lock = field(default_factory=threading.Lock)
-    history: StatsHistory = field(init=False)
-    #: feeds the topology's metrics consumers (topology.metrics.consumer.register)
-    reporter: MetricsReporter | None = None
-    #: per component, what the runners that rebalances replaced did (metrics.retire)
-    retired: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.history = StatsHistory(self.started)
-
-    @property
-    def workers(self) -> list[Any]:
-        """The in-process workers (for the testing API)."""
-        return self.runner.workers
 
 
 class Nimbus(ABC):
@@ -83,7 +69,7 @@ class Nimbus(ABC):
 
     @abstractmethod
     def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
-                     state: TopologyState) -> Any:
+                     state: TopologyState) -> TopologyRunner:
         """The runner that will own this topology's workers (not started yet)."""
 
     def _configure(self, conf: dict[str, Any]) -> dict[str, Any]:
@@ -132,29 +118,31 @@ class Nimbus(ABC):
                 check_state(name, topology, merged, self.in_process)
             check_topology_windows(name, topology, merged)
             assignment = assign(topology, merged)
-            reporter = MetricsReporter(name, merged, {cid: "spout" if spec.is_spout else "bolt"
-                                                      for cid, spec in topology.components.items()})
-            reporter.prepare()
+            monitor = TopologyMonitor(name, topology, merged)
+            monitor.prepare()
             runner = self._make_runner(name, topology, merged, assignment, state)
-            running = _Running(name, topology, merged, state, runner, clock.now(), reporter=reporter)
+            running = _Running(name, topology, merged, state, runner, monitor)
             self._topologies[name] = running
         try:
             runner.start()
         except BaseException:
             with self._lock:
                 self._topologies.pop(name, None)
-            reporter.stop(final_report=False)
+            monitor.stop(final_report=False)
             raise
-        running.started = running.history.started = clock.now()  # uptime counts from the workers' readiness
-        if reporter:
-            # through ``running``: a rebalance replaces the runner
-            reporter.start(lambda: running.runner.executor_snapshots(), lambda: running.runner.workers_info())
+        # uptime counts from the workers' readiness; through ``running``: a rebalance swaps runners
+        monitor.start(lambda: running.runner)
 
     def _get(self, name: str) -> _Running:
         try:
             return self._topologies[name]
         except KeyError:
             raise NotAliveError(f"topology {name!r} is not alive") from None
+
+    def runner(self, name: str) -> TopologyRunner:
+        """The runner that owns topology ``name``'s workers now (a rebalance replaces it), for
+        tests and tools that look at them; ``NotAliveError`` if no such topology runs."""
+        return self._get(name).runner
 
     # -- control ------------------------------------------------------------------------
 
@@ -196,12 +184,11 @@ class Nimbus(ABC):
             try:
                 if previous == ACTIVE:
                     running.runner.set_active(False)
-                wait = conf["topology.message.timeout.secs"] if wait_secs is None else wait_secs
+                wait = conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS] if wait_secs is None else wait_secs
                 if wait > 0 and not clock.is_simulating():
                     time.sleep(wait)
                 running.runner.stop()
-                for component, figures in running.runner.executor_snapshots():
-                    running.retired[component] = retire(running.retired.get(component), figures)
+                running.monitor.retire(running.runner)
                 runner = self._make_runner(name, topology, conf, assign(topology, conf), running.state)
                 if previous == INACTIVE:
                     runner.set_active(False)  # before start: its spouts start deactivated
@@ -240,7 +227,11 @@ class Nimbus(ABC):
         self.kill_topology_and_get_info(name, wait_secs)
 
     def kill_topology_and_get_info(self, name: str, wait_secs: float | None = None) -> dict[str, Any]:
-        """:meth:`kill_topology`, returning the topology's final :meth:`get_topology_info`:
+        """:meth:`kill_topology_and_info` as plain dicts and lists (as :meth:`get_topology_info`)."""
+        return to_dict(self.kill_topology_and_info(name, wait_secs))
+
+    def kill_topology_and_info(self, name: str, wait_secs: float | None = None) -> TopologyInfo:
+        """:meth:`kill_topology`, returning the topology's final :meth:`topology_info`:
         taken once every worker has stopped, so its figures are the executors' last, counting
         what they did between the last heartbeat and their close/cleanup. Its status is
         ``FAILED`` if the topology had failed when the kill began, else ``KILLED``.
@@ -254,7 +245,7 @@ class Nimbus(ABC):
             final_status = FAILED if self._status(running) == FAILED else KILLED
             previous, running.status = running.status, KILLED
         if wait_secs is None:
-            wait_secs = running.conf["topology.message.timeout.secs"]
+            wait_secs = running.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
         if previous == ACTIVE:
             running.runner.set_active(False)
         if wait_secs > 0 and not clock.is_simulating():
@@ -265,8 +256,7 @@ class Nimbus(ABC):
     def _stop(self, running: _Running) -> None:
         running.status = KILLED
         running.runner.stop()
-        if running.reporter is not None:
-            running.reporter.stop()  # the consumers get the final figures
+        running.monitor.stop()  # the consumers get the final figures
         with self._lock:
             self._topologies.pop(running.name, None)
 
@@ -283,10 +273,15 @@ class Nimbus(ABC):
 
     # -- introspection ------------------------------------------------------------------
 
-    def get_topology_info(self, name: str) -> dict[str, Any]:
-        """Status, workers/executors/tasks and per-component statistics and errors."""
+    def topology_info(self, name: str) -> TopologyInfo:
+        """Status, workers/executors/tasks and per-component statistics and errors (Storm's
+        ``getTopologyInfo``): what the REST API, Prometheus and the command line read."""
         running = self._get(name)
         return self._info(running, self._status(running))
+
+    def get_topology_info(self, name: str) -> dict[str, Any]:
+        """:meth:`topology_info` as plain dicts and lists (its fields' names are the keys)."""
+        return to_dict(self.topology_info(name))
 
     @staticmethod
     def _status(running: _Running) -> str:
@@ -305,48 +300,18 @@ class Nimbus(ABC):
     def get_window_totals(self, name: str, windows: tuple[int | None, ...]) -> dict[int | None, Totals]:
         """Per window (seconds, None for all time), each component's cumulative figures over that
         window (see :mod:`squall.cluster.stats_history`): what Storm UI's windows show."""
-        running, now, totals = self._sample(name)
-        return {window: running.history.window(now, totals, window) for window in windows}
+        running = self._get(name)
+        return running.monitor.window_totals(running.runner, windows)
 
     def get_recent_totals(self, name: str) -> list[tuple[float, Totals]]:
         """(time, each component's cumulative figures) over the last ten minutes, oldest first,
         the last taken now: what the UI's live plots draw."""
-        running, now, totals = self._sample(name)
-        return running.history.recent(now, totals)
-
-    def _sample(self, name: str) -> tuple[_Running, float, Totals]:
         running = self._get(name)
-        now = clock.now()
-        totals = totals_of([*running.runner.executor_snapshots(), *running.retired.items()])
-        running.history.record(now, totals)
-        return running, now, totals
+        return running.monitor.recent_totals(running.runner)
 
     @staticmethod
-    def _info(running: _Running, status: str) -> dict[str, Any]:
-        """:meth:`get_topology_info`'s dict for ``running``, with ``status``: the figures are the
-        runner's ``executor_snapshots()`` as of now with what the runners before its rebalances
-        did (also kept for the windows of :meth:`get_window_totals`), and each component's
-        current run alone (``current``)."""
-        snapshots: dict[str, list[dict[str, Any]]] = {}
-        pairs = running.runner.executor_snapshots()
-        for component, snapshot in pairs:
-            snapshots.setdefault(component, []).append(snapshot)
-        running.history.record(clock.now(), totals_of([*pairs, *running.retired.items()]))
-        components = {}
-        for cid, spec in running.topology.components.items():
-            kind = "spout" if spec.is_spout else "bolt"
-            summary = {"type": kind, "parallelism": spec.parallelism, "num_tasks": spec.num_tasks}
-            summary.update(component_summary(kind, snapshots.get(cid, []), running.retired.get(cid)))
-            summary["errors"] = running.state.errors(cid)
-            summary["error_count"] = running.state.error_count(cid)
-            components[cid] = summary
-        return {
-            "name": running.name,
-            "status": status,
-            "uptime_secs": max(0.0, clock.now() - running.started),
-            "workers": running.runner.workers_info(),
-            "components": components,
-        }
+    def _info(running: _Running, status: str) -> TopologyInfo:
+        return running.monitor.topology_info(running.runner, running.topology, running.state, status)
 
 
 def _rebalanced(running: _Running, num_workers: int | None,
@@ -369,9 +334,9 @@ def _rebalanced(running: _Running, num_workers: int | None,
         components[cid] = dataclasses.replace(spec, parallelism=parallelism)
     conf = dict(running.conf)
     if num_workers is not None:
-        conf["topology.workers"] = num_workers
+        conf[Config.TOPOLOGY_WORKERS] = num_workers
     # the ackers keep their tasks, so that every task keeps its id (ids are numbered over all)
-    conf["topology.acker.executors"] = assign(running.topology, running.conf).num_ackers
+    conf[Config.TOPOLOGY_ACKER_EXECUTORS] = assign(running.topology, running.conf).num_ackers
     return dataclasses.replace(running.topology, components=types.MappingProxyType(components)), conf
 
 
@@ -381,10 +346,10 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
     holds no other topology's state. A stateful bolt fed by a spout that keeps no position gets
     a warning (``squall.nimbus``)."""
     where = f"topology {name!r} has stateful components {sorted(topology.state_layout)}"
-    if conf["topology.acker.executors"] == 0:
+    if conf[Config.TOPOLOGY_ACKER_EXECUTORS] == 0:
         raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so 'topology.acker.executors' "
                                    "cannot be 0")
-    interval, timeout = conf["topology.state.checkpoint.interval.ms"], conf["topology.message.timeout.secs"]
+    interval, timeout = conf[Config.TOPOLOGY_STATE_CHECKPOINT_INTERVAL], conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
     if interval >= timeout * 1000:
         raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so "
                                    f"'topology.state.checkpoint.interval.ms' ({interval}) must be below the message "

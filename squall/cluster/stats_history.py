@@ -81,6 +81,11 @@ class StatsHistory:
                 while len(ring) > 1 and now - ring[1][0] >= span:
                     ring.popleft()  # the oldest kept sample is at least ``span`` old
 
+    def __len__(self) -> int:
+        """How many samples it holds, over all resolutions (what its memory grows with)."""
+        with self._lock:
+            return sum(len(ring) for ring in self._rings)
+
     def window(self, now: float, totals: Totals, window: int | None) -> Totals:
         """``totals`` (taken at ``now``) minus those at the start of ``window`` seconds ago; all
         of ``totals`` for all time, or while the topology is younger than the window."""

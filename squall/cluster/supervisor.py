@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from squall.api.config import run_log_dir
+from squall.api.config import Config, run_log_dir
 from squall.api.topology import StormTopology
 from squall.cluster.master import TopologyMaster, WorkerSlot
 from squall.runtime.assignment import Assignment
@@ -76,7 +76,7 @@ class ProcessSupervisor(TopologyMaster):
     def __init__(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                  state: TopologyState) -> None:
         super().__init__(name, topology, conf, assignment, state)
-        self.log_dir = str(run_log_dir(name, conf["topology.logs.retained"]))
+        self.log_dir = str(run_log_dir(name, conf[Config.TOPOLOGY_LOGS_RETAINED]))
         self._relays: list[threading.Thread] = []  # copying the workers' output to the logs
         self._procs: dict[int, subprocess.Popen] = {}
         self._failed_starts = [0] * len(self.slots)

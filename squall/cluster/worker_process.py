@@ -43,6 +43,7 @@ import cloudpickle
 import msgspec
 import zmq
 
+from squall.api.config import Config
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.messaging import schema
 from squall.runtime.messaging.incarnation import incarnation
@@ -164,9 +165,9 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         name, topology, conf, assignment, active, restarts = cloudpickle.loads(boot.payload)
         # the process is the worker's: its threads (executors, receive, transfer) hand the GIL
         # to each other this often
-        sys.setswitchinterval(conf["topology.worker.gil.switch.interval.secs"])
+        sys.setswitchinterval(conf[Config.TOPOLOGY_WORKER_GIL_SWITCH_INTERVAL_SECS])
         transport = ZmqTransport(control.context, index, control.security, host,
-                                 conf["topology.receiver.buffer.size"], incarnation(generation, restarts))
+                                 conf[Config.TOPOLOGY_RECEIVER_BUFFER_SIZE], incarnation(generation, restarts))
         worker = Worker(name, topology, conf, assignment, index, transport, state, active, restarts > 0)
         port, bp_port = transport.bind(assignment.workers[index].port)
         control.send(schema.Bound(host, port, bp_port))
@@ -176,7 +177,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
             transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
         worker.start()
         started = True
-        failures = worker.wait_ready(conf["supervisor.worker.start.timeout.secs"])
+        failures = worker.wait_ready(conf[Config.SUPERVISOR_WORKER_START_TIMEOUT_SECS])
         if failures:
             executor, error = failures[0]
             raise _ComponentStartError(
@@ -226,32 +227,15 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
     # A queue that stops being full is announced at once through the room pipe (senders
     # elsewhere are waiting for it, and a queue drains in a few milliseconds); so is one that
     # the receive path fills (until it is announced, senders elsewhere keep sending to it).
-    wake = worker.on_failure
-
-    def announcer(tasks: frozenset[int]):
-        def on_room() -> None:
-            if not transport.published_backpressure.isdisjoint(tasks):  # somebody was told it is full
-                wake()
-        return on_room
-
-    tasks_by_queue: dict[Any, set[int]] = {}
-    for task, queue in worker.task_queues.items():
-        tasks_by_queue.setdefault(queue, set()).add(task)
-    for queue, tasks in tasks_by_queue.items():
-        queue.on_room = announcer(frozenset(tasks))
-
-    def on_full(tasks: frozenset[int]) -> None:
-        if not tasks <= transport.published_backpressure:
-            wake()
-
-    worker.receive.on_full = on_full
+    worker.receive.on_full = worker.backpressure.announce_changes(lambda: transport.published_backpressure,
+                                                                  worker.on_failure)
     poller = zmq.Poller()
     poller.register(control.socket, zmq.POLLIN)
     poller.register(transport.sub_socket, zmq.POLLIN)
     poller.register(room_read, zmq.POLLIN)
     for monitor in control.security.monitors:
         poller.register(monitor, zmq.POLLIN)
-    heartbeat_every = conf["worker.heartbeat.frequency.secs"]
+    heartbeat_every = conf[Config.WORKER_HEARTBEAT_FREQUENCY_SECS]
     next_heartbeat = 0.0
     commands, control.deferred = control.deferred, []
     while True:
@@ -278,7 +262,7 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
             # fail-fast: the master hears why, and the supervisor (or Spark) restarts this worker
             control.send(schema.Heartbeat(_figures(worker), state.take_unsent()))
             return 1
-        transport.publish_backpressure(worker.backpressured_tasks())
+        transport.publish_backpressure(worker.backpressure.full_tasks())
         now = time.monotonic()
         if now >= next_heartbeat:
             next_heartbeat = now + heartbeat_every

@@ -112,6 +112,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from squall.api.bolt import Bolt
+from squall.api.config import Config
 from squall.api.spout import Spout
 from squall.api.stateful import StatefulSpout
 
@@ -751,7 +752,7 @@ class FileBolt(Bolt):
 
     def get_component_configuration(self) -> dict[str, Any] | None:
         ticks = [s for s in (self.sync_secs, getattr(self.rotation, "secs", None)) if s]
-        return {"topology.tick.tuple.freq.secs": min(ticks)} if ticks else None
+        return {Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS: min(ticks)} if ticks else None
 
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         _make_dirs("FileBolt", output_dir=self.output_dir)

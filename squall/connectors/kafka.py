@@ -98,6 +98,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.api.bolt import Bolt
+from squall.api.config import Config
 from squall.api.spout import Spout
 from squall.api.stateful import StatefulSpout
 from squall.connectors import Route, SpoutStreams, require
@@ -866,7 +867,7 @@ class KafkaBolt(Bolt):
         return dict.fromkeys(("produced", "acked", "failed", "errors"), 0)
 
     def get_component_configuration(self) -> dict[str, Any] | None:
-        return {"topology.tick.tuple.freq.secs": self.tick_secs}
+        return {Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS: self.tick_secs}
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         from confluent_kafka import Producer

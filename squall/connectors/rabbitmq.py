@@ -80,6 +80,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from squall.api.bolt import Bolt
+from squall.api.config import Config
 from squall.api.spout import Spout
 from squall.connectors import Backoff, Route, SpoutStreams, require
 
@@ -210,7 +211,7 @@ class RabbitMQSpout(Spout):
         component = context.get_this_component_id()
         self._where = f"RabbitMQSpout {component!r}: queue {self.queue!r} at {self._conn.address}"
         if self.prefetch is None:
-            pending = conf.get("topology.max.spout.pending")
+            pending = conf.get(Config.TOPOLOGY_MAX_SPOUT_PENDING)
             self._prefetch = min(int(pending), 65535) if pending else DEFAULT_PREFETCH
         else:
             self._prefetch = int(self.prefetch)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from squall.api.config import Config
 from squall.api.metrics2.metrics import Counter, Gauge, Histogram, Meter
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import ShellProcessError
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from squall.api.context import TopologyContext
 
 # A subprocess that sends nothing for this long while Squall waits on it is hung.
-TIMEOUT_KEY = "topology.subprocess.timeout.secs"
 # Bolts get a tuple on this stream (task -1) about every second and answer it with sync.
 HEARTBEAT_STREAM = "__heartbeat"
 # The least time between two starts of a task's subprocess, so one that dies at once does
@@ -30,7 +30,7 @@ _LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNI
 
 
 def subprocess_timeout(conf: dict[str, Any]) -> float:
-    return float(conf[TIMEOUT_KEY])
+    return float(conf[Config.TOPOLOGY_SUBPROCESS_TIMEOUT_SECS])
 
 
 def handshake_conf(conf: dict[str, Any], context: TopologyContext) -> dict[str, Any]:

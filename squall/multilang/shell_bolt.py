@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from squall.api.bolt import Bolt
+from squall.api.config import Config
 from squall.multilang.protocol import HEARTBEAT_STREAM, RESTART_BACKOFF_SECS, ShellComponent, command_of
 from squall.multilang.serializer import ProtocolError, get_serializer
 from squall.multilang.shell_process import Exited, ShellProcess, ShellProcessError
@@ -22,7 +23,6 @@ log = logging.getLogger("squall.multilang")
 
 # Storm's topology.shellbolt.max.pending: input tuples queued for the subprocess's stdin
 # before execute waits.
-MAX_PENDING_KEY = "topology.shellbolt.max.pending"
 
 
 class ShellBolt(ShellComponent, Bolt):
@@ -64,7 +64,7 @@ class ShellBolt(ShellComponent, Bolt):
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         self._collector = collector
         self._set_up(conf, context)
-        self._max_pending = conf[MAX_PENDING_KEY]
+        self._max_pending = conf[Config.TOPOLOGY_SHELLBOLT_MAX_PENDING]
         self._heartbeat_secs = min(1.0, self._timeout / 4)
         self._ids = itertools.count()
         self._lock = threading.Lock()  # guards _process and _pending, shared with the reader thread

@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import squall
-from squall import compiled, control
-from squall.api.config import checked_config, merged_config, run_log_dir, squall_home, user_config
+from squall import compiled
+from squall.ops import control
+from squall.api.config import Config, checked_config, merged_config, run_log_dir, squall_home, user_config
 from squall.api.defaults import DEFAULTS
 from squall.api.errors import NotAliveError, TopologySetupError
-from squall.api.state.provider import PROVIDER_CONFIG_KEY, PROVIDER_KEY, StateProviderError
+from squall.api.state.provider import StateProviderError
 from squall.api.topology import StormTopology
 from squall.cluster.local_cluster import LocalCluster
 from squall.cluster.registry import Registry, RegistryError, open_registry
@@ -38,6 +39,7 @@ from squall.ops.command.topology_file import load_topology_file
 from squall.ops.control import ControlError
 from squall.ops.ui.machine import MachineUi
 from squall.runtime.assignment import assign
+from squall.runtime.info import TopologyInfo
 from squall.utils.time import format_duration, parse_seconds
 
 
@@ -58,14 +60,14 @@ def _state_location(name: str, config: dict[str, Any], checkpoint_dir: str | Non
     ``checkpoint_dir`` (default ``state/NAME`` in :func:`~squall.api.config.squall_home`), so that it
     survives a crash and a topology submitted again under the same name resumes from its last
     commit."""
-    if config.get(PROVIDER_KEY) is not None:
+    if config.get(Config.TOPOLOGY_STATE_PROVIDER) is not None:
         if checkpoint_dir is not None:
             raise UsageError(f"--checkpoint-dir is for the default state provider, but the config sets "
-                             f"{PROVIDER_KEY}={config[PROVIDER_KEY]!r}")
+                             f"topology.state.provider={config[Config.TOPOLOGY_STATE_PROVIDER]!r}")
         return
     path = checkpoint_dir or squall_home() / "state" / name
-    config[PROVIDER_KEY] = "sqlite"
-    config[PROVIDER_CONFIG_KEY] = {"path": os.path.abspath(os.path.expanduser(path))}
+    config[Config.TOPOLOGY_STATE_PROVIDER] = "sqlite"
+    config[Config.TOPOLOGY_STATE_PROVIDER_CONFIG] = {"path": os.path.abspath(os.path.expanduser(path))}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -82,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
     merged = merged_config(config)
-    _check_local_slots(name, args.master, merged["topology.workers"])
+    _check_local_slots(name, args.master, merged[Config.TOPOLOGY_WORKERS])
     announce_state(name, topology, config, args.fresh)
     spark_conf = parse_spark_conf(args.spark_conf)
     py_files = _existing_files("--py-files", args.py_files, lambda f: f)
@@ -94,7 +96,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise UsageError(str(e)) from e
     # the JVM's start-up notices and Spark's log: in a file, unless -v (Squall says what fails, in a line)
-    driver_log = None if args.verbose else str(run_log_dir(name, merged["topology.logs.retained"]) / "spark-driver.log")
+    logs = run_log_dir(name, merged[Config.TOPOLOGY_LOGS_RETAINED])
+    driver_log = None if args.verbose else str(logs / "spark-driver.log")
     if driver_log is not None:
         print(f"squall: Spark's own log goes to {driver_log} (-v shows it here)", file=sys.stderr)
     try:
@@ -162,7 +165,7 @@ def _list(registry: Registry) -> int:
     for entry in entries:
         try:
             info = control.info(registry, entry.name)
-            status, uptime = info["status"], info["uptime_secs"]
+            status, uptime = info.status, info.uptime_secs
         except NotAliveError:  # it stopped since the registry was read
             continue
         except ControlError:  # being submitted or stopped, or not answering: the registry still knows
@@ -203,19 +206,19 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
 def _monitor(args: argparse.Namespace, registry: Registry) -> int:
     info = control.info(registry, args.name)
-    components = info["components"]
-    component = args.component or next((c for c, v in components.items() if v["type"] == "spout"), None)
+    components = info.components
+    component = args.component or next((c for c, v in components.items() if v.type == "spout"), None)
     if component not in components:
         raise UsageError(f"topology {args.name!r} has no component {component!r} (components: {sorted(components)})")
 
-    def reading(now: dict[str, Any]) -> int:
-        streams = now["components"][component].get("streams", {})
+    def reading(now: TopologyInfo) -> int:
+        streams = now.components[component].streams
         if args.stream not in streams:
             raise UsageError(f"component {component!r} of topology {args.name!r} emits on no stream "
                              f"{args.stream!r} (streams: {sorted(streams)})")
-        return streams[args.stream][args.watch]
+        return getattr(streams[args.stream], args.watch)
 
-    parallelism = components[component]["parallelism"]
+    parallelism = components[component].parallelism
     print(f"{'topology':<16}{'component':<16}{'parallelism':<13}{'stream':<12}{'time-diff ms':>14}"
           f"{args.watch:>14}{'throughput (Kt/s)':>20}")
     last, then = reading(info), time.monotonic()
@@ -239,7 +242,7 @@ def _monitor(args: argparse.Namespace, registry: Registry) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     """Storm's ``ui``: serve the UI of every topology of the registry until Ctrl-C."""
     token = secrets.token_hex(32)
-    port = DEFAULTS["ui.port"] if args.port is None else args.port
+    port = DEFAULTS[Config.UI_PORT] if args.port is None else args.port
     with _registry(args) as registry:
         ui = serve_ui(lambda p: MachineUi(token, args.host, p, registry), args.host, port, args.port is not None)
         if ui is None:
@@ -440,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.set_defaults(func=cmd_monitor)
     ui = control_command("ui", "serve Storm UI and its REST API for the running topologies (of this machine, or "
                                "of the cluster in ZooKeeper)")
-    ui.add_argument("--host", default=DEFAULTS["ui.host"], help="address to listen on (default: %(default)s)")
+    ui.add_argument("--host", default=DEFAULTS[Config.UI_HOST], help="address to listen on (default: %(default)s)")
     ui.add_argument("--port", type=int, help=f"port (default: {DEFAULTS['ui.port']}, Storm UI's, else a free one)")
     ui.set_defaults(func=cmd_ui)
     activate = control_command("activate", "activate a running topology's spouts")

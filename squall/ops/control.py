@@ -37,10 +37,11 @@ import zmq
 
 from squall.api.errors import NotAliveError
 from squall.cluster.registry import Registration, Registry
+from squall.runtime.info import TopologyInfo
 from squall.runtime.messaging import schema
 from squall.runtime.messaging.security import LinkKeys, LinkSecurity
 
-log = logging.getLogger("squall.ops.control")
+log = logging.getLogger("squall.control")
 
 # How long a client waits for the reply to info, activate or deactivate: each is one call on
 # the cluster, which returns at once.
@@ -95,9 +96,12 @@ def request(registry: Registry, name: str, message: schema.ControlRequest,
     return reply
 
 
-def info(registry: Registry, name: str) -> dict[str, Any]:
-    """The topology's ``get_topology_info`` (its status is KILLED while a kill is under way)."""
-    return request(registry, name, schema.InfoRequest()).info or {}
+def info(registry: Registry, name: str) -> TopologyInfo:
+    """The topology's ``topology_info`` (its status is KILLED while a kill is under way)."""
+    reply = request(registry, name, schema.InfoRequest())
+    if reply.info is None:
+        raise ControlError(f"topology {name!r} answered without its info")
+    return reply.info
 
 
 def activate(registry: Registry, name: str) -> None:
@@ -145,7 +149,7 @@ class ControlServer:
 
     Requests are served by a daemon thread, one at a time:
 
-    * ``info``: ``{"info": cluster.get_topology_info(name), "message_timeout_secs": ...}``;
+    * ``info``: ``{"info": cluster.topology_info(name), "message_timeout_secs": ...}``;
       while a kill is under way the status is ``KILLED``, as in Storm;
     * ``activate`` / ``deactivate``: the cluster's, refused while a kill is under way;
     * ``rebalance``: the cluster's ``start_rebalance`` (options checked, the rest on a thread);
@@ -270,9 +274,9 @@ class ControlServer:
                     self._kill_clients.append(client)
                     return None
                 case schema.InfoRequest():
-                    info = self.cluster.get_topology_info(self.name)
+                    info = self.cluster.topology_info(self.name)
                     if self.kill_requested.is_set():
-                        info["status"] = "KILLED"
+                        info.status = "KILLED"
                     return schema.ControlReply(ok=True, info=info, message_timeout_secs=self.message_timeout_secs)
                 case _:
                     if self.kill_requested.is_set():

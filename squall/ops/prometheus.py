@@ -1,5 +1,5 @@
 """Topologies' figures in Prometheus' terms: a ``prometheus_client`` collector over
-``get_topology_info`` dicts (what the UI server's ``/metrics`` endpoint serves).
+:class:`~squall.runtime.info.TopologyInfo` (what the UI server's ``/metrics`` endpoint serves).
 
 Families (every sample labelled ``topology``; names sanitized to ``[a-zA-Z0-9_]``):
 
@@ -10,7 +10,7 @@ Families (every sample labelled ``topology``; names sanitized to ``[a-zA-Z0-9_]`
   ``..._failed_total``, ``..._executed_total`` (bolts), ``..._execute_latency_seconds`` and
   ``..._process_latency_seconds`` (bolts), ``..._complete_latency_seconds`` (spouts),
   ``..._capacity`` (bolts); the same as ``squall_executor_*``. Latencies are the means since
-  the start, as ``get_topology_info``'s;
+  the start, as ``topology_info``'s;
 * ``squall_component_metric`` (label ``metric``): components' own counters (a connector's);
 * user metrics, per task (labels ``component``, ``task``), as ``squall_user_<name>``: a
   counter or gauge as a gauge (Dropwizard counters may go down, so a counter is no Prometheus
@@ -24,17 +24,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from msgspec import UNSET
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from squall.api.errors import NotAliveError
 from squall.api.metrics2.metrics import PERCENTILES
+from squall.runtime.info import Figures, TopologyInfo
+
+if TYPE_CHECKING:
+    from squall.cluster.nimbus import Nimbus
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 _QUANTILES = tuple((name, str(q)) for name, q in PERCENTILES)
-# (figure of get_topology_info, family suffix, Prometheus type, scale)
+# (field of Figures, family suffix, Prometheus type, scale)
 _BUILTINS = (
     ("emitted", "emitted", "counter", 1), ("transferred", "transferred", "counter", 1),
     ("acked", "acked", "counter", 1), ("failed", "failed", "counter", 1), ("executed", "executed", "counter", 1),
@@ -49,14 +54,14 @@ def sanitize(name: str) -> str:
     return _INVALID.sub("_", name)
 
 
-def cluster_infos(cluster: Any) -> Callable[[], list[dict[str, Any]]]:
+def cluster_infos(cluster: Nimbus) -> Callable[[], list[TopologyInfo]]:
     """A source of infos for :class:`SquallCollector`: every topology of ``cluster`` (a
     :class:`~squall.LocalCluster` or any Nimbus), skipping one killed meanwhile."""
-    def infos() -> list[dict[str, Any]]:
+    def infos() -> list[TopologyInfo]:
         out = []
         for name in cluster.get_topologies():
             try:
-                out.append(cluster.get_topology_info(name))
+                out.append(cluster.topology_info(name))
             except NotAliveError:
                 continue
         return out
@@ -107,11 +112,10 @@ class _Families:
 
 
 class SquallCollector:
-    """A ``prometheus_client`` collector of the topologies ``infos()`` returns (their
-    ``get_topology_info`` dicts; see :func:`cluster_infos`). Register it on a
-    ``CollectorRegistry`` or use :func:`exposition`."""
+    """A ``prometheus_client`` collector of the topologies ``infos()`` returns (see
+    :func:`cluster_infos`). Register it on a ``CollectorRegistry`` or use :func:`exposition`."""
 
-    def __init__(self, infos: Callable[[], Iterable[dict[str, Any]]]) -> None:
+    def __init__(self, infos: Callable[[], Iterable[TopologyInfo]]) -> None:
         self._infos = infos
 
     def describe(self) -> list[Metric]:
@@ -124,41 +128,40 @@ class SquallCollector:
         yield from families.families.values()
 
 
-def exposition(infos: Callable[[], Iterable[dict[str, Any]]]) -> bytes:
+def exposition(infos: Callable[[], Iterable[TopologyInfo]]) -> bytes:
     """The Prometheus text exposition of the topologies ``infos()`` returns."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SquallCollector(infos))
     return generate_latest(registry)
 
 
-def _topology_families(families: _Families, info: dict[str, Any]) -> None:
-    topology = str(info.get("name", ""))
+def _topology_families(families: _Families, info: TopologyInfo) -> None:
+    topology = info.name
     families.add("squall_topology_uptime_seconds", "gauge", "Seconds since the topology was submitted",
-                 {"topology": topology}, info.get("uptime_secs", 0.0))
+                 {"topology": topology}, info.uptime_secs)
     families.add("squall_topology_status", "gauge", "1 for the topology's status (ACTIVE, INACTIVE, KILLED, FAILED)",
-                 {"topology": topology, "status": str(info.get("status", ""))}, 1)
-    for component, summary in info.get("components", {}).items():
-        kind = str(summary.get("type", ""))
-        _builtin_samples(families, "component", {"topology": topology, "component": component, "type": kind},
+                 {"topology": topology, "status": info.status}, 1)
+    for component, summary in info.components.items():
+        _builtin_samples(families, "component", {"topology": topology, "component": component, "type": summary.type},
                          summary)
-        for executor in summary.get("executors", []):
-            tasks = executor.get("tasks") or [0]
+        for executor in summary.executors:
+            tasks = executor.tasks or [0]
             labels = {"topology": topology, "component": component, "executor": f"[{tasks[0]}-{tasks[-1]}]"}
             _builtin_samples(families, "executor", labels, executor)
-        for metric, value in summary.get("metrics", {}).items():
+        for metric, value in (summary.metrics or {}).items():
             families.add("squall_component_metric", "gauge", "A component's own counter (a connector's)",
                          {"topology": topology, "component": component, "metric": str(metric)}, value)
-        for task, task_summary in summary.get("tasks", {}).items():
+        for task, task_summary in summary.tasks.items():
             labels = {"topology": topology, "component": component, "task": str(task)}
-            for name, figures in task_summary.get("user_metrics", {}).items():
+            for name, figures in task_summary.user_metrics.items():
                 _user_samples(families, name, labels, figures)
 
 
-def _builtin_samples(families: _Families, level: str, labels: dict[str, str], figures: dict[str, Any]) -> None:
+def _builtin_samples(families: _Families, level: str, labels: dict[str, str], figures: Figures) -> None:
     for key, suffix, kind, scale in _BUILTINS:
-        if key in figures:
-            families.add(f"squall_{level}_{suffix}", kind, f"Storm UI's {key} per {level}", labels,
-                         figures[key] * scale)
+        value = getattr(figures, key)
+        if value is not UNSET:  # a spout's executed, a bolt's complete latency
+            families.add(f"squall_{level}_{suffix}", kind, f"Storm UI's {key} per {level}", labels, value * scale)
 
 
 def _user_samples(families: _Families, name: str, labels: dict[str, str], figures: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.system_ids import ACKER_COMPONENT
 from squall.api.topology import StormTopology
 
@@ -63,8 +64,8 @@ def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
 
 
 def assign(topology: StormTopology, conf: dict[str, Any]) -> Assignment:
-    num_workers = conf["topology.workers"]
-    num_ackers = conf["topology.acker.executors"]
+    num_workers = conf[Config.TOPOLOGY_WORKERS]
+    num_ackers = conf[Config.TOPOLOGY_ACKER_EXECUTORS]
     if num_ackers is None:
         num_ackers = num_workers
     sizes = {cid: (c.num_tasks, min(c.parallelism, c.num_tasks)) for cid, c in topology.components.items()}
@@ -83,7 +84,7 @@ def assign(topology: StormTopology, conf: dict[str, Any]) -> Assignment:
     per_worker: list[list[ExecutorAssignment]] = [[] for _ in range(num_workers)]
     for i, executor in enumerate(user + system):
         per_worker[i % num_workers].append(executor)
-    ports = list(conf.get("supervisor.slots.ports") or [])
+    ports = list(conf.get(Config.SUPERVISOR_SLOTS_PORTS) or [])
     workers, task_worker = [], {}
     for i, executors in enumerate(per_worker):
         port = ports[i] if i < len(ports) else 0  # 0: the worker binds an ephemeral port

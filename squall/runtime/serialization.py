@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import cloudpickle
 import msgpack
 
+from squall.api.config import Config
 from squall.api.errors import SerializationError
 
 _EXT_PICKLE = 0
@@ -36,7 +37,6 @@ _EXT_FROZENSET = 5
 _EXT_FIRST_REGISTERED = 16
 
 # The config key holding the registrations: a list of (class, serializer) pairs.
-REGISTRATIONS_KEY = "topology.kryo.register"
 
 
 class TypeSerializer(Protocol):
@@ -48,7 +48,6 @@ class TypeSerializer(Protocol):
 
 
 # The config key that lets other types travel pickled (Storm's name).
-PICKLE_FALLBACK_KEY = "topology.fall.back.on.java.serialization"
 
 
 class Serializer:
@@ -62,7 +61,7 @@ class Serializer:
     @classmethod
     def for_config(cls, conf: dict[str, Any]) -> Serializer:
         """The serializer a topology's config asks for."""
-        return cls(conf[REGISTRATIONS_KEY], conf[PICKLE_FALLBACK_KEY])
+        return cls(conf[Config.TOPOLOGY_KRYO_REGISTER], conf[Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION])
 
     def __init__(self, registrations: list[tuple[type, TypeSerializer]] | None = None,
                  pickle_fallback: bool = False) -> None:
@@ -91,7 +90,7 @@ class Serializer:
                 f"(None, bool, int, float, str, bytes, list, tuple, dict, set, frozenset) and has no registered "
                 f"serializer; "
                 f"register one with Config.register_serialization({type(obj).__name__}, serializer), or set "
-                f"{PICKLE_FALLBACK_KEY}=true to send it pickled"
+                f"topology.fall.back.on.java.serialization=true to send it pickled"
             )
         try:
             if registered is not None:
@@ -122,8 +121,8 @@ class Serializer:
                 return int.from_bytes(data, "big", signed=True)
             if code == _EXT_PICKLE:
                 if not self._pickle_fallback:
-                    raise SerializationError(f"a pickled value arrived but {PICKLE_FALLBACK_KEY} is off: "
-                                             "not unpickled")
+                    raise SerializationError("a pickled value arrived but topology.fall.back.on.java.serialization "
+                                             "is off: not unpickled")
                 return cloudpickle.loads(data)
             serializer = self._by_code.get(code)
             if serializer is not None:

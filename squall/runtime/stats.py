@@ -13,7 +13,10 @@ import time
 from collections import deque
 from typing import Any
 
+from msgspec import UNSET
+
 from squall.api.metrics2.registry import user_metrics_summary
+from squall.runtime.info import ComponentInfo, ExecutorInfo, Figures, StreamCounts, TaskMetrics, TopologyInfo
 
 CAPACITY_WINDOW_SECS = 600.0
 #: the most entries of an executor's components' own ``metrics`` a heartbeat carries
@@ -148,50 +151,52 @@ def component_metrics(instances: list[Any]) -> dict[str, float]:
     return totals
 
 
-def since_restart(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def since_restart(info: TopologyInfo) -> dict[str, Figures]:
     """Component -> its figures since the last worker restart or rebalance (``current``), for
     the components where they differ from those of the topology's whole life."""
-    return {cid: now for cid, c in info["components"].items()
-            if (now := c.get("current")) and any(now[k] != c[k] for k in ("emitted", "transferred", "acked", "failed"))}
+    return {cid: c.current for cid, c in info.components.items()
+            if any(getattr(c.current, k) != getattr(c, k) for k in ("emitted", "transferred", "acked", "failed"))}
 
 
-def component_summary(kind: str, snapshots: list[dict[str, Any]],
-                      retired: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Roll the executors' snapshots of one component up into get_topology_info's shape: the
+def component_summary(kind: str, parallelism: int, num_tasks: int, snapshots: list[dict[str, Any]],
+                      retired: dict[str, Any] | None = None) -> ComponentInfo:
+    """Roll the executors' snapshots of one component up into a :class:`ComponentInfo`: the
     built-in figures and connector counters (``metrics``) summed, also per output stream
-    (``streams``: stream -> emitted, transferred), with what ``retired`` runs did (see
-    :func:`retire`); the current run's figures alone (``current``: since the last restart or
-    rebalance, from each snapshot's ``run`` when it has one); the user metrics aggregated
-    (``user_metrics``, see :mod:`squall.api.metrics2.registry`) and per task (``tasks[task]
-    ["user_metrics"]``); and each executor's own figures (``executors``, with its ``tasks``)."""
+    (``streams``), with what ``retired`` runs did (see :func:`retire`); the current run's
+    figures alone (``current``: since the last restart or rebalance, from each snapshot's
+    ``run`` when it has one); the user metrics aggregated (``user_metrics``, see
+    :mod:`squall.api.metrics2.registry`) and per task (``tasks``); and each executor's own
+    figures (``executors``). Errors are the cluster's to add."""
     counted = snapshots if retired is None else [*snapshots, retired]
-    out = _figures(kind, counted)
-    out["current"] = _figures(kind, [s.get("run", s) for s in snapshots])
     metrics: dict[str, float] = {}
     for snapshot in snapshots:
         for name, value in snapshot.get("metrics", {}).items():
             metrics[name] = metrics.get(name, 0) + value
-    if metrics:
-        out["metrics"] = metrics
-    streams: dict[str, dict[str, int]] = {}
+    streams: dict[str, StreamCounts] = {}
     for snapshot in counted:
         for stream, (emitted, transferred) in snapshot.get("streams", {}).items():
-            counts = streams.setdefault(stream, {"emitted": 0, "transferred": 0})
-            counts["emitted"] += emitted
-            counts["transferred"] += transferred
-    out["streams"] = streams
+            counts = streams.setdefault(stream, StreamCounts(emitted=0, transferred=0))
+            counts.emitted += emitted
+            counts.transferred += transferred
     per_task: dict[int, dict[str, dict[str, Any]]] = {}
     for snapshot in snapshots:
         per_task.update(dict.fromkeys(snapshot.get("tasks", ()), {}))
         per_task.update(snapshot.get("user_metrics", {}))
-    out["user_metrics"] = user_metrics_summary(per_task)
-    out["tasks"] = {task: {"user_metrics": per_task[task]} for task in sorted(per_task)}
-    out["executors"] = [{"tasks": list(s.get("tasks", ())), **_figures(kind, [s])} for s in snapshots]
-    return out
+    return ComponentInfo(
+        type=kind, parallelism=parallelism, num_tasks=num_tasks,
+        **_figures(kind, counted),
+        current=Figures(**_figures(kind, [s.get("run", s) for s in snapshots])),
+        metrics=metrics or UNSET,
+        streams=streams,
+        user_metrics=user_metrics_summary(per_task),
+        tasks={task: TaskMetrics(user_metrics=per_task[task]) for task in sorted(per_task)},
+        executors=[ExecutorInfo(tasks=list(s.get("tasks", ())), **_figures(kind, [s])) for s in snapshots],
+    )
 
 
 def _figures(kind: str, snapshots: list[dict[str, Any]]) -> dict[str, Any]:
-    """The built-in figures of ``snapshots`` (one component's executors), summed."""
+    """The built-in figures of ``snapshots`` (one component's executors), summed: the fields
+    of a :class:`Figures`."""
     total = lambda key: sum(s[key] for s in snapshots)  # noqa: E731
     out: dict[str, Any] = {
         "emitted": total("emitted"),

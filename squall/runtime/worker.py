@@ -26,12 +26,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.system_ids import ACKER_COMPONENT
 from squall.api.topology import StormTopology
 from squall.api.tuple import StreamSource, system_sources
 from squall.runtime.ack_ledger import RoundAcks
 from squall.runtime.acker_executor import AckerExecutor
 from squall.runtime.assignment import Assignment
+from squall.runtime.backpressure import WorkerBackpressure
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.executor.bolt_executor import BoltExecutor
 from squall.runtime.executor.executor import Control, Executor
@@ -85,7 +87,7 @@ class Worker:
                 self.sources[(cid, stream)] = source
         self.task_queues: dict[int, BatchQueue] = {}
         single_task_queues: set[int] = set()
-        receive_size = conf["topology.executor.receive.buffer.size"]
+        receive_size = conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE]
         bell = Bell()  # the cooperative thread's: its executors' queues ring it
         assigned = assignment.workers[index].executors
         blocking = {ea: self._is_blocking(ea.component) for ea in assigned}
@@ -96,10 +98,11 @@ class Worker:
             if len(ea.tasks) == 1:
                 single_task_queues.add(id(q))
         cooperative = not all(blocking.values())
+        self.backpressure = WorkerBackpressure(self.task_queues, assignment.task_worker, transport)
         self.transfer = WorkerTransfer(index, conf, transport, bell if cooperative else None)
         self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
                                      frozenset(single_task_queues), self.sources, state, self.transfer.transfer,
-                                     restarted, self._task_load)
+                                     restarted, self.backpressure.task_load)
         self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues, self.context.is_single_task,
                                      transport, state, frozenset(
                                          t for c in topology.spouts for t in assignment.component_tasks[c.id]))
@@ -126,7 +129,7 @@ class Worker:
                                  name=f"worker-{index}-receive", daemon=True),
             ]
         self._bell = bell
-        transport.register(index, self.backpressured_tasks, bell)
+        transport.register(index, self.backpressure.full_tasks, bell)
         self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
 
     def guarded(self, loop: Callable[[], None], what: str) -> Callable[[], None]:
@@ -164,10 +167,10 @@ class Worker:
     def _is_blocking(self, component: str) -> bool:
         """Whether ``component``'s executors get a thread of their own (see
         :mod:`squall.runtime.executor.threads`)."""
-        if not self.conf["topology.worker.cooperative"]:
+        if not self.conf[Config.TOPOLOGY_WORKER_COOPERATIVE]:
             return True
         spec = self.topology.components.get(component)
-        return spec is not None and bool(spec.conf.get("topology.component.blocking", False))
+        return spec is not None and bool(spec.conf.get(Config.TOPOLOGY_COMPONENT_BLOCKING, False))
 
     def _make_executor(self, ea, cooperative: bool) -> Executor:
         if ea.component == ACKER_COMPONENT:
@@ -180,7 +183,7 @@ class Worker:
 
     def start(self) -> None:
         """Start the threads; every worker must be registered with the transport first."""
-        gc_tuning.hold(self.conf["topology.worker.gc.thresholds"])
+        gc_tuning.hold(self.conf[Config.TOPOLOGY_WORKER_GC_THRESHOLDS])
         self._started = True
         for t in self._threads:
             t.start()
@@ -191,16 +194,16 @@ class Worker:
 
     def _schedule_timers(self) -> None:
         if any(isinstance(r, CooperativeThread) for r in self._runners):
-            self._timer.schedule_recurring(self.conf["topology.worker.handoff.secs"], self._hand_off_stuck_calls)
-        timeout = self.conf["topology.message.timeout.secs"]
+            self._timer.schedule_recurring(self.conf[Config.TOPOLOGY_WORKER_HANDOFF_SECS], self._hand_off_stuck_calls)
+        timeout = self.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
         for executor in self.executors:
             if executor.kind == "spout":
-                stall = executor.conf["topology.spout.stall.secs"]
+                stall = executor.conf[Config.TOPOLOGY_SPOUT_STALL_SECS]
                 self._timer.schedule_recurring(min(1.0, stall / 2), functools.partial(executor.check_stall, stall))
             if executor.kind in ("spout", "acker"):
                 self._timer.schedule_recurring(timeout, self._control_sender(executor, Control.ROTATE))
-            elif executor.conf.get("topology.tick.tuple.freq.secs"):
-                freq = executor.conf["topology.tick.tuple.freq.secs"]
+            elif executor.conf.get(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS):
+                freq = executor.conf[Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS]
                 self._timer.schedule_recurring(freq, self._control_sender(executor, Control.TICK, freq))
 
     def _hand_off_stuck_calls(self) -> None:
@@ -241,20 +244,6 @@ class Worker:
         for executor in self.executors:
             executor.ready.wait(timeout)
         return [(e, e.setup_error) for e in self.executors if e.setup_error is not None]
-
-    def _task_load(self, task: int) -> float:
-        """How full ``task``'s incoming queue is (any thread): measured here for this worker's
-        tasks; a task of another worker counts as full while that worker announces it full or
-        must be sent nothing, else as empty."""
-        q = self.task_queues.get(task)
-        if q is not None:
-            return q.load()
-        full = self.transport.full_tasks(self.assignment.task_worker[task])
-        return 1.0 if full is None or task in full else 0.0
-
-    def backpressured_tasks(self) -> frozenset[int]:
-        """This worker's tasks whose incoming queues are full."""
-        return frozenset(t for t, q in self.task_queues.items() if not q.has_room())
 
     def executor_snapshots(self) -> list[dict[str, Any]]:
         """Every executor's figures (see :mod:`squall.runtime.stats`), with its component and tasks."""

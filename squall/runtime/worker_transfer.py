@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from squall.api.config import Config
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.transport import Transport
 from squall.utils.batch_queue import BatchQueue, Bell
@@ -36,7 +37,7 @@ class WorkerTransfer:
     def __init__(self, index: int, conf: dict[str, Any], transport: Transport, bell: Bell | None = None) -> None:
         self.index = index
         self.transport = transport
-        self.queue = BatchQueue(conf["topology.transfer.buffer.size"], f"worker-{index}-transfer", bell)
+        self.queue = BatchQueue(conf[Config.TOPOLOGY_TRANSFER_BUFFER_SIZE], f"worker-{index}-transfer", bell)
         #: whether a peer could not take everything sent to it yet (retry soon)
         self.backlog = False
 

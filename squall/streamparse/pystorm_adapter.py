@@ -32,6 +32,7 @@ from pystorm.component import Tuple as PystormTuple
 
 from squall.api.bolt import Bolt
 from squall.api.component import OutputFieldsDeclarer
+from squall.api.config import Config
 from squall.api.context import TopologyContext
 from squall.api.spout import Spout
 from squall.api.tuple import Tuple
@@ -214,7 +215,7 @@ class PystormBolt(_Hosted, Bolt):
 
     def get_component_configuration(self) -> dict[str, Any] | None:
         if issubclass(self.component_class, pystorm.bolt.TicklessBatchingBolt):  # see _BatcherThread
-            return {"topology.tick.tuple.freq.secs": self.component_class.secs_between_batches}
+            return {Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS: self.component_class.secs_between_batches}
         return None
 
     def execute(self, tup: Tuple) -> None:

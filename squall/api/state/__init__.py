@@ -5,10 +5,7 @@ checkpoints are taken.
 """
 
 from squall.api.state.key_value_state import KeyValueState
-from squall.api.state.provider import (
-    PROVIDER_CONFIG_KEY, PROVIDER_KEY, InMemoryStateProvider, StateProvider, StateProviderError, TaskStore,
-    provider_for,
-)
+from squall.api.state.provider import InMemoryStateProvider, StateProvider, StateProviderError, TaskStore, provider_for
 
 State = KeyValueState  # Storm's State interface; KeyValueState is its only kind here
 

@@ -35,8 +35,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-PROVIDER_KEY = "topology.state.provider"
-PROVIDER_CONFIG_KEY = "topology.state.provider.config"
+from squall.api.config import Config
 
 
 class StateProviderError(RuntimeError):
@@ -294,16 +293,16 @@ _PROVIDERS = {
 
 def provider_config(conf: dict[str, Any]) -> dict[str, Any]:
     """``topology.state.provider.config`` as a dict (Storm gives it as a JSON string)."""
-    raw = conf.get(PROVIDER_CONFIG_KEY)
+    raw = conf.get(Config.TOPOLOGY_STATE_PROVIDER_CONFIG)
     if raw is None:
         return {}
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except ValueError as e:
-            raise StateProviderError(f"{PROVIDER_CONFIG_KEY!r} is not valid JSON: {e}") from None
+            raise StateProviderError(f"'topology.state.provider.config' is not valid JSON: {e}") from None
     if not isinstance(raw, dict):
-        raise StateProviderError(f"{PROVIDER_CONFIG_KEY!r} must be a dict (or a JSON object), got {raw!r}")
+        raise StateProviderError(f"'topology.state.provider.config' must be a dict (or a JSON object), got {raw!r}")
     return raw
 
 
@@ -312,16 +311,16 @@ def provider_for(conf: dict[str, Any], topology_name: str) -> StateProvider:
     of a :class:`StateProvider` subclass)."""
     import importlib
 
-    name = conf.get(PROVIDER_KEY) or "memory"
+    name = conf.get(Config.TOPOLOGY_STATE_PROVIDER) or "memory"
     target = _PROVIDERS.get(name, name)
     module_name, _, class_name = target.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError, ValueError) as e:
         raise StateProviderError(
-            f"{PROVIDER_KEY!r} = {name!r}: no such state provider ({e}); use one of "
+            f"'topology.state.provider' = {name!r}: no such state provider ({e}); use one of "
             f"'memory', 'sqlite', 'redis' or 'module:Class'"
         ) from None
     if not (isinstance(cls, type) and issubclass(cls, StateProvider)):
-        raise StateProviderError(f"{PROVIDER_KEY!r} = {name!r} is not a squall.api.state.StateProvider")
+        raise StateProviderError(f"'topology.state.provider' = {name!r} is not a squall.api.state.StateProvider")
     return cls(topology_name, provider_config(conf))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from squall.api.config import Config
 from squall.api.errors import InvalidTopologyError
 from squall.api.system_ids import CHECKPOINT_STREAM
 from squall.api.windowing.config import Count, Duration, WindowConfig
@@ -30,9 +31,6 @@ from squall.api.windowing.config import Count, Duration, WindowConfig
 if TYPE_CHECKING:
     from squall.api.topology import StormTopology
 
-TICK_FREQ_KEY = "topology.tick.tuple.freq.secs"
-TIMEOUT_KEY = "topology.message.timeout.secs"
-MAX_PENDING_KEY = "topology.max.spout.pending"
 
 
 def check_windowed_bolt(cid: str, conf: dict[str, Any], extractor: Callable[..., Any] | None,
@@ -70,8 +68,8 @@ def check_windowed_bolt(cid: str, conf: dict[str, Any], extractor: Callable[...,
                     f"{where}: its timestamp field {name!r} is not declared by its input stream "
                     f"{source!r}:{stream!r} (fields {fields.to_list()})")
     check_window_limits(where, window, conf, stateful)
-    if conf.get(TICK_FREQ_KEY) is None:
-        conf[TICK_FREQ_KEY] = tick_secs(window, event_time)
+    if conf.get(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS) is None:
+        conf[Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS] = tick_secs(window, event_time)
 
 
 def check_topology_windows(name: str, topology: StormTopology, conf: dict[str, Any]) -> None:
@@ -90,18 +88,19 @@ def check_window_limits(where: str, window: WindowConfig, conf: dict[str, Any], 
     if stateful:
         return
     parts = [("window length", window.length), ("sliding interval", window.sliding)]
-    timeout = conf.get(TIMEOUT_KEY)
+    timeout = conf.get(Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS)
     durations = [(what, p) for what, p in parts if isinstance(p, Duration)]
     if durations and _is_number(timeout) and sum(p.millis for _, p in durations) > timeout * 1000:
         raise InvalidTopologyError(
-            f"{where}: {_describe(durations, 'ms')} is more than {TIMEOUT_KEY} ({timeout} s): a tuple is acked "
+            f"{where}: {_describe(durations, 'ms')} is more than topology.message.timeout.secs ({timeout} s): "
+            "a tuple is acked "
             "only when it leaves the window, so it would time out and be replayed while in it; raise the "
             "timeout or shorten the window")
-    pending = conf.get(MAX_PENDING_KEY)
+    pending = conf.get(Config.TOPOLOGY_MAX_SPOUT_PENDING)
     counts = [(what, p) for what, p in parts if isinstance(p, Count)]
     if counts and _is_number(pending) and sum(p.value for _, p in counts) > pending:
         raise InvalidTopologyError(
-            f"{where}: {_describe(counts, 'tuples')} is more than {MAX_PENDING_KEY} ({pending}): a tuple is "
+            f"{where}: {_describe(counts, 'tuples')} is more than topology.max.spout.pending ({pending}): a tuple is "
             "acked only when it leaves the window, so a spout would stop before the window fills; raise the "
             "max spout pending or shorten the window")
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from squall.api.context import TopologyContext
     from squall.api.state import KeyValueState
 
-log = logging.getLogger("squall.api.windowing")
+log = logging.getLogger("squall.windowing")
 
 #: the key of a stateful windowed bolt's state that holds its window
 WINDOW_STATE_KEY = "__window"

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from squall.api.config import Config
 from squall.api.errors import SecurityError
+from squall.runtime.info import TopologyInfo
 from squall.runtime.messaging.security import LinkKeys
-
-ZOOKEEPER_SERVERS = "storm.zookeeper.servers"
 
 #: What reading an entry that does not fit raises: its readers treat it as stale.
 MALFORMED = (ValueError, TypeError, KeyError, AttributeError, SecurityError)
@@ -100,8 +100,8 @@ class Registry(Protocol):
     def lookup(self, name: str) -> Registration:
         """The live entry for ``name``; ``NotAliveError`` if there is none."""
 
-    def publish_state(self, name: str, info: Mapping[str, Any]) -> None:
-        """Record what ``get_topology_info`` says of the running topology ``name`` (its
+    def publish_state(self, name: str, info: TopologyInfo) -> None:
+        """Record what ``topology_info`` says of the running topology ``name`` (its
         assignment, worker heartbeats, errors) where the cluster keeps it; called by the
         topology's process about once a second. Never raises: a registry out of reach is
         logged."""
@@ -119,7 +119,7 @@ def open_registry(conf: Mapping[str, Any]) -> Registry:
     """The registry ``conf`` names: ZooKeeper when ``storm.zookeeper.servers`` is set, else the
     local one. Raises ``RegistryError`` (or ValueError naming the key at fault) as early as the
     config shows the problem: a missing or readable credentials file, ZooKeeper out of reach."""
-    if conf.get(ZOOKEEPER_SERVERS):
+    if conf.get(Config.STORM_ZOOKEEPER_SERVERS):
         from squall.cluster.registry.zookeeper import ZooKeeperRegistry
 
         return ZooKeeperRegistry(conf)

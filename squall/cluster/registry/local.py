@@ -20,16 +20,16 @@ import logging
 import os
 import stat
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from squall.api.config import squall_home
 from squall.api.errors import AlreadyAliveError, NotAliveError
 from squall.cluster.registry import MALFORMED, Registration
+from squall.runtime.info import TopologyInfo
 from squall.utils.processes import process_alive
 
-log = logging.getLogger("squall.cluster.registry")
+log = logging.getLogger("squall.registry")
 
 _SUFFIX = ".json"
 
@@ -145,7 +145,7 @@ class LocalRegistry:
             )
         return entry
 
-    def publish_state(self, name: str, info: Mapping[str, Any]) -> None:
+    def publish_state(self, name: str, info: TopologyInfo) -> None:
         """Nothing: on one machine the topology's process answers for its state itself."""
 
     def close(self) -> None:

@@ -34,8 +34,12 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+from msgspec import to_builtins
+
+from squall.api.config import Config
 from squall.api.errors import AlreadyAliveError, NotAliveError
-from squall.cluster.registry import MALFORMED, ZOOKEEPER_SERVERS, Registration, RegistryError
+from squall.cluster.registry import MALFORMED, Registration, RegistryError
+from squall.runtime.info import TopologyInfo
 from squall.utils.processes import process_alive
 
 try:
@@ -44,33 +48,34 @@ try:
     from kazoo.handlers.threading import KazooTimeoutError
     from kazoo.security import make_digest_acl
 except ImportError as e:  # an optional dependency: say how to get it
-    raise RegistryError(f"{ZOOKEEPER_SERVERS} is set, but kazoo is not installed: "
+    raise RegistryError(f"storm.zookeeper.servers is set, but kazoo is not installed: "
                         f"pip install 'squall[zookeeper]' ({e})") from None
 
-log = logging.getLogger("squall.cluster.registry")
+log = logging.getLogger("squall.registry")
 
-AUTH_FILE = "storm.zookeeper.auth.file"
 
 
 def read_credentials(path: Any) -> tuple[str, str]:
     """(user, password) from the credentials file ``path``; RegistryError naming the file and
     the fix when it is missing, not this user's private file, or not one ``user:password`` line."""
     if not path:
-        raise RegistryError(f"{ZOOKEEPER_SERVERS} is set, so {AUTH_FILE} must name a file of mode 0600 holding "
-                            f"'user:password': ZooKeeper's digest ACLs guard the topologies' control keys")
+        raise RegistryError("storm.zookeeper.servers is set, so storm.zookeeper.auth.file must name a file of "
+                            "mode 0600 holding 'user:password': ZooKeeper's digest ACLs guard the topologies' "
+                            "control keys")
     path = os.path.expanduser(str(path))
     try:
         with open(path) as f:
             info = os.fstat(f.fileno())
             text = f.read().strip()
     except OSError as e:
-        raise RegistryError(f"{AUTH_FILE}: cannot read {path}: {e.strerror}") from None
+        raise RegistryError(f"storm.zookeeper.auth.file: cannot read {path}: {e.strerror}") from None
     if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-        raise RegistryError(f"{AUTH_FILE}: {path} is open to other users (mode {stat.S_IMODE(info.st_mode):04o}, "
+        raise RegistryError(f"storm.zookeeper.auth.file: {path} is open to other users "
+                            f"(mode {stat.S_IMODE(info.st_mode):04o}, "
                             f"owner uid {info.st_uid}): make it yours and 'chmod 600 {path}'")
     user, colon, password = text.partition(":")
     if not (user and colon and password) or "\n" in text:
-        raise RegistryError(f"{AUTH_FILE}: {path} must hold one line 'user:password'")
+        raise RegistryError(f"storm.zookeeper.auth.file: {path} must hold one line 'user:password'")
     return user, password
 
 
@@ -89,23 +94,23 @@ class ZooKeeperRegistry:
     is not guarded by these credentials."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
-        user, password = read_credentials(conf.get(AUTH_FILE))
-        port = int(conf["storm.zookeeper.port"])
-        servers = conf[ZOOKEEPER_SERVERS]
+        user, password = read_credentials(conf.get(Config.STORM_ZOOKEEPER_AUTH_FILE))
+        port = int(conf[Config.STORM_ZOOKEEPER_PORT])
+        servers = conf[Config.STORM_ZOOKEEPER_SERVERS]
         hosts = ",".join(s if ":" in s else f"{s}:{port}" for s in servers)
-        self._root = str(conf["storm.zookeeper.root"]).rstrip("/")
+        self._root = str(conf[Config.STORM_ZOOKEEPER_ROOT]).rstrip("/")
         self.address = f"ZooKeeper {hosts}{self._root}"  # for messages
         self.where = f"in {self.address}"
         self._acl = make_digest_acl(user, password, all=True)
-        self._auth_file = conf[AUTH_FILE]
+        self._auth_file = conf[Config.STORM_ZOOKEEPER_AUTH_FILE]
         self._zk = KazooClient(hosts=hosts, auth_data=[("digest", f"{user}:{password}")], default_acl=[self._acl],
-                               timeout=_ms(conf, "storm.zookeeper.session.timeout"))
-        connect_secs = _ms(conf, "storm.zookeeper.connection.timeout")
+                               timeout=_ms(conf, Config.STORM_ZOOKEEPER_SESSION_TIMEOUT))
+        connect_secs = _ms(conf, Config.STORM_ZOOKEEPER_CONNECTION_TIMEOUT)
         try:
             self._zk.start(timeout=connect_secs)
         except KazooTimeoutError:
             self._zk.close()
-            raise RegistryError(f"cannot reach ZooKeeper at {hosts} ({ZOOKEEPER_SERVERS}) "
+            raise RegistryError(f"cannot reach ZooKeeper at {hosts} (storm.zookeeper.servers) "
                                 f"within {connect_secs:g}s") from None
         self._lock = threading.Lock()
         self._mine: dict[str, Registration] = {}  # registered by this process: re-created after a lost session
@@ -124,7 +129,8 @@ class ZooKeeperRegistry:
 
     def _refused(self, path: str) -> RegistryError:
         return RegistryError(f"{self.address} refuses access to {path} with the credentials of "
-                             f"{self._auth_file} ({AUTH_FILE}): they are not those the cluster's topologies "
+                             f"{self._auth_file} (storm.zookeeper.auth.file): they are not those the cluster's "
+                             "topologies "
                              f"registered with")
 
     def _check_root(self) -> None:
@@ -226,13 +232,13 @@ class ZooKeeperRegistry:
                                 f"(squall list shows those that are)")
         return entry
 
-    def publish_state(self, name: str, info: Mapping[str, Any]) -> None:
+    def publish_state(self, name: str, info: TopologyInfo) -> None:
         try:
             with self._lock:
                 entry = self._mine.get(name)
                 if entry is None or not self._still_mine(entry):
                     return
-                workers = info.get("workers", [])
+                workers = [to_builtins(w) for w in info.workers]
                 self._put(self._path("assignments", name), [
                     {k: w.get(k) for k in ("host", "port", "pid", "executors")} for w in workers])
                 beats = {str(i): {k: w.get(k) for k in ("host", "port", "pid", "restarts")}
@@ -243,9 +249,10 @@ class ZooKeeperRegistry:
                     if child not in beats:
                         self._zk.delete(self._path("workerbeats", name, child))
                         self._published.pop(self._path("workerbeats", name, child), None)
-                for component, summary in info.get("components", {}).items():
-                    if summary.get("errors"):
-                        self._put(self._path("errors", name, component), summary["errors"], ephemeral=False)
+                for component, summary in info.components.items():
+                    if summary.errors:
+                        self._put(self._path("errors", name, component), to_builtins(summary.errors),
+                                  ephemeral=False)
             self._warned = False
         except KazooException as e:
             if not self._warned:  # once per outage: it is published again every second

@@ -19,7 +19,7 @@ import uuid
 import zipfile
 from typing import Any
 
-from squall.api.config import squall_home
+from squall.api.config import Config, squall_home
 from squall.api.topology import StormTopology
 from squall.cluster.nimbus import Nimbus
 from squall.cluster.spark.java import ensure_java
@@ -237,13 +237,14 @@ class SparkCluster(Nimbus):
         return self._sc.master
 
     def _configure(self, conf: dict[str, Any]) -> dict[str, Any]:
-        return {**conf, "supervisor.slots.ports": []}  # executors are shared: ephemeral ports
+        return {**conf, Config.SUPERVISOR_SLOTS_PORTS: []}  # executors are shared: ephemeral ports
 
     def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
                      state: TopologyState) -> SparkTopologyMaster:
         self._ship_code()
         # the slots of the other topologies (a rebalanced one gives its own back first)
-        held = {n: len(r.runner.slots) for n, r in self._topologies.items() if n != name and r.runner.failure is None}
+        held = {n: len(r.runner.slots) for n, r in self._topologies.items()
+                if n != name and isinstance(r.runner, SparkTopologyMaster) and r.runner.failure is None}
         return SparkTopologyMaster(name, topology, conf, assignment, state, self._sc, held)
 
     def _ship_code(self) -> None:

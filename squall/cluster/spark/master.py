@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.topology import StormTopology
 from squall.cluster.master import TopologyMaster, WorkerSlot, WorkerStartError
 from squall.runtime.assignment import Assignment, assign
@@ -285,7 +286,7 @@ class SparkTopologyMaster(TopologyMaster):
         restarts = max(slot.restarts for slot in self.slots)
         for slot in self.slots:
             self.renew(slot)  # what their executors did counts on
-        self._conf = {**self._conf, "topology.workers": workers, "topology.acker.executors": self._num_ackers}
+        self._conf = {**self._conf, Config.TOPOLOGY_WORKERS: workers, Config.TOPOLOGY_ACKER_EXECUTORS: self._num_ackers}
         self._assignment = assign(self._topology, self._conf)
         self.slots = [WorkerSlot(w.index, w.port) for w in self._assignment.workers]
         for slot in self.slots:
@@ -310,20 +311,20 @@ class SparkTopologyMaster(TopologyMaster):
             self._healthy_since = None
         elif self._healthy_since is None:
             self._healthy_since = now
-        elif now - self._healthy_since >= self._conf["topology.spark.restart.reset.secs"]:
+        elif now - self._healthy_since >= self._conf[Config.TOPOLOGY_SPARK_RESTART_RESET_SECS]:
             self._restarts_in_row = 0
 
     def _failed(self, now: float, cause: str) -> None:
         self._sc.cancelJobGroup(self.job_group)
         self._healthy_since = None
-        limit = self._conf["topology.spark.max.restarts"]
+        limit = self._conf[Config.TOPOLOGY_SPARK_MAX_RESTARTS]
         if self.starting:
             self.failure = f"its Spark job failed before every worker was ready: {cause}"
         elif self._restarts_in_row >= limit:
             self.failure = f"gave up after {limit} restarts of its Spark job in a row; the last failure: {cause}"
             self.report(None, self.failure)
         else:
-            backoff = min(self._conf["topology.spark.restart.backoff.secs"] * 2 ** self._restarts_in_row,
+            backoff = min(self._conf[Config.TOPOLOGY_SPARK_RESTART_BACKOFF_SECS] * 2 ** self._restarts_in_row,
                           _MAX_BACKOFF_SECS)
             self._restarts_in_row += 1
             self.report(None, f"the Spark job failed ({cause}); resubmitting it in "

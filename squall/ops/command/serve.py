@@ -18,6 +18,7 @@ from squall.cluster.registry import open_registry
 from squall.ops.command.report import format_summary, status_line
 from squall.ops.control import ControlServer
 from squall.ops.ui.server import UiApp, UiServer, ui_token
+from squall.runtime.info import TopologyInfo
 
 
 def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: dict[str, Any],
@@ -55,21 +56,21 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         with ControlServer(cluster, name, mode or where, merged[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS], registry,
-                           merged[Config.TOPOLOGY_MESSAGING_SECURE], merged["storm.local.hostname"]) as server:
+                           merged[Config.TOPOLOGY_MESSAGING_SECURE], merged[Config.STORM_LOCAL_HOSTNAME]) as server:
             cluster.submit_topology(name, config, topology)
-            workers = ", ".join(f"{w['port']} (pid {w['pid']})" for w in cluster.get_topology_info(name)["workers"])
+            workers = ", ".join(f"{w.port} (pid {w.pid})" for w in cluster.topology_info(name).workers)
             print(f"squall: topology {name!r} running, workers {where} on ports {workers}; Ctrl-C stops it",
                   file=sys.stderr)
             ui, printed = None, ErrorPrinter()
             started = last_status = last_published = time.monotonic()
             try:
-                ui = _start_ui(cluster, server, merged, explicit_port="ui.port" in config)
+                ui = _start_ui(cluster, server, merged, explicit_port=Config.UI_PORT in config)
                 while not stop["signal"] and not server.kill_requested.is_set():
                     if duration is not None and time.monotonic() - started >= duration:
                         break
                     server.kill_requested.wait(0.2)
-                    info = cluster.get_topology_info(name)
-                    if info["status"] == FAILED:
+                    info = cluster.topology_info(name)
+                    if info.status == FAILED:
                         break
                     printed.new_kinds(info, tty)
                     if time.monotonic() - last_published >= 1.0:
@@ -92,7 +93,7 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
             print(f"squall: stopping {name!r}", file=sys.stderr)
             if ui is not None:
                 ui.stop()
-            info = cluster.kill_topology_and_get_info(name, wait_secs=0)
+            info = cluster.kill_topology_and_info(name, wait_secs=0)
             printed.new_kinds(info, tty=False)  # those reported since the last look
             print(format_summary(info), file=sys.stderr)
     finally:
@@ -101,13 +102,13 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
     return _exit_status(name, info, fail_on_error)
 
 
-def _exit_status(name: str, info: dict[str, Any], fail_on_error: bool) -> int:
+def _exit_status(name: str, info: TopologyInfo, fail_on_error: bool) -> int:
     """1, with the reason on stderr, for a topology that FAILED, a component that failed every
     tuple it got (it did no work at all), or any error with ``fail_on_error``; else 0."""
-    components = info["components"]
-    hopeless = [cid for cid, c in components.items() if c["failed"] > 0 and c["acked"] == 0]
-    errors = sum(c["error_count"] for c in components.values())
-    if info["status"] == FAILED:
+    components = info.components
+    hopeless = [cid for cid, c in components.items() if c.failed > 0 and c.acked == 0]
+    errors = sum(c.error_count for c in components.values())
+    if info.status == FAILED:
         why = "FAILED; see the last error above"
     elif hopeless:
         why = f"did no work: {', '.join(repr(c) for c in hopeless)} failed every tuple it got; see the errors above"
@@ -126,14 +127,14 @@ class ErrorPrinter:
     def __init__(self) -> None:
         self._seen: set[tuple[str, str]] = set()
 
-    def new_kinds(self, info: dict[str, Any], tty: bool) -> None:
-        for cid, component in info["components"].items():
-            for error in component["errors"]:
-                kind = _kind(error["error"])
+    def new_kinds(self, info: TopologyInfo, tty: bool) -> None:
+        for cid, component in info.components.items():
+            for error in component.errors:
+                kind = _kind(error.error)
                 if (cid, kind) not in self._seen:
                     self._seen.add((cid, kind))
-                    print(("\r\x1b[K" if tty else "") + f"squall: error in {cid!r} (task {error['task']}); "
-                          f"further ones of this kind are counted:\n{error['error'].rstrip()}", file=sys.stderr)
+                    print(("\r\x1b[K" if tty else "") + f"squall: error in {cid!r} (task {error.task}); "
+                          f"further ones of this kind are counted:\n{error.error.rstrip()}", file=sys.stderr)
 
 
 def _kind(text: str) -> str:
@@ -147,9 +148,9 @@ def _start_ui(cluster: Nimbus, control: ControlServer, conf: dict[str, Any], exp
     token; None if it cannot be served."""
     keys = control.keys
     token = ui_token(keys.secret) if keys is not None else secrets.token_hex(32)
-    ui = serve_ui(lambda port: UiServer(cluster, token, host=conf["ui.host"], port=port,
+    ui = serve_ui(lambda port: UiServer(cluster, token, host=conf[Config.UI_HOST], port=port,
                                         kill=lambda _name, wait: control.request_kill(wait)),
-                  conf["ui.host"], conf["ui.port"], explicit_port)
+                  conf[Config.UI_HOST], conf[Config.UI_PORT], explicit_port)
     if ui is not None:
         control.publish_ui(ui.url, token)  # for squall ui
         print(f"squall: UI and REST API at {ui.url}/?token={token}", file=sys.stderr)

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import squall
-from squall.api.config import config_table
+from squall.api.config import Config, config_table
 from squall.api.errors import error_headline
 from squall.api.system_ids import is_system_id
 from squall.api.topology import StormTopology
 from squall.cluster.stats_history import ALL_TIME, COUNTERS, FINE_SECS, WINDOWS, window_pretty
+from squall.runtime.info import ErrorInfo, ExecutorInfo, ExecutorPlace, TopologyInfo, WorkerInfo
 from squall.runtime.stats import since_restart
 
 
@@ -42,14 +43,14 @@ class ApiError(Exception):
 class TopologyView:
     """What the API shows of one topology at one moment."""
 
-    info: dict[str, Any]  # Nimbus.get_topology_info
+    info: TopologyInfo  # Nimbus.topology_info
     topology: StormTopology
     conf: dict[str, Any]
     windows: dict[int | None, dict[str, tuple[float, ...]]]  # window -> component -> COUNTERS
 
     @property
     def name(self) -> str:
-        return self.info["name"]
+        return self.info.name
 
 
 def _uptime(secs: float) -> str:
@@ -65,15 +66,15 @@ def _window_param(window: int | None) -> str:
     return ALL_TIME if window is None else str(window)
 
 
-def _executors(view: TopologyView) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(worker, executor) pairs of get_topology_info's workers."""
-    return [(w, e) for w in view.info["workers"] for e in w["executors"]]
+def _executors(view: TopologyView) -> list[tuple[WorkerInfo, ExecutorPlace]]:
+    """(worker, executor) pairs of the topology's workers."""
+    return [(w, e) for w in view.info.workers for e in w.executors]
 
 
 def _totals(view: TopologyView) -> tuple[int, int, int]:
     """Workers, executors and tasks of the topology (ackers included, as Storm counts them)."""
     pairs = _executors(view)
-    return len(view.info["workers"]), len(pairs), sum(len(e["tasks"]) for _, e in pairs)
+    return len(view.info.workers), len(pairs), sum(len(e.tasks) for _, e in pairs)
 
 
 def topology_summary_entry(view: TopologyView) -> dict[str, Any]:
@@ -81,8 +82,8 @@ def topology_summary_entry(view: TopologyView) -> dict[str, Any]:
     workers, executors, tasks = _totals(view)
     info = view.info
     return {
-        "id": view.name, "encodedId": view.name, "name": view.name, "status": info["status"],
-        "uptime": _uptime(info["uptime_secs"]), "uptimeSeconds": int(info["uptime_secs"]),
+        "id": view.name, "encodedId": view.name, "name": view.name, "status": info.status,
+        "uptime": _uptime(info.uptime_secs), "uptimeSeconds": int(info.uptime_secs),
         "tasksTotal": tasks, "workersTotal": workers, "executorsTotal": executors, "replicationCount": 1,
         "requestedMemOnHeap": 0.0, "requestedMemOffHeap": 0.0, "requestedTotalMem": 0.0, "requestedCpu": 0.0,
         "assignedMemOnHeap": 0.0, "assignedMemOffHeap": 0.0, "assignedTotalMem": 0.0, "assignedCpu": 0.0,
@@ -133,30 +134,31 @@ def _stream_counts(view: TopologyView, window: int | None, spouts: bool, sys: bo
 
 
 def _error_fields(view: TopologyView, component: str) -> dict[str, Any]:
-    errors = view.info["components"].get(component, {}).get("errors", [])
+    summary = view.info.components.get(component)
+    errors = summary.errors if summary is not None else []
     if not errors:
         return {"lastError": "", "lastErrorHeadline": "", "errorHost": "", "errorPort": None, "errorWorkerLogLink": "",
                 "errorTime": None, "errorLapsedSecs": None}
     last = errors[-1]
-    host, port = _task_location(view, last["task"])
-    return {"lastError": last["error"], "lastErrorHeadline": error_headline(last["error"]),
+    host, port = _task_location(view, last.task)
+    return {"lastError": last.error, "lastErrorHeadline": error_headline(last.error),
             "errorHost": host, "errorPort": port, "errorWorkerLogLink": "",
-            "errorTime": int(last["time"]), "errorLapsedSecs": max(0, int(time.time() - last["time"]))}
+            "errorTime": int(last.time), "errorLapsedSecs": max(0, int(time.time() - last.time))}
 
 
 def _task_location(view: TopologyView, task: int) -> tuple[str, int | None]:
     """The host and port of the worker running ``task``."""
     for worker, executor in _executors(view):
-        if task in executor["tasks"]:
-            return worker.get("host") or "127.0.0.1", worker["port"]
+        if task in executor.tasks:
+            return worker.host or "127.0.0.1", worker.port
     return "", None
 
 
 def _component_entry(view: TopologyView, cid: str, window: int | None) -> dict[str, Any]:
     spec = view.topology.components[cid]
-    summary = view.info["components"][cid]
+    summary = view.info.components[cid]
     f = _figures(view, window, cid)
-    executors = sum(1 for _, e in _executors(view) if e["component"] == cid)
+    executors = sum(1 for _, e in _executors(view) if e.component == cid)
     entry: dict[str, Any] = {
         "encodedId": cid, "executors": executors, "tasks": spec.num_tasks,
         "emitted": int(f["emitted"]), "transferred": int(f["transferred"]),
@@ -171,7 +173,7 @@ def _component_entry(view: TopologyView, cid: str, window: int | None) -> dict[s
         entry["executed"] = int(f["executed"])
         entry["executeLatency"] = _ms(f["execute_secs"], f["executed"])
         entry["processLatency"] = _ms(f["process_secs"], f["process_count"])
-        entry["capacity"] = f"{summary.get('capacity', 0.0):.3f}"
+        entry["capacity"] = f"{summary.capacity or 0.0:.3f}"
     entry.update(_error_fields(view, cid))
     return entry
 
@@ -201,16 +203,16 @@ def _window_stats(view: TopologyView, cid: str | None, sys: bool = False) -> lis
 
 
 def _workers(view: TopologyView) -> list[dict[str, Any]]:
-    uptime = view.info["uptime_secs"]
+    uptime = view.info.uptime_secs
     out = []
-    for worker in view.info["workers"]:
+    for worker in view.info.workers:
         counts: dict[str, int] = {}
-        for executor in worker["executors"]:
-            counts[executor["component"]] = counts.get(executor["component"], 0) + len(executor["tasks"])
+        for executor in worker.executors:
+            counts[executor.component] = counts.get(executor.component, 0) + len(executor.tasks)
         out.append({
             "topologyId": view.name, "topologyName": view.name, "supervisorId": "localhost",
-            "host": worker.get("host") or "127.0.0.1", "port": worker["port"], "pid": worker.get("pid"),
-            "executorsTotal": len(worker["executors"]), "componentNumTasks": counts,
+            "host": worker.host or "127.0.0.1", "port": worker.port, "pid": worker.pid,
+            "executorsTotal": len(worker.executors), "componentNumTasks": counts,
             "uptime": _uptime(uptime), "uptimeSeconds": int(uptime), "workerLogLink": "",
             "assignedMemOnHeap": 0.0, "assignedMemOffHeap": 0.0, "assignedCpu": 0.0,
         })
@@ -226,8 +228,8 @@ def topology_page(view: TopologyView, window: int | None, sys: bool = False) -> 
     return {
         **topology_summary_entry(view),
         "window": _window_param(window), "windowHint": window_pretty(window),
-        "msgTimeout": conf.get("topology.message.timeout.secs"),
-        "debug": bool(conf.get("topology.debug", False)), "samplingPct": 0.0,
+        "msgTimeout": conf.get(Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS),
+        "debug": bool(conf.get(Config.TOPOLOGY_DEBUG, False)), "samplingPct": 0.0,
         "schedulerDisplayResource": False,
         "topologyStats": _window_stats(view, None, sys),
         "spouts": [_component_entry(view, cid, window) for cid in shown if view.topology.components[cid].is_spout],
@@ -239,7 +241,7 @@ def topology_page(view: TopologyView, window: int | None, sys: bool = False) -> 
         # current run's figures where a worker restart or a rebalance made them differ
         "configurationDocs": [{**row, "value": _redacted(row["key"], row["value"])} for row in config_table(conf)],
         "lastErrors": _last_errors(view, shown),
-        "currentRun": [{"component": cid, **{k: now[k] for k in ("emitted", "transferred", "acked", "failed")}}
+        "currentRun": [{"component": cid, **{k: getattr(now, k) for k in ("emitted", "transferred", "acked", "failed")}}
                        for cid, now in since_restart(view.info).items() if cid in shown],
     }
 
@@ -250,8 +252,8 @@ def _last_errors(view: TopologyView, components: list[str]) -> list[dict[str, An
     interleaves it with others."""
     folded: dict[tuple[str, str], dict[str, Any]] = {}
     for cid in components:
-        for error in view.info["components"][cid].get("errors", []):  # oldest first: the last one seen wins
-            key, entry = (cid, error["error"]), {"component": cid, **_error(view, error)}
+        for error in view.info.components[cid].errors:  # oldest first: the last one seen wins
+            key, entry = (cid, error.error), {"component": cid, **_error(view, error)}
             if key in folded:
                 entry["count"] += folded[key]["count"]
             folded[key] = entry
@@ -263,25 +265,25 @@ def component_page(view: TopologyView, cid: str, window: int | None) -> dict[str
     spec = view.topology.components.get(cid)
     if spec is None:
         raise ApiError(404, f"topology {view.name!r} has no component {cid!r}")
-    summary = view.info["components"][cid]
+    summary = view.info.components[cid]
     entry = _component_entry(view, cid, window)
     page: dict[str, Any] = {
         "id": cid, "encodedId": cid, "name": view.name, "topologyId": view.name, "encodedTopologyId": view.name,
-        "topologyStatus": view.info["status"], "componentType": "spout" if spec.is_spout else "bolt",
+        "topologyStatus": view.info.status, "componentType": "spout" if spec.is_spout else "bolt",
         "executors": entry["executors"], "tasks": entry["tasks"],
         "window": _window_param(window), "windowHint": window_pretty(window),
-        "debug": bool(view.conf.get("topology.debug", False)), "samplingPct": 0.0, "eventLogLink": "",
+        "debug": bool(view.conf.get(Config.TOPOLOGY_DEBUG, False)), "samplingPct": 0.0, "eventLogLink": "",
         "profilingAndDebuggingCapable": False, "profileActionEnabled": False, "profilerActive": [],
         "requestedMemOnHeap": 0.0, "requestedMemOffHeap": 0.0, "requestedCpu": 0.0,
         "schedulerDisplayResource": False, "user": "",
-        "componentErrors": [_error(view, e) for e in reversed(summary.get("errors", []))],
+        "componentErrors": [_error(view, e) for e in reversed(summary.errors)],
         # per stream and per executor: all time (the windows are the component's, above)
-        "outputStats": [{"stream": stream, "emitted": counts["emitted"], "transferred": counts["transferred"]}
-                        for stream, counts in summary.get("streams", {}).items() if not stream.startswith("__")],
-        "executorStats": [_executor_stats(view, spec.is_spout, e) for e in summary.get("executors", [])],
+        "outputStats": [{"stream": stream, "emitted": counts.emitted, "transferred": counts.transferred}
+                        for stream, counts in summary.streams.items() if not stream.startswith("__")],
+        "executorStats": [_executor_stats(view, spec.is_spout, e) for e in summary.executors],
         # Squall's additions: the user metrics (squall.api.metrics2), aggregated and per task
-        "userMetrics": summary.get("user_metrics", {}),
-        "taskUserMetrics": {str(task): t["user_metrics"] for task, t in summary.get("tasks", {}).items()},
+        "userMetrics": summary.user_metrics,
+        "taskUserMetrics": {str(task): t.user_metrics for task, t in summary.tasks.items()},
     }
     if spec.is_spout:
         page["spoutSummary"] = _window_stats(view, cid)
@@ -297,29 +299,29 @@ def component_page(view: TopologyView, cid: str, window: int | None) -> dict[str
     return page
 
 
-def _executor_stats(view: TopologyView, spout: bool, executor: dict[str, Any]) -> dict[str, Any]:
+def _executor_stats(view: TopologyView, spout: bool, executor: ExecutorInfo) -> dict[str, Any]:
     """An element of the component page's ``executorStats``: Storm's id ``[first-last]`` task."""
-    tasks = executor["tasks"]
+    tasks = executor.tasks
     host, port = _task_location(view, tasks[0]) if tasks else ("", None)
-    uptime = view.info["uptime_secs"]
+    uptime = view.info.uptime_secs
     stats = {"id": f"[{tasks[0]}-{tasks[-1]}]" if tasks else "[]", "host": host, "port": port,
              "uptime": _uptime(uptime), "uptimeSeconds": int(uptime), "workerLogLink": "",
-             "emitted": executor["emitted"], "transferred": executor["transferred"],
-             "acked": executor["acked"], "failed": executor["failed"]}
+             "emitted": executor.emitted, "transferred": executor.transferred,
+             "acked": executor.acked, "failed": executor.failed}
     if spout:
-        stats["completeLatency"] = f"{executor.get('complete_latency_ms', 0.0):.3f}"
+        stats["completeLatency"] = f"{executor.complete_latency_ms or 0.0:.3f}"
     else:
-        stats.update(executed=executor.get("executed", 0), capacity=f"{executor.get('capacity', 0.0):.3f}",
-                     executeLatency=f"{executor.get('execute_latency_ms', 0.0):.3f}",
-                     processLatency=f"{executor.get('process_latency_ms', 0.0):.3f}")
+        stats.update(executed=executor.executed or 0, capacity=f"{executor.capacity or 0.0:.3f}",
+                     executeLatency=f"{executor.execute_latency_ms:.3f}",
+                     processLatency=f"{executor.process_latency_ms:.3f}")
     return stats
 
 
-def _error(view: TopologyView, error: dict[str, Any]) -> dict[str, Any]:
-    host, port = _task_location(view, error["task"])
-    return {"error": error["error"], "headline": error_headline(error["error"]), "errorTime": int(error["time"] * 1000),
-            "errorHost": host, "errorPort": port, "errorLapsedSecs": max(0, int(time.time() - error["time"])),
-            "errorWorkerLogLink": "", "task": error["task"], "count": error.get("count", 1)}
+def _error(view: TopologyView, error: ErrorInfo) -> dict[str, Any]:
+    host, port = _task_location(view, error.task)
+    return {"error": error.error, "headline": error_headline(error.error), "errorTime": int(error.time * 1000),
+            "errorHost": host, "errorPort": port, "errorLapsedSecs": max(0, int(time.time() - error.time)),
+            "errorWorkerLogLink": "", "task": error.task, "count": error.count}
 
 
 def visualization(view: TopologyView, window: int | None) -> dict[str, Any]:
@@ -356,7 +358,7 @@ def series(view: TopologyView, recent: list[tuple[float, dict[str, tuple[float, 
     ``latency`` (ms: complete for spouts, process for bolts)."""
     executors: dict[str, int] = {}
     for _, executor in _executors(view):
-        executors[executor["component"]] = executors.get(executor["component"], 0) + 1
+        executors[executor.component] = executors.get(executor.component, 0) + 1
     # the user's components: the checkpoint spout's barriers are no throughput, as in the totals
     user = [cid for cid in view.topology.components if not is_system_id(cid)]
     spouts = [cid for cid in user if view.topology.components[cid].is_spout]

@@ -48,6 +48,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from squall.api.config import Config
 from squall.api.defaults import DEFAULTS
 from squall.api.errors import NotAliveError
 from squall.cluster.nimbus import Nimbus
@@ -59,7 +60,7 @@ from squall.utils.time import parse_seconds
 STATIC = Path(__file__).parent / "static"  # the pages and their script: shipped in the wheel
 COOKIE = "squall-ui-token"
 CSRF_HEADER = "X-CSRF-Token"
-DEFAULT_PORT = DEFAULTS["ui.port"]  # Storm UI's 8080
+DEFAULT_PORT = DEFAULTS[Config.UI_PORT]  # Storm UI's 8080
 
 #: ``kill(name, wait_secs)``: how the serving process kills a topology (None: the default wait)
 KillFn = Callable[[str, "float | None"], None]
@@ -215,7 +216,7 @@ class UiServer(UiApp):
 
     def _view(self, name: str) -> api.TopologyView:
         cluster = self.cluster
-        return api.TopologyView(cluster.get_topology_info(name), cluster.get_topology(name),
+        return api.TopologyView(cluster.topology_info(name), cluster.get_topology(name),
                                 cluster.get_topology_conf(name), cluster.get_window_totals(name, WINDOWS))
 
     def _views(self) -> list[api.TopologyView]:
@@ -280,7 +281,7 @@ class UiServer(UiApp):
     async def _kill_route(self, request: Request) -> Response:
         name = request.path_params["id"]
         wait = _wait_time(request.path_params["wait"])
-        self.cluster.get_topology_info(name)  # 404 for an unknown one, before anything happens
+        self.cluster.topology_info(name)  # 404 for an unknown one, before anything happens
         await run_in_threadpool(self._kill, name, wait)  # a kill waits: not on the event loop
         return _json(api.operation(name, "kill"))
 

@@ -12,14 +12,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.context import TopologyContext
 from squall.api.errors import EmitError
-from squall.api.grouping import DIRECT, GlobalStreamId, make_grouper
+from squall.api.grouping import DIRECT, GlobalStreamId
 from squall.api.tuple import StreamSource
 from squall.runtime.executor.worker_context import WorkerContext
+from squall.runtime.grouping import make_grouper
 from squall.utils.rand import new_random
 
-log = logging.getLogger("squall.runtime.executor")
+log = logging.getLogger("squall.executor")
 
 Observer = Callable[[list[Any], list[int]], None]
 
@@ -113,7 +115,7 @@ def build_routes(worker: WorkerContext, component: str, conf: dict[str, Any],
             groupers.append(make_grouper(
                 grouping, context=context, stream=GlobalStreamId(component, stream), targets=targets,
                 output_fields=stream_spec.fields, local_tasks=local, rng=rng,
-                load=None if conf["topology.disable.loadaware.messaging"] else worker.task_load,
+                load=None if conf[Config.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING] else worker.task_load,
             ))
         routes[stream] = StreamRoute(worker.sources[(component, stream)], stream_spec.direct, groupers,
                                      direct_targets, _observers(worker, component, conf, task_id, stream))
@@ -127,7 +129,7 @@ def _observers(worker: WorkerContext, component: str, conf: dict[str, Any], task
     capture = worker.state.capture
     if capture is not None:
         observers.append(lambda values, tasks: capture(component, stream, values))
-    if conf["topology.debug"]:
+    if conf[Config.TOPOLOGY_DEBUG]:
         observers.append(lambda values, tasks: log.info("%s:%s emitted on %r to tasks %s: %r",
                                                         component, task_id, stream, tasks, values))
     return observers

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from squall.api.checkpoint_spout import MARK
+from squall.api.config import Config
 from squall.api.stateful import StatefulComponent
 from squall.api.system_ids import (
     ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM,
@@ -29,7 +30,7 @@ from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.state.checkpointing import Checkpointing, TaskStates
 from squall.utils.rotating_map import RotatingMap
 
-log = logging.getLogger("squall.runtime.executor")
+log = logging.getLogger("squall.executor")
 
 # An active spout that emitted nothing is called again this soon (Storm's sleep wait strategy).
 _IDLE_SPOUT_SECS = 0.001
@@ -43,13 +44,17 @@ class SpoutExecutor(Executor):
                  active: bool) -> None:
         super().__init__(worker, assignment, cooperative)
         self.active = active
+        #: tracked topologies (see LocalCluster.wait_idle): whether the last round of next_tuple
+        #: calls emitted nothing and every spout said is_exhausted(), and how many rounds ran
         self.exhausted = False
+        self.rounds = 0
         self._pending = {task: RotatingMap(2) for task in self.task_ids}
         self._settle_now: list[tuple[int, str, Any]] = []  # (task, "ack" | "fail", msg_id)
         # the checkpoint spout has one barrier in flight, but a superseded one may still hold a
         # slot until it times out: the next barrier must not wait for that
-        self._max_pending = None if self.component == CHECKPOINT_COMPONENT else self.conf["topology.max.spout.pending"]
-        self._max_batch = self.conf["topology.spout.max.batch.size"]
+        self._max_pending = (None if self.component == CHECKPOINT_COMPONENT
+                             else self.conf[Config.TOPOLOGY_MAX_SPOUT_PENDING])
+        self._max_batch = self.conf[Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE]
         # a spout on a thread of its own combines its inits until it flushes, as the cooperative
         # thread does for its spouts (one message per acker and flush, not one per tuple)
         self._own_round_acks = not cooperative and bool(self.acker_tasks)
@@ -113,11 +118,11 @@ class SpoutExecutor(Executor):
         self._last_marker = 0
         if self.worker.topology.checkpointed and self.component != CHECKPOINT_COMPONENT:
             stateful = {task: spout for task, spout in self.spouts.items() if isinstance(spout, StatefulComponent)}
-            budget = self.conf["topology.state.spout.inflight.ms"] / 1000
+            budget = self.conf[Config.TOPOLOGY_STATE_SPOUT_INFLIGHT_MS] / 1000
             for task in stateful:
                 self.collectors[task].root_ids.high_bit = UNHELD_ROOT_BIT
                 if self.collectors[task].marker_targets(CHECKPOINT_STREAM):
-                    self._in_flight[task] = InFlight(budget, self.conf["topology.max.spout.pending"])
+                    self._in_flight[task] = InFlight(budget, self.conf[Config.TOPOLOGY_MAX_SPOUT_PENDING])
             states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, self.report_error)
                       if stateful else None)
             self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
@@ -217,6 +222,7 @@ class SpoutExecutor(Executor):
         self._run_settle_now()
         if self._tracker is not None:
             self.exhausted = exhausted and not emitted and not self.transfer.pending
+            self.rounds += 1
         return emitted
 
     def _send_markers(self) -> None:
@@ -236,8 +242,13 @@ class SpoutExecutor(Executor):
             self.flush_all()
 
     def _is_exhausted(self, task: int, spout: Any) -> bool:
+        """Whether a spout that just emitted nothing is done (its ``is_exhausted()``; a spout
+        without one is done whenever it emits nothing)."""
+        is_exhausted = getattr(spout, "is_exhausted", None)
+        if is_exhausted is None:
+            return True
         try:
-            return bool(spout.is_exhausted())
+            return bool(is_exhausted())
         except Exception as e:
             self.report_error(task, e)
             return True

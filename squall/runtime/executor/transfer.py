@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.errors import SerializationError
 from squall.api.tuple import StreamSource, Tuple
 from squall.runtime.executor.worker_context import WorkerContext
@@ -107,7 +108,8 @@ class ExecutorTransfer:
         self._stopping = stopping
         self._tracker = worker.state.tracker
         #: a destination's batch is handed on at this many tuples
-        self.batch_size = min(conf["topology.producer.batch.size"], conf["topology.executor.send.buffer.size"])
+        self.batch_size = min(conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE],
+                              conf[Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE])
         self._serializer = Serializer.for_config(conf)
         #: per destination (by id), the batches it could not take yet (non-blocking send paths):
         #: [outbox, [(items, count), ...] oldest first, tuples in all]

@@ -23,6 +23,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from squall.api.metrics2.metrics import MAX_FIGURE, MAX_METRICS_PER_TASK, MAX_NAME_LENGTH
+from squall.runtime.info import TopologyInfo
 from squall.runtime.stats import MAX_COMPONENT_METRICS
 
 #: the longest error text or traceback a message carries (senders cut theirs to it)
@@ -239,7 +240,7 @@ ControlRequest = InfoRequest | ActivateRequest | DeactivateRequest | KillRequest
 class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
     ok: bool
     error: str | None = None
-    info: dict[str, Any] | None = None
+    info: TopologyInfo | None = None
     message_timeout_secs: float | None = None
 
 

@@ -35,6 +35,7 @@ import zmq
 import zmq.auth.thread
 from zmq.utils.monitor import parse_monitor_message
 
+from squall.api.config import Config
 from squall.api.errors import SecurityError
 
 log = logging.getLogger("squall.security")
@@ -80,7 +81,7 @@ class LinkKeys:
     def for_topology(cls, conf: dict[str, Any]) -> LinkKeys | None:
         """A new pair when the topology's links are secure (``topology.messaging.secure``),
         else None."""
-        return cls.generate() if conf["topology.messaging.secure"] else None
+        return cls.generate() if conf[Config.TOPOLOGY_MESSAGING_SECURE] else None
 
     def to_json(self) -> str:
         return json.dumps({"public": self.public, "secret": self.secret})

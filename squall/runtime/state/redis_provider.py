@@ -50,7 +50,7 @@ try:
 except ImportError:  # the optional extra: its absence is said when a provider is made
     redis = None
 
-log = logging.getLogger("squall.api.state")
+log = logging.getLogger("squall.state")
 
 # KEYS: T:base, T:prepared, T:deleted, T:txids.
 # ARGV[1] = 'commit': fold the prepared delta into the base if its txid is ARGV[2]; returns 1
