@@ -58,6 +58,20 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def connects(monkeypatch) -> list:
+    """The addresses this process's sockets connect to from now on (Python's sockets: a client
+    library's, not ZeroMQ's), in order."""
+    addresses = []
+    connect = socket.socket.connect
+
+    def counted(sock, address):
+        addresses.append(address)
+        return connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", counted)
+    return addresses
+
+
 def squall_cli(*args: str, cwd=REPO, env: dict[str, str] | None = None,
                timeout: float = 60) -> subprocess.CompletedProcess:
     """``python -m squall ARGS`` run to its end in ``cwd`` (default: the repository), with

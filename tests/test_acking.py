@@ -672,16 +672,17 @@ def test_simulated_clock_stands_still_in_real_time(cluster):
     wait_until(lambda: feeder.failed == ["x"], WAIT)
 
 
-def test_timeout_real_clock_between_t_and_2t(cluster):
+def test_timeout_real_clock_not_before_t(cluster):
     T = 0.4
     feeder = _submit_to_sink(cluster, Config().set_message_timeout_secs(T), HoldBolt("sink"))
+    start = time.monotonic()  # before the emit: a slow machine can only lengthen what is measured
     feeder.feed(["x"], msg_id="x")
     wait_until(lambda: len(held("sink")) == 1, WAIT)
-    start = time.monotonic()
-    wait_until(lambda: feeder.failed == ["x"], WAIT)
+    wait_until(lambda: feeder.failed == ["x"], WAIT, message="timed out by the real clock alone")
+    # the real clock's pace is the claim, which only real time shows (T to 2T exactly, in simulated time:
+    # test_timeout_expires_between_t_and_2t)
     elapsed = time.monotonic() - start
     assert elapsed >= T * 0.9 - 0.05, f"failed after {elapsed:.3f}s, before the timeout {T}s"
-    assert elapsed <= 2 * T + 1.0
     assert feeder.acked == []
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -348,14 +347,12 @@ def test_hung_subprocess_is_detected_and_restarted(cluster, script, tmp_path):
     conf = Config()
     conf["topology.subprocess.timeout.secs"] = 2
     sentences = SENTENCES[:5] + ["this one makes it HANG"] + SENTENCES[5:10]
-    t0 = time.monotonic()
     _split_over_multilang(cluster, script, tmp_path, sentences, conf)
     hung = sentences.index("this one makes it HANG")
     wait_until(lambda: hung in logged("failed"), timeout=10, message="the hung tuple failed")
-    # well within the default timeout (30 s): the 2 s one, plus heartbeat period, start-up and load
-    assert time.monotonic() - t0 < 15
     _expect_all_words(sentences)
     errors = [e["error"] for e in errors_of(cluster, "t", "split")]
+    # the subprocess was killed by the 2 s timeout set above, not the default one (30 s)
     assert any("did not answer within topology.subprocess.timeout.secs (2s)" in e
                and f"HANG on {hung}: going down" in e for e in errors), errors
 

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 import pytest
 
 import squall
+import squall.cluster.nimbus as nimbus_module
 from helpers import (
     COUNTERS, LOG, SLOW, STOP, WAIT, HoldBolt, RecordSink, Relay, SlowSink, barrier, component_info, errors_of,
     executors_of, feeder_builder, held, logged, record, stays, tasks_of,
@@ -386,6 +387,36 @@ def _calls():
     return len(logged("calls"))
 
 
+class HeldWait:
+    """Stands in for Nimbus's ``time``, which it uses only to sleep: the wait of a kill (or a
+    rebalance) before it stops the executors. ``asked`` holds the seconds of each wait; each lasts
+    until :meth:`release`, so that a test sees what happens during the wait without racing the clock."""
+
+    def __init__(self):
+        self.asked = []
+        self._released = threading.Event()
+
+    def sleep(self, secs):
+        self.asked.append(secs)
+        self._released.wait()
+
+    def release(self):
+        self._released.set()
+
+
+def stop_timeouts(caplog) -> list[str]:
+    """The warnings of workers whose executors were still running when the stop's timeout ended."""
+    return [r.getMessage() for r in caplog.records if r.name == "squall.worker" and "did not stop" in r.getMessage()]
+
+
+@pytest.fixture
+def kill_wait(monkeypatch):
+    wait = HeldWait()
+    monkeypatch.setattr(nimbus_module, "time", wait)
+    yield wait
+    wait.release()  # a kill still waiting when the test failed ends (the cluster is stopped after this)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_activate_deactivate_kill_call_the_spout_and_bolt_hooks(cluster, workers):
     cluster.submit_topology("life", Config().set_num_workers(workers), _lifecycle_topology())
@@ -438,49 +469,52 @@ def test_activate_deactivate_kill_call_the_spout_and_bolt_hooks(cluster, workers
     cluster.kill_topology("life", wait_secs=0)
 
 
-def test_kill_deactivates_then_waits_for_pending_trees(cluster):
+def test_kill_deactivates_then_waits_for_pending_trees(cluster, kill_wait):
     feeder, b = feeder_builder()
     b.set_bolt("hold", HoldBolt("hold")).shuffle_grouping("spout")
     cluster.submit_topology("k", Config().set_message_timeout_secs(30), b.create_topology())
     feeder.feed(["x"], msg_id="x")
     wait_until(lambda: len(held("hold")) == 1, WAIT)
-    done = threading.Event()
-    start = time.monotonic()
-    killer = threading.Thread(target=lambda: (cluster.kill_topology("k", wait_secs=0.8), done.set()))
+    killer = threading.Thread(target=cluster.kill_topology, args=("k",), kwargs={"wait_secs": 0.8})
     killer.start()
-    wait_until(lambda: cluster.get_topology_info("k")["status"] == "KILLED", WAIT)
-    assert not done.is_set()
+    wait_until(lambda: kill_wait.asked == [0.8], WAIT, message="the kill waiting")
+    assert cluster.get_topology_info("k")["status"] == "KILLED"
     # the executors still run during the wait: the pending tree completes
     collector, tup = held("hold")[0]
     collector.ack(tup)
     wait_until(lambda: feeder.acked == ["x"], WAIT)
-    # the spout is deactivated: what is fed now is not emitted
+    # the spout is deactivated: what is fed now is not emitted (no event marks that: watch it)
     feeder.feed(["late"], msg_id="late")
-    killer.join(WAIT)
-    assert done.is_set()
-    assert time.monotonic() - start >= 0.75
+    stays(lambda: len(held("hold")) == 1, 0.3, "nothing emitted while the kill waits")
+    assert cluster.get_topologies() == ["k"]  # not stopped before its wait ends
+    kill_wait.release()
+    killer.join()
     assert len(held("hold")) == 1
     assert feeder.acked == ["x"]
     with pytest.raises(NotAliveError):
         cluster.kill_topology("k")
 
 
-def test_kill_of_a_backpressured_topology_is_prompt(cluster):
+def test_kill_of_a_backpressured_topology_is_prompt(cluster, caplog):
+    others = set(threading.enumerate())
     _submit_fast_to_slow(cluster, _small_queues(4, 10))
     wait_until(lambda: len(logged("sink")) > 20, WAIT)
-    start = time.monotonic()
     cluster.kill_topology("bp", wait_secs=0)
-    assert time.monotonic() - start < 3
+    # its threads ended when asked, those blocked on a full queue too: none was left behind by the stop's timeout
+    assert stop_timeouts(caplog) == []
+    assert [t.name for t in threading.enumerate() if t not in others] == []
     assert cluster.get_topologies() == []
 
 
-def test_kill_waits_the_message_timeout_by_default(cluster):
+def test_kill_waits_the_message_timeout_by_default(cluster, kill_wait):
     _, b = feeder_builder()
     cluster.submit_topology("k", Config().set_message_timeout_secs(0.5), b.create_topology())
-    start = time.monotonic()
-    cluster.kill_topology("k")
-    elapsed = time.monotonic() - start
-    assert 0.45 <= elapsed < 5
+    killer = threading.Thread(target=cluster.kill_topology, args=("k",))
+    killer.start()
+    wait_until(lambda: kill_wait.asked == [0.5], WAIT, message="the kill waiting")
+    assert cluster.get_topologies() == ["k"]  # not stopped before its wait ends
+    kill_wait.release()
+    killer.join()
     assert cluster.get_topologies() == []
 
 
@@ -496,13 +530,14 @@ def test_unknown_and_duplicate_topology_names(cluster):
     assert cluster.get_topologies() == ["dup"]
 
 
-def test_shutdown_kills_every_topology():
+def test_shutdown_kills_every_topology(kill_wait, caplog):
+    kill_wait.release()  # a wait asked for is recorded, and returns at once
     with LocalCluster() as c:
         for name in ("a", "b"):
             c.submit_topology(name, Config(), _lifecycle_topology())
         wait_until(lambda: _calls() > 0, WAIT)
-        start = time.monotonic()
-    assert time.monotonic() - start < 5
+    assert kill_wait.asked == []  # at once: no wait for the message timeout (30 s)
+    assert stop_timeouts(caplog) == []
     assert sum(1 for e, _ in logged("spout") if e == "close") == 4
     assert sum(1 for e, _ in logged("bolt") if e == "cleanup") == 6
 

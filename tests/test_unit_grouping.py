@@ -52,7 +52,7 @@ class Loads(dict):
 
 def one_pass(grouper: LoadAwareShuffleGrouper) -> collections.Counter:
     """How often each target comes up in one pass over the grouper's current ring."""
-    return collections.Counter(choices(grouper, [[0]] * len(grouper._choices)))
+    return collections.Counter(choices(grouper, [[0]] * grouper.ring_size))
 
 
 @pytest.mark.parametrize("loads", [{}, {3: 0.5, 40: 0.2, 7: 0.49}, dict.fromkeys(TARGETS, 1.0)],
@@ -74,7 +74,7 @@ def test_load_aware_shuffle_keeps_its_ring_while_every_target_is_full(monkeypatc
     monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 0.0)
     loads = Loads({8: 1.0, 2: 1.0})
     grouper = LoadAwareShuffleGrouper([8, 2], random.Random(0), loads)
-    assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}  # nothing known yet: equal shares
+    assert set(one_pass(grouper).values()) == {grouper.ring_size // 2}  # nothing known yet: equal shares
     loads[2] = 0.0
     one_pass(grouper)
     assert set(one_pass(grouper)) == {2}  # only 2 has room
@@ -87,26 +87,26 @@ def test_load_aware_shuffle_never_chooses_a_target_that_filled_since_the_weights
     monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 3600.0)  # the ring's weights stay as taken
     loads = Loads({8: 0.999})
     grouper = LoadAwareShuffleGrouper([8, 2, 5], random.Random(2), loads)
-    assert one_pass(grouper)[8] == len(grouper._choices) // 201  # weight 1 against 100 and 100
+    assert one_pass(grouper)[8] == grouper.ring_size // 201  # weight 1 against 100 and 100
     loads[8] = 1.0  # full now: its share goes to the others, although the ring still has it
     counts = one_pass(grouper) + one_pass(grouper)
-    assert counts[8] == 0 and counts[2] + counts[5] == 2 * len(grouper._choices)
+    assert counts[8] == 0 and counts[2] + counts[5] == 2 * grouper.ring_size
     loads[8] = 0.999  # room again
-    assert one_pass(grouper)[8] == len(grouper._choices) // 201
+    assert one_pass(grouper)[8] == grouper.ring_size // 201
 
 
 def test_load_aware_shuffle_reads_no_load_per_choice_when_every_target_is_loaded(monkeypatch):
     # every target over half full (a saturated stream): no target is better than the ring says
     monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 3600.0)
     loads = Loads({8: 0.9, 2: 0.999})
-    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(2), loads)
     loads.reads = 0
 
     def counting(task: int) -> float:
         loads.reads += 1
         return loads(task)
 
-    grouper._load = counting
+    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(2), counting)
+    loads.reads = 0  # those of the first weighing
     counts = one_pass(grouper)
     assert counts[8] == 20 * counts[2] and loads.reads == 0
 
@@ -115,14 +115,14 @@ def test_load_aware_shuffle_weighs_anew_after_a_pass(monkeypatch):
     monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 0.0)
     loads = Loads()
     grouper = LoadAwareShuffleGrouper([8, 2], random.Random(1), loads)
-    assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}
+    assert set(one_pass(grouper).values()) == {grouper.ring_size // 2}
     loads[2] = 0.75  # half way between half full (weight 100) and full (weight 0)
     one_pass(grouper)  # the pass that ends with the new weights
     counts = one_pass(grouper)
     assert counts[2] * 100 == counts[8] * 50
     loads.clear()
     one_pass(grouper)
-    assert set(one_pass(grouper).values()) == {len(grouper._choices) // 2}  # back to equal shares
+    assert set(one_pass(grouper).values()) == {grouper.ring_size // 2}  # back to equal shares
 
 
 def test_make_grouper_is_load_aware_for_shuffle_and_local_or_shuffle_given_a_load():

@@ -139,6 +139,11 @@ class LoadAwareShuffleGrouper(_Grouper):
         self._refresh()
         self._i = rng.randrange(self._n)
 
+    @property
+    def ring_size(self) -> int:
+        """How many choices one pass over the current ring makes (about :data:`RING`)."""
+        return len(self._choices)
+
     def _weight(self, task: int) -> int:
         load = self._load(task)
         if load >= 1.0:

@@ -23,7 +23,7 @@ import functools
 import logging
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from squall.api.config import Config
@@ -32,7 +32,7 @@ from squall.api.topology import StormTopology
 from squall.api.tuple import StreamSource, system_sources
 from squall.runtime.ack_ledger import RoundAcks
 from squall.runtime.acker_executor import AckerExecutor
-from squall.runtime.assignment import Assignment
+from squall.runtime.assignment import Assignment, ExecutorAssignment
 from squall.runtime.backpressure import WorkerBackpressure
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.executor.bolt_executor import BoltExecutor
@@ -48,7 +48,6 @@ from squall.utils.batch_queue import BatchQueue, Bell
 from squall.utils.time import Timer
 
 log = logging.getLogger("squall.worker")
-
 
 
 class Worker:
@@ -78,59 +77,68 @@ class Worker:
         #: why the worker cannot go on (a thread of it died), or None; set once
         self.failure: str | None = None
         self.on_failure: Callable[[], None] | None = None  # called (once) by the thread that failed
-        self.sources: dict[tuple[str, str], StreamSource] = {}
-        for cid, spec in topology.components.items():
-            for stream, stream_spec in spec.outputs.items():
-                self.sources[(cid, stream)] = StreamSource(cid, stream, stream_spec.fields)
-        for cid in assignment.component_tasks:
-            for stream, source in system_sources(cid).items():
-                self.sources[(cid, stream)] = source
-        self.task_queues: dict[int, BatchQueue] = {}
-        single_task_queues: set[int] = set()
-        receive_size = conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE]
+        self.sources = _stream_sources(topology, assignment)
         bell = Bell()  # the cooperative thread's: its executors' queues ring it
         assigned = assignment.workers[index].executors
         blocking = {ea: self._is_blocking(ea.component) for ea in assigned}
+        cooperative = not all(blocking.values())
+        single_task_queues = self._make_queues(assigned, blocking, bell)
+        self.backpressure = WorkerBackpressure(self.task_queues, assignment.task_worker, transport)
+        self.transfer = WorkerTransfer(index, conf, transport, bell if cooperative else None)
+        self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
+                                     single_task_queues, self.sources, state, self.transfer.transfer,
+                                     restarted, self.backpressure.task_load)
+        spout_tasks = frozenset(t for c in topology.spouts for t in assignment.component_tasks[c.id])
+        self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues,
+                                     self.context.is_single_task, transport, state, spout_tasks)
+        # topology order: a batch a spout emits is executed by the next bolts in the same round
+        order = {cid: i for i, cid in enumerate(topology.components)}
+        assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))
+        self.executors: list[Executor] = [self._make_executor(ea, not blocking[ea]) for ea in assigned]
+        if not cooperative:
+            bell = Bell()  # the receive thread's
+        self._make_runners(cooperative, bell)
+        self._bell = bell
+        transport.register(index, self.backpressure.full_tasks, bell)
+        self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
+
+    def _make_queues(self, assigned: Iterable[ExecutorAssignment], blocking: dict[ExecutorAssignment, bool],
+                     bell: Bell) -> frozenset[int]:
+        """Every executor's incoming queue (``task_queues``: task -> its executor's queue; a
+        cooperative executor's rings ``bell``); returns the ids of the queues of one task."""
+        self.task_queues: dict[int, BatchQueue] = {}
+        single_task_queues: set[int] = set()
+        receive_size = self.conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE]
         for ea in assigned:
             q = BatchQueue(receive_size, f"{ea.component}{list(ea.tasks)}", None if blocking[ea] else bell)
             for task in ea.tasks:
                 self.task_queues[task] = q
             if len(ea.tasks) == 1:
                 single_task_queues.add(id(q))
-        cooperative = not all(blocking.values())
-        self.backpressure = WorkerBackpressure(self.task_queues, assignment.task_worker, transport)
-        self.transfer = WorkerTransfer(index, conf, transport, bell if cooperative else None)
-        self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
-                                     frozenset(single_task_queues), self.sources, state, self.transfer.transfer,
-                                     restarted, self.backpressure.task_load)
-        self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues, self.context.is_single_task,
-                                     transport, state, frozenset(
-                                         t for c in topology.spouts for t in assignment.component_tasks[c.id]))
-        # topology order: a batch a spout emits is executed by the next bolts in the same round
-        order = {cid: i for i, cid in enumerate(topology.components)}
-        assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))
-        self.executors: list[Executor] = [self._make_executor(ea, not blocking[ea]) for ea in assigned]
+        return frozenset(single_task_queues)
+
+    def _make_runners(self, cooperative: bool, bell: Bell) -> None:
+        """Who runs the executors: a thread per blocking executor, and one cooperative thread for
+        the others (their acks combined per round), which also moves tuples in and out of the
+        worker; without it, a transfer thread and a receive thread do."""
         cooperative_executors = [e for e in self.executors if e.cooperative]
-        round_acks = RoundAcks() if assignment.acker_tasks and cooperative_executors else None
-        for executor in cooperative_executors:
-            if round_acks is not None:
+        if self.assignment.acker_tasks and cooperative_executors:
+            round_acks = RoundAcks()
+            for executor in cooperative_executors:
                 executor.acks.share_round(round_acks)
         self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
         self._threads: list[threading.Thread] = []
         if cooperative:
-            self._runners.append(CooperativeThread(cooperative_executors, bell, _DataPath(self, _ack_sender(cooperative_executors)),
-                                                   f"worker-{index}-executors", self._executor_died))
+            self._runners.append(CooperativeThread(cooperative_executors, bell,
+                                                   _DataPath(self, _ack_sender(cooperative_executors)),
+                                                   f"worker-{self.index}-executors", self._executor_died))
         else:
-            bell = Bell()  # the receive thread's
             self._threads = [
                 threading.Thread(target=self.guarded(lambda: self.transfer.run(self._is_stopping), "transfer thread"),
-                                 name=f"worker-{index}-transfer", daemon=True),
+                                 name=f"worker-{self.index}-transfer", daemon=True),
                 threading.Thread(target=self.guarded(lambda: self.receive.run(self._is_stopping), "receive thread"),
-                                 name=f"worker-{index}-receive", daemon=True),
+                                 name=f"worker-{self.index}-receive", daemon=True),
             ]
-        self._bell = bell
-        transport.register(index, self.backpressure.full_tasks, bell)
-        self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
 
     def guarded(self, loop: Callable[[], None], what: str) -> Callable[[], None]:
         """``loop`` as a thread target that fails the worker if it raises."""
@@ -314,3 +322,15 @@ class _DataPath:
     def end_round(self) -> None:
         if self._round_acks is not None and self._round_acks.acks:
             self._ack_sender.flush_round_acks()
+
+
+def _stream_sources(topology: StormTopology, assignment: Assignment) -> dict[tuple[str, str], StreamSource]:
+    """(component, stream) -> what its tuples share, for every declared and system stream."""
+    sources: dict[tuple[str, str], StreamSource] = {}
+    for cid, spec in topology.components.items():
+        for stream, stream_spec in spec.outputs.items():
+            sources[(cid, stream)] = StreamSource(cid, stream, stream_spec.fields)
+    for cid in assignment.component_tasks:
+        for stream, source in system_sources(cid).items():
+            sources[(cid, stream)] = source
+    return sources
