@@ -64,6 +64,7 @@ from squall import Config, LocalCluster, TopologyBuilder
 from squall.api.system_ids import CHECKPOINT_COMPONENT
 from squall.connectors.files import StatefulDirectorySpout
 from squall.runtime.state.sqlite_provider import SqliteStateProvider
+from scratch import SHM
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's components; worker processes import it too
@@ -83,7 +84,6 @@ TARGET_RATIO = 0.95
 THROUGHPUT_LINES = 1_000_000
 THROUGHPUT_MIN_RUNS = 3
 BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
-SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None  # None: the system's temporary directory
 # in flight, at most this many seconds of the count's rate: the setting's 250 ms, plus the spout's
 # batches (records_per_call = 100 records, 0.25 s at 400/s) and the sampling's skew
 TARGET_IN_FLIGHT_SECS = 1.0
@@ -201,7 +201,7 @@ def backlog_run(processes: bool, ms_per_record: float, interval_ms: int, until_f
     """Submit with the whole backlog waiting; watch until the first commit (``until_first_commit``,
     FIRST_WAIT_SECS at most) or for CADENCE_SECS."""
     run = Run(ms_per_record, interval_ms)
-    with tempfile.TemporaryDirectory(prefix="squall-backlog-bench-", dir=SCRATCH) as directory:
+    with tempfile.TemporaryDirectory(prefix="squall-backlog-bench-", dir=SHM) as directory:
         write_records(directory)
         state_dir = os.path.join(directory, "state")
         conf = Config()
@@ -349,7 +349,7 @@ def main() -> None:
     cadence: list[Run] = []
     if args.only != "throughput":
         print(f"StatefulDirectorySpout over {RECORDS:,} records (one word each) -> split (2) -> stateful count "
-              f"(1 task, sleeping per word); SQLite state under {SCRATCH or tempfile.gettempdir()}; {where}")
+              f"(1 task, sleeping per word); SQLite state under {SHM or tempfile.gettempdir()}; {where}")
     for _ in range(args.runs):
         for interval in INTERVALS_MS:
             if args.only in (None, "first"):

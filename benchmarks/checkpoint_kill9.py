@@ -55,6 +55,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import test_checkpoint_kill9 as scenario  # noqa: E402 - the workers import it too (the count is its class)
 
 from squall.testing import KafkaMockCluster, RedisServer  # noqa: E402
+from scratch import SHM  # noqa: E402
 
 
 def describe(result: scenario.Result) -> str:
@@ -74,7 +75,7 @@ def main() -> int:
     args = parser.parse_args()
     variants = list(scenario.VARIANTS) if args.variant == "all" else [args.variant]
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    base = Path(tempfile.mkdtemp(prefix="squall-kill9-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    base = Path(tempfile.mkdtemp(prefix="squall-kill9-", dir=SHM))
     # a registry of its own (squall list): another session's topology named like ours is not in the way
     os.environ["SQUALL_HOME"] = str(base / "home")
     inexact = {v: 0 for v in variants}

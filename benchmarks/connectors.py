@@ -61,13 +61,13 @@ from typing import Any
 
 from squall import Bolt, Config, LocalCluster, Spout, TopologyBuilder
 from squall.testing import KafkaMockCluster, RedisServer, wait_until
+from scratch import SHM
 
 TARGET_RATIO = 0.5
 NAME = "connectors-bench"
 BATCH = 500  # the plain loops' read batch
 SYNC_EVERY = 1000
 FILES = 4
-SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
 def verdict(ratio: float) -> str:

@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from squall import BasicBolt, Config, LocalCluster, Spout, TopologyBuilder
+from scratch import SHM
 
 
 class PacedSpout(Spout):
@@ -84,16 +85,18 @@ def measure(rate: float, seconds: float, processes: bool, warmup: float, cluster
     """Complete latencies (seconds) after ``warmup`` of the topology ``build(spout)`` makes
     around a PacedSpout, with the config ``overrides``; on ``cluster`` if given (left
     running), else on a LocalCluster of its own."""
-    out_path = os.path.join(tempfile.mkdtemp(prefix="squall-latency-"), "latencies")
-    builder = build(PacedSpout(rate, out_path, payloads))
     conf = Config().set_num_workers(2).set_num_ackers(2)
     conf.update(overrides or {})
-    with contextlib.nullcontext(cluster) if cluster is not None else LocalCluster(processes=processes) as running:
-        running.submit_topology("latency", conf, builder.create_topology())
-        time.sleep(seconds)  # the measurement itself: the spout runs at its fixed rate
-        running.kill_topology("latency", wait_secs=1)
-    with open(out_path) as f:
-        latencies = [float(line) for line in f if line.strip()]
+    # the spout's file is the harness, not the measurement: in memory where there is /dev/shm, and removed
+    with tempfile.TemporaryDirectory(prefix="squall-latency-", dir=SHM) as directory:
+        out_path = os.path.join(directory, "latencies")
+        builder = build(PacedSpout(rate, out_path, payloads))
+        with contextlib.nullcontext(cluster) if cluster is not None else LocalCluster(processes=processes) as running:
+            running.submit_topology("latency", conf, builder.create_topology())
+            time.sleep(seconds)  # the measurement itself: the spout runs at its fixed rate
+            running.kill_topology("latency", wait_secs=1)
+        with open(out_path) as f:
+            latencies = [float(line) for line in f if line.strip()]
     return latencies[int(rate * warmup):]
 
 

@@ -58,6 +58,7 @@ from squall.api.state import StateProvider, TaskStore
 from squall.runtime.state.redis_provider import RedisStateProvider
 from squall.runtime.state.sqlite_provider import SqliteStateProvider
 from squall.testing import RedisServer, committed_state, wait_until
+from scratch import SHM
 from squall.api.windowing import BaseWindowedBolt, Duration
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
@@ -448,8 +449,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("throughput", "recovery", "windows"), help="measure only this")
     args = parser.parse_args()
     if args.only != "windows":
-        with tempfile.TemporaryDirectory(prefix="squall-state-bench-", dir="/dev/shm" if os.path.isdir("/dev/shm")
-                                         else None) as directory:
+        with tempfile.TemporaryDirectory(prefix="squall-state-bench-", dir=SHM) as directory:
             path = swc.make_input(os.path.join(directory, "words.txt"), args.lines)
             with open(path) as f:
                 expected = Counter(f.read().split())

@@ -273,7 +273,9 @@ def test_every_line_of_several_files_delivered_once_by_two_spout_tasks(cluster, 
     cluster.submit_topology("files", Config(), builder.create_topology())
     wait_until(lambda: len(os.listdir(tmp_path / "archive")) == 6, timeout=20, message="every file archived")
     assert Counter(logged(key)) == Counter(expected)  # every line once: acked before archiving
-    assert os.listdir(src) == [] and os.listdir(tmp_path / "locks") == []
+    assert os.listdir(src) == []
+    # a file is unlocked just after it is archived, on the spout's thread
+    wait_until(lambda: os.listdir(tmp_path / "locks") == [], timeout=10, message="every file unlocked")
     # the two tasks' counters, summed, reach get_topology_info with the next heartbeat
     wait_until(lambda: cluster.get_topology_info("files")["components"]["files"].get("metrics", {}).get(
         "files_done") == 6, timeout=10, message="the spout's metrics reported")
@@ -351,7 +353,9 @@ def test_kill_9_of_the_spout_worker_mid_file_loses_nothing(tmp_path):
         after = [w for w in cluster.get_topology_info("kill9")["workers"]
                  if any(e["component"] == "files" for e in w["executors"])]
         assert after[0]["restarts"] == 1 and after[0]["pid"] != pid  # the spout ran again elsewhere
-        assert os.listdir(src) == [] and os.listdir(tmp_path / "locks") == []
+        assert os.listdir(src) == []
+        # a file is unlocked just after it is archived, in the spout's worker
+        wait_until(lambda: os.listdir(tmp_path / "locks") == [], timeout=10, message="the file unlocked")
 
 
 # -- FileBolt ---------------------------------------------------------------------------------------

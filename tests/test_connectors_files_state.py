@@ -136,7 +136,9 @@ def test_a_bad_file_goes_to_the_bad_dir_and_the_others_are_counted_exactly(clust
     wait_until(lambda: len(listing(tmp_path / "archive")) == 4 and len(listing(tmp_path / "bad")) == 2,
                timeout=30, message="every file archived or moved to the bad dir")
     assert listing(tmp_path / "bad") == ["f2.txt", "f2.txt.error"]
-    assert "UnicodeDecodeError" in (tmp_path / "bad" / "f2.txt.error").read_text()
+    # the spout's thread creates the .error file, then writes the reason into it
+    wait_until(lambda: "UnicodeDecodeError" in (tmp_path / "bad" / "f2.txt.error").read_text(), timeout=10,
+               message="the bad file's reason written")
     assert listing(tmp_path / "archive") == ["f0.txt", "f1.txt", "f3.txt", "f4.txt"]
     assert counts_of(key, topology, conf) == expected
 

@@ -5,6 +5,7 @@ bad records, an unreachable cluster) and the bolt's delivery-confirmed acks."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections import Counter
@@ -55,11 +56,27 @@ def _spout(servers: str, topic: str, group: str, **more) -> KafkaSpout:
     return KafkaSpout(KafkaSpoutConfig(servers, topics=[topic], group_id=group, **more))
 
 
-def _topology(spout, sink, parallelism: int = 1) -> object:
+def _topology(spout, sink, parallelism: int = 1, spout_id: str = "spout") -> object:
     builder = TopologyBuilder()
-    builder.set_spout("spout", spout, parallelism)
-    builder.set_bolt("sink", sink).shuffle_grouping("spout")
+    builder.set_spout(spout_id, spout, parallelism)
+    builder.set_bolt("sink", sink).shuffle_grouping(spout_id)
     return builder.create_topology()
+
+
+def _assignments(caplog, spout_ids: list[str]) -> dict[str, set[int]]:
+    """The partitions each of the spouts ``spout_ids`` holds, as their logged assignments and revokes say."""
+    held: dict[str, set[int]] = {}
+    for entry in caplog.records:
+        message = entry.getMessage()
+        spout = next((s for s in spout_ids if message.startswith(f"KafkaSpout {s!r}:")), None)
+        event = re.search(r": (assigned|revoked) (.*)$", message)
+        if spout is not None and event is not None:
+            partitions = {int(place.rsplit(":", 1)[1]) for place in event.group(2).split(", ")}
+            if event.group(1) == "assigned":  # consumer.assign: the whole new assignment
+                held[spout] = partitions
+            else:
+                held[spout] = held.get(spout, set()) - partitions
+    return held
 
 
 def _fully_committed(offsets: Offsets) -> bool:
@@ -153,12 +170,19 @@ def test_a_rebalance_loses_no_record_and_no_ack(cluster, kafka_cluster, names, o
     caplog.set_level(logging.INFO, logger="squall.connectors.kafka")
     topic, group = names
     _produce(kafka_cluster, topic, 0, 200)
-    cluster.submit_topology("first", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("n")))
+    cluster.submit_topology("first", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("n"),
+                                                   spout_id="first"))
     wait_until(lambda: len(logged("n")) >= 200 and _fully_committed(offsets), timeout=WAIT,
                message="the first spout's records processed and committed")
     # a second consumer of the group: the partitions are revoked from the first and spread over both
-    cluster.submit_topology("second", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("n")))
-    wait_until(lambda: caplog.text.count("assigned") >= 3, timeout=WAIT, message="the group rebalanced")
+    cluster.submit_topology("second", {}, _topology(_spout(kafka_cluster, topic, group), RecordSink("n"),
+                                                    spout_id="second"))
+
+    def spread() -> bool:  # the group may rebalance more than once before it settles
+        held = _assignments(caplog, ["first", "second"])
+        return len(held) == 2 and all(held.values()) and sorted([*held["first"], *held["second"]]) == [0, 1, 2, 3]
+
+    wait_until(spread, timeout=WAIT, message="the partitions spread over both spouts")
     _produce(kafka_cluster, topic, 200, 400)
     wait_until(lambda: set(logged("n")) == set(range(400)) and _fully_committed(offsets), timeout=WAIT,
                message="every record processed and committed")

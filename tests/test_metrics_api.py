@@ -320,8 +320,11 @@ def test_logging_consumer_logs_every_tasks_data_points(cluster, caplog):
 
     wait_until(lambda: any(line[4] == "10" and line[2].strip() == f"{single}:single"
                            for line in logged("processed")), message="the logged count reaching 10")
-    assert any(line[2].strip() == f"{single}:single" for line in logged("work.p99"))
-    assert any(line[2].strip().endswith(":spout") for line in logged("__emit-count"))
+    # The consumer logs one line at a time on its own thread: the lines after "processed" may still be coming.
+    wait_until(lambda: any(line[2].strip() == f"{single}:single" for line in logged("work.p99")),
+               message="the histogram's p99 logged for the single task")
+    wait_until(lambda: any(line[2].strip().endswith(":spout") for line in logged("__emit-count")),
+               message="the spout's built-in emit count logged")
 
 
 def test_user_consumers_get_data_points_and_one_that_raises_is_only_logged(cluster, caplog):
@@ -335,7 +338,8 @@ def test_user_consumers_get_data_points_and_one_that_raises_is_only_logged(clust
     # its own bucket, which may come a beat after the one above
     single = {tasks_of(cluster, "t", "single")[0]: 30}
     wait_until(lambda: latest("mine", "single", "values.max") == single, message=f"the consumer seeing {single}")
-    assert any("metrics consumer Exploding.handle_data_points raised" in r.getMessage() for r in caplog.records)
+    wait_until(lambda: any("metrics consumer Exploding.handle_data_points raised" in r.getMessage()
+                           for r in caplog.records), message="the exploding consumer's error logged")
     info, _ = points("mine")[0]
     assert info.update_interval_secs == 0.1 and info.src_worker_port > 0
 
@@ -455,11 +459,13 @@ def test_user_metrics_consumers_and_prometheus_from_worker_processes():
         metered = lambda: cluster.get_topology_info("t")["components"]["metered"]  # noqa: E731
         wait_until(lambda: metered()["user_metrics"].get("processed", {}).get("count") == 200, timeout=30,
                    message="every input counted, as the heartbeats say")
+        # a heartbeat may be taken inside the last execute, after its counter's update and before its timer's
+        wait_until(lambda: metered()["user_metrics"]["work"]["count"] == 200, timeout=10,
+                   message="every input timed, as the heartbeats say")
         tasks = tasks_of(cluster, "t", "metered")
         per_task = {t: metered()["tasks"][t]["user_metrics"] for t in tasks}
         assert sum(m["processed"]["count"] for m in per_task.values()) == 200
         assert all(m["work"]["count"] == m["processed"]["count"] for m in per_task.values())
-        assert metered()["user_metrics"]["work"]["count"] == 200
         assert {w["pid"] for w in cluster.get_topology_info("t")["workers"]} != {None}
 
         samples = prometheus_samples(exposition(cluster_infos(cluster)).decode())
@@ -469,6 +475,9 @@ def test_user_metrics_consumers_and_prometheus_from_worker_processes():
 
         wait_until(lambda: sum(latest("procs", "metered", "processed").values()) == 200, timeout=10,
                    message="the consumer seeing every count")
+        # single, in the other worker, may still have tuples queued: a kill drops them
+        wait_until(lambda: cluster.get_topology_info("t")["components"]["single"]["user_metrics"]
+                   .get("processed", {}).get("count") == 200, timeout=10, message="single processing every input")
         final = cluster.kill_topology_and_get_info("t", wait_secs=0)
     assert final["components"]["single"]["user_metrics"]["values"]["max"] == 199
     assert CLEANED == ["procs"]
@@ -491,7 +500,9 @@ def test_user_metrics_from_spark_workers():
             metered = lambda: cluster.get_topology_info("t")["components"]["metered"]  # noqa: E731
             wait_until(lambda: metered()["user_metrics"].get("work", {}).get("count") == 100, timeout=30,
                        message="every input timed, as the Spark workers' heartbeats say")
-            assert sum(t["user_metrics"]["processed"]["count"] for t in metered()["tasks"].values()) == 100
+            # a heartbeat may read a task's counter just before its last execute, and its timer just after
+            wait_until(lambda: sum(t["user_metrics"]["processed"]["count"] for t in metered()["tasks"].values()) == 100,
+                       timeout=10, message="every input counted, as the Spark workers' heartbeats say")
             wait_until(lambda: sum(latest("spark", "metered", "processed").values()) == 100, timeout=10,
                        message="the consumer, in the driver, seeing every count")
     finally:

@@ -424,6 +424,7 @@ class KafkaSpout(Spout):
             self._commit(partitions=[(tp.topic, tp.partition) for tp in partitions])
         self._forget(partitions)
         consumer.unassign()
+        log.info("%s: revoked %s", self._where, ", ".join(_key(tp.topic, tp.partition) for tp in partitions))
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         log.warning("%s: partitions lost (not committed): %s", self._where,
