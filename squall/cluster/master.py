@@ -363,9 +363,11 @@ class TopologyMaster(ABC):
                 slot.last_heartbeat = time.monotonic()
             case schema.Heartbeat():  # or Stopped, the last one
                 slot.last_heartbeat = time.monotonic()
-                slot.snapshots = message.executors
-                slot.stopped = isinstance(message, schema.Stopped)
+                # errors before figures: a reader who sees a failure counted sees its error (the
+                # worker took its figures before its errors)
                 for error in message.errors:
                     self._state.report_error(error.component, error.task, error.error, error.time, error.count)
+                slot.snapshots = message.executors
+                slot.stopped = isinstance(message, schema.Stopped)
             case schema.SetupFailed(error=error, trace=trace):
                 slot.setup_error, slot.setup_trace = error, trace
