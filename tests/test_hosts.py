@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections import Counter
 
 import pytest
@@ -111,22 +112,31 @@ def lines_of(n: int) -> list[str]:
 
 def submit(cluster: SparkBed, topology_file, *args: str, env: dict[str, str] | None = None, duration: float = 8,
            timeout: float = 120, while_running=None) -> subprocess.CompletedProcess:
-    """``squall submit`` on host 0 as a user runs it, to its end; ``while_running()`` is called
-    once it started."""
+    """``squall submit`` on host 0 as a user runs it, to its end; ``while_running(process)`` is
+    called once it started."""
     argv = [sys.executable, "-m", "squall", "submit", str(topology_file), "--master", cluster.master_url,
             "--conf", f"spark.driver.host={Bed.address(0)}", "--duration", str(duration),
             "-c", "worker.heartbeat.frequency.secs=0.5", *args]
-    process = cluster.bed.start(0, argv, env=env or cluster.driver_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-    try:
-        if while_running is not None:
-            while_running()
-        out, err = process.communicate(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+    # files, not pipes: nobody reads them while it runs, and a full pipe would stall the driver
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = cluster.bed.start(0, argv, env=env or cluster.driver_env(), stdout=out, stderr=err, text=True)
+        try:
+            if while_running is not None:
+                try:
+                    while_running(process)
+                except Exception as e:
+                    process.kill()
+                    process.wait()
+                    err.seek(0)
+                    raise AssertionError(f"{e}; squall submit's stderr ends: {err.read()[-3000:]}") from e
+            process.wait(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(argv, process.returncode, out.read(), err.read())
 
 
 def squall_worker_on(bed: Bed, host: int) -> bool:
@@ -148,13 +158,17 @@ def test_a_topology_spans_two_hosts_its_executors_running_the_drivers_python(spa
     path, out = write_topology(tmp_path, lines)
     bed, listening = spark_bed.bed, {}
 
-    def look() -> None:  # while the topology runs: who listens where, on every host
-        wait_until(lambda: squall_worker_on(bed, 1) and squall_worker_on(bed, 2), timeout=60, interval=0.3,
+    def look(process) -> None:  # while the topology runs: who listens where, on every host
+        both = lambda: squall_worker_on(bed, 1) and squall_worker_on(bed, 2)  # noqa: E731
+        # a submit that ended (or failed) first is reported below with its output
+        wait_until(lambda: process.poll() is not None or both(), timeout=60, interval=0.3,
                    message="a Squall worker listens on each worker host")
-        listening.update({host: listeners(bed, host) for host in range(3)})
+        if process.poll() is None:
+            listening.update({host: listeners(bed, host) for host in range(3)})
 
     done = submit(spark_bed, path, while_running=look)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert listening, f"squall submit ended before a Squall worker listened on each worker host: {done.stderr[-3000:]}"
     files = [json.loads(p.read_text()) for p in out.iterdir()]
     assert len(files) == 2, files
     # every line's words counted once, each word by one task (fields grouping across hosts)
@@ -246,9 +260,10 @@ def test_losing_a_worker_host_reassigns_over_the_host_left_then_grows_back_and_l
     bed = spark_bed.bed
     lose, restore = ((lambda: bed.kill_host(2), lambda: spark_bed.start_worker(2)) if fault == "host killed"
                      else (lambda: bed.cut(2), lambda: bed.mend(2)))
+    stderr = tempfile.TemporaryFile("w+")  # a file, not a pipe: read at the end, a full pipe would stall the driver
     driver = bed.start(0, [sys.executable, "-m", "squall", "submit", str(path), "--master", spark_bed.master_url,
                            "--conf", f"spark.driver.host={Bed.address(0)}", "-c", "supervisor.worker.timeout.secs=6"],
-                       env=spark_bed.driver_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                       env=spark_bed.driver_env(), stdout=subprocess.DEVNULL, stderr=stderr, text=True)
 
     def sunk() -> set[str]:
         return {line.split()[0] for line in read_lines(tmp_path, "sink-")}
@@ -276,7 +291,10 @@ def test_losing_a_worker_host_reassigns_over_the_host_left_then_grows_back_and_l
         assert squall_worker_on(bed, 1) and squall_worker_on(bed, 2)
     finally:
         os.killpg(driver.pid, signal.SIGTERM)  # as `timeout` or a supervisor stops it: the whole group
-        _, err = driver.communicate(timeout=60)
+        driver.wait(timeout=60)
+        with stderr:
+            stderr.seek(0)
+            err = stderr.read()
     assert "resubmitting its Spark job on 1 worker(s) (requested: 2)" in err, err[-3000:]
     assert "growing back from 1" in err, err[-3000:]
     # the driver's JVM is not in that group: Squall stopped the topology in order, then Spark
