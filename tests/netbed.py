@@ -211,7 +211,10 @@ class SparkBed:
         url = f"http://{self.bed.address(0)}:{MASTER_UI_PORT}/json/"
         out = self.bed.run(0, [sys.executable, "-c", f"import urllib.request; print(urllib.request.urlopen("
                                                      f"{url!r}, timeout=2).read().decode())"], timeout=10)
-        return json.loads(out.stdout) if out.returncode == 0 else {}
+        try:
+            return json.loads(out.stdout) if out.returncode == 0 else {}
+        except ValueError:  # a master still starting answers /json/ with its HTML page
+            return {}
 
     def alive_workers(self) -> set[str]:
         """The hosts (addresses) of the workers the master holds ALIVE."""
