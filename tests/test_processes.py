@@ -970,8 +970,10 @@ def test_errors_and_figures_of_every_worker_reach_get_topology_info(pcluster, tm
 
     wait_until(lambda: figures() == expected, timeout=5, message=f"figures {expected}")
     errors = component(pcluster, "err", "b_boom")["errors"]
-    assert len(errors) == 8  # each bad tuple raised in both tasks, one in each worker process
-    assert {e["task"] for e in errors} == boom_tasks
+    # each bad tuple raised in both tasks, one in each worker process: 8, though the same text from the
+    # two workers, arriving one right after the other, is one entry counted twice
+    assert sum(e["count"] for e in errors) == 8
+    assert {e["task"] for e in errors} <= boom_tasks
     for e in errors:
         assert "Traceback" in e["error"] and "in execute" in e["error"], e["error"]
         assert re.search(r"ValueError: boom bad-\d+-(5|17)", e["error"]), e["error"]
