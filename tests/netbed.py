@@ -188,23 +188,39 @@ class SparkBed:
                    SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")
         return env
 
-    def _start(self, host: int, name: str, args: list[str]) -> None:
+    def _start(self, host: int, name: str, args: list[str], **env: str) -> None:
         with open(os.path.join(self.base, f"{name}-h{host}.log"), "ab") as log:
-            self.daemons[host] = self.bed.start(host, [self._spark_class, *args], env=self.daemon_env(host),
+            self.daemons[host] = self.bed.start(host, [self._spark_class, *args], env={**self.daemon_env(host), **env},
                                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
     def start_master(self) -> None:
         self._start(0, "master", ["org.apache.spark.deploy.master.Master", "--host", self.bed.address(0),
                                   "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI_PORT)])
 
-    def start_worker(self, host: int) -> None:
-        """Start (or, after :meth:`Bed.kill_host`, restart) host ``host``'s worker."""
+    def start_worker(self, host: int, java_home: str | None = None) -> None:
+        """Start (or, after :meth:`Bed.kill_host`, restart) host ``host``'s worker; ``java_home``:
+        the ``JAVA_HOME`` it runs from, and so the executors it launches."""
         work = os.path.join(self.base, f"work-h{host}")
         os.makedirs(work, exist_ok=True)
         self._start(host, "worker", ["org.apache.spark.deploy.worker.Worker", self.master_url,
                                      "--host", self.bed.address(host), "--cores", str(self.cores),
                                      "--memory", f"{self.memory_mb}m", "--webui-port", str(WORKER_UI_PORT),
-                                     "--work-dir", work])
+                                     "--work-dir", work], **({"JAVA_HOME": java_home} if java_home else {}))
+
+    def restart_workers(self, java_home: str | None = None) -> None:
+        """Kill every worker host, and once the master has seen its worker go, start the worker
+        again (from ``java_home``: see :meth:`start_worker`); return when all are ALIVE."""
+        hosts = range(1, len(self.bed.hosts))
+        for host in hosts:
+            self.bed.kill_host(host)
+        deadline = time.monotonic() + 60
+        while self.alive_workers() & {self.bed.address(host) for host in hosts}:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the master still holds killed workers ALIVE: {self.state()}")
+            time.sleep(0.3)
+        for host in hosts:
+            self.start_worker(host, java_home)
+        self.wait_for_workers({self.bed.address(host) for host in hosts})
 
     def state(self) -> dict:
         """The master's view of the cluster, read from its web UI on host 0."""
@@ -246,6 +262,21 @@ class SparkBed:
         env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
         env.update({"SPARK_CONF_DIR": self.conf_dir, **extra})
         return env
+
+
+def slow_executor_java(directory: str, delay_secs: float, java: str) -> str:
+    """A ``JAVA_HOME`` under ``directory`` whose ``bin/java`` runs ``java``, but only after
+    ``delay_secs`` for an executor's JVM (Spark's ``CoarseGrainedExecutorBackend``): a Spark worker
+    started from it launches executors that register that much later, as a container being
+    scheduled or a loaded host would."""
+    bin_dir = os.path.join(directory, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    wrapper = os.path.join(bin_dir, "java")
+    with open(wrapper, "w") as f:
+        f.write(f'#!/bin/sh\ncase "$*" in *CoarseGrainedExecutorBackend*) sleep {delay_secs:g} ;; esac\n'
+                f'exec {java} "$@"\n')
+    os.chmod(wrapper, 0o755)
+    return directory
 
 
 def _tail(path: str, lines: int = 15) -> str:

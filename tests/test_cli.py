@@ -21,7 +21,7 @@ from squall import Config, LocalCluster, Spout, TopologyBuilder, compiled
 from squall.ops.cli import main
 from squall.ops.command.plan import CONFIG_HEADER
 from squall.ops.command.serve import serve_topology
-from squall.ops.command.spark_master import check_spark_master
+from squall.cluster.spark_master_url import check_spark_master
 from squall.cluster.nimbus import Nimbus
 from squall.testing import wait_until
 

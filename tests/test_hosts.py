@@ -26,8 +26,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from netbed import Bed, SparkBed, bed_unavailable, listeners, require_bed  # noqa: E402
-from spark_standalone import spark_unavailable_reason  # noqa: E402
+from netbed import Bed, SparkBed, bed_unavailable, listeners, require_bed, slow_executor_java  # noqa: E402
+from spark_standalone import java_executable, spark_unavailable_reason  # noqa: E402
 from squall.api.state import StateProviderError  # noqa: E402
 from squall.testing import RedisServer, wait_until  # noqa: E402
 from command_line import user_home  # noqa: E402
@@ -199,6 +199,60 @@ def test_an_executor_without_squalls_dependencies_fails_in_one_line_naming_modul
     assert re.search(r"has no module '(cloudpickle|msgspec|msgpack|zmq)'", line), line
     assert "--archives env.tar.gz#env" in line, line
     assert "Traceback" not in done.stderr and "PythonException" not in done.stderr, done.stderr[-3000:]
+
+
+WAITING_FOR_EXECUTORS = "waiting for Spark executors"
+
+
+@pytest.mark.timeout(360)
+def test_executors_slow_to_register_are_waited_for_and_a_capped_cluster_is_refused_at_once(spark_bed, tmp_path):
+    """Each worker host launches its executor's JVM 20 s late, as a container being scheduled or a
+    loaded host would. A cluster capped below the topology's workers is refused at once, without
+    waiting; otherwise the driver waits for the executors, says so once, and the topology runs."""
+    spark_bed.restart_workers(slow_executor_java(str(tmp_path / "slow-java"), 20, java_executable()))
+    try:
+        lines = lines_of(1000)
+        path, out = write_topology(tmp_path, lines)
+        capped = submit(spark_bed, path, "--conf", "spark.cores.max=1")
+        assert capped.returncode == 1, capped.stderr[-3000:]
+        [line] = [line for line in capped.stderr.splitlines() if line.startswith("squall: error:")]
+        assert line == (f"squall: error: topology 'hosts_wordcount' needs 2 Spark task slots (one per worker: "
+                        f"topology.workers=2) but the cluster ({spark_bed.master_url}) has 1 (spark.cores.max=1); "
+                        f"lower topology.workers or give the cluster more executors or cores"), capped.stderr[-3000:]
+        assert WAITING_FOR_EXECUTORS not in capped.stderr
+        spark_bed.wait_for_no_application()
+        # Spark's bound on the wait, raised as a user would for a cluster slower than its 30 s default
+        done = submit(spark_bed, path, "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=2min",
+                      timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        waiting = [line for line in done.stderr.splitlines() if WAITING_FOR_EXECUTORS in line]
+        assert waiting == ["topology 'hosts_wordcount': waiting for Spark executors: 0 of 2 task slots registered "
+                           "(for up to 120s: spark.scheduler.maxRegisteredResourcesWaitingTime)"], done.stderr[-3000:]
+        files = [json.loads(p.read_text()) for p in out.iterdir()]
+        assert {f["host"] for f in files} == WORKER_HOSTS
+        assert sum((Counter(f["counts"]) for f in files), Counter()) == Counter(w for ln in lines for w in ln.split())
+    finally:
+        spark_bed.wait_for_no_application()
+        spark_bed.restart_workers()
+
+
+def test_too_few_task_slots_are_refused_once_the_executors_had_their_time(spark_bed, tmp_path):
+    """Two one-core workers and no cap (no spark.cores.max): more workers could join, so the driver
+    waits Spark's bound (its two executors register meanwhile), then refuses."""
+    path, _ = write_topology(tmp_path, lines_of(10))
+    done = submit(spark_bed, path, "-c", "topology.workers=3",
+                  "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=20s")
+    assert done.returncode == 1, done.stderr[-3000:]
+    waiting = [line for line in done.stderr.splitlines() if WAITING_FOR_EXECUTORS in line]
+    assert len(waiting) == 1 and re.fullmatch(r"topology 'hosts_wordcount': waiting for Spark executors: [0-2] of 3 "
+                                              r"task slots registered \(for up to 20s: "
+                                              r"spark.scheduler.maxRegisteredResourcesWaitingTime\)", waiting[0]), \
+        done.stderr[-3000:]
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("squall: error:")]
+    assert line.endswith(f"needs 3 Spark task slots (one per worker: topology.workers=3) but the cluster "
+                         f"({spark_bed.master_url}) has 2 after waiting 20s for its executors to register "
+                         f"(spark.scheduler.maxRegisteredResourcesWaitingTime); lower topology.workers or give the "
+                         f"cluster more executors or cores"), line
 
 
 def pack_squall_env(tmp_path) -> str:

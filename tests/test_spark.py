@@ -24,6 +24,7 @@ pytest.importorskip("pyspark")
 
 from squall import BasicBolt, LocalCluster, TopologyBuilder, TopologySetupError, control  # noqa: E402
 import squall.cluster.spark.master as spark_master  # noqa: E402
+import squall.cluster.spark.slots as spark_slots  # noqa: E402
 from squall.cluster.spark import SparkCluster, SparkSetupError  # noqa: E402
 from squall.cluster.spark.cluster import prepare_driver, spark_defaults, start_session  # noqa: E402
 from squall.cluster.registry.local import LocalRegistry  # noqa: E402
@@ -222,8 +223,8 @@ def test_prepare_raising_in_a_spark_worker_fails_submission_with_the_cause(sclus
 def test_more_workers_than_task_slots_fails_fast_saying_how_many(scluster, monkeypatch):
     # local[2]'s task slots are all there at once: the check waits for no executor to register (here such a
     # wait would outlast the test's timeout), and refuses before any job is submitted (the message is its own)
-    monkeypatch.setattr(spark_master, "SLOTS_WAIT_SECS", 3600.0)
-    with pytest.raises(TopologySetupError, match=r"needs 3 Spark task slots .* has 2"):
+    monkeypatch.setattr(spark_slots, "registration_wait_secs", lambda spark_context: 3600.0)
+    with pytest.raises(TopologySetupError, match=r"needs 3 Spark task slots .* has 2; lower topology.workers"):
         scluster.submit_topology("big", sconf(workers=3), wordcount(sentences(10)))
     assert scluster.get_topologies() == []
 

@@ -18,6 +18,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from spark_standalone import descendants, is_loopback, listening_addresses, spark_standalone  # noqa: E402, F401
 from squall import TopologySetupError  # noqa: E402
+import squall.cluster.spark.slots as spark_slots  # noqa: E402
 from squall.cluster.spark import SparkCluster  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 from process_topologies import at_least_once_topology, put_messages, read_lines, sentences, wordcount  # noqa: E402
@@ -56,6 +57,14 @@ class TestLocalCluster:
 
     def test_wordcount_counts_like_process_mode(self, cluster, tmp_path):
         check_wordcount(cluster, tmp_path)
+
+    def test_more_workers_than_the_cluster_has_slots_is_refused_at_once(self, cluster, monkeypatch):
+        # its size caps it (2 executors of 1 core): no wait for executors could help, so none (here one would
+        # outlast the test's timeout)
+        monkeypatch.setattr(spark_slots, "registration_wait_secs", lambda spark_context: 3600.0)
+        with pytest.raises(TopologySetupError, match=r"needs 3 Spark task slots .* \(local-cluster\[2,1,1024\]\) has "
+                                                     r"2; lower topology.workers"):
+            cluster.submit_topology("big", sconf(workers=3), wordcount(sentences(10)))
 
     def test_workers_run_in_separate_executors_and_listen_on_loopback_only(self, cluster):
         cluster.submit_topology("wc", sconf(), wordcount(sentences(10_000)))
@@ -114,7 +123,7 @@ class TestStandalone:
         check_wordcount(cluster, tmp_path)
 
     def test_more_workers_than_the_cluster_has_slots_fails_fast_saying_how_many(self, cluster):
-        # refused by Squall's own check (its message), once the executors had their time to register: not by a
+        # refused at once by Squall's own check (its message), the cluster capped by spark.cores.max: not by a
         # barrier job submitted to wait for slots that never come
-        with pytest.raises(TopologySetupError, match=r"needs 3 Spark task slots .* has 2"):
+        with pytest.raises(TopologySetupError, match=r"needs 3 Spark task slots .* has 2 \(spark.cores.max=2\);"):
             cluster.submit_topology("big", sconf(workers=3), wordcount(sentences(10)))

@@ -29,11 +29,11 @@ from squall.api.state.provider import StateProviderError
 from squall.api.topology import StormTopology
 from squall.cluster.local_cluster import LocalCluster
 from squall.cluster.registry import Registry, RegistryError, open_registry
+from squall.cluster.spark_master_url import check_spark_master, local_task_slots
 from squall.ops.command import UsageError
 from squall.ops.command.overrides import parse_overrides, parse_spark_conf
 from squall.ops.command.plan import format_plan
 from squall.ops.command.serve import serve_topology, serve_ui
-from squall.ops.command.spark_master import check_spark_master, local_task_slots
 from squall.ops.command.state import announce_state
 from squall.ops.command.topology_file import load_topology_file
 from squall.ops.control import ControlError

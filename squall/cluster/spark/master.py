@@ -7,6 +7,8 @@ the same worker as a local worker process — after learning its executor's addr
 workers exchange their addresses with ``BarrierTaskContext.allGather`` and then talk to each
 other directly over ZeroMQ. The driver's master thread hands out the topology, collects
 heartbeats, figures and errors, and relays activate/deactivate/kill, as for local processes.
+Before the first job it waits, as Spark's scheduler does, for the executors the cluster is still
+starting (:mod:`squall.cluster.spark.slots`).
 
 When any worker dies (its Python process or its executor), Spark aborts the whole barrier
 job; a worker silent for ``supervisor.worker.timeout.secs`` makes the master cancel it, and
@@ -28,6 +30,7 @@ with the requested workers, the way a rebalance would.
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import threading
@@ -39,19 +42,17 @@ from typing import Any
 from squall.api.config import Config
 from squall.api.topology import StormTopology
 from squall.cluster.master import TopologyMaster, WorkerSlot, WorkerStartError
+from squall.cluster.spark.slots import EMBEDDED_MASTER, SlotsRefused, SlotsWait, registered_slots
 from squall.runtime.assignment import Assignment, assign
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.messaging.security import LinkKeys, keys_json
 
+log = logging.getLogger("squall.master")  # the topology master's logger, as in the base class
+
 _MAX_BACKOFF_SECS = 30.0
-# How long after the application's start executors may still be registering: until then a
-# cluster too small for a topology is waited on rather than refused.
-SLOTS_WAIT_SECS = 15.0
 # How often a topology on fewer workers than requested, or waiting for a slot, looks at the
 # cluster's task slots.
 SLOTS_CHECK_SECS = 1.0
-# Masters whose only executor is the driver itself: their task slots are all there at once.
-_EMBEDDED_MASTER = re.compile(r"local(\[.*\])?$")
 
 
 # What starts the one line a barrier task's own failure to start is reported with (found by
@@ -103,13 +104,6 @@ def barrier_worker(master: str, generation: int, keys: LinkKeys | None) -> Calla
     return run_worker
 
 
-def task_slots(spark_context: Any) -> int:
-    """Tasks the cluster can run at once, busy or not: what Spark checks a barrier stage
-    against (``SparkContext.maxNumConcurrentTasks``, internal to Spark, reached through Py4J)."""
-    jsc = spark_context._jsc.sc()
-    return jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile())
-
-
 def _resolved(host: str) -> str | None:
     """``host``'s address (executors may be known by name, workers by address); None if unknown."""
     try:
@@ -157,27 +151,17 @@ class SparkTopologyMaster(TopologyMaster):
         self._waiting_for_slot = False
 
     def start(self) -> None:
-        needed, held = len(self.slots), sum(self._held_slots.values())
-        # executors of other masters (local-cluster, standalone, YARN...) register one by one
-        # after the application starts; on a session up for longer, the slots are all there
-        wait = 0 if _EMBEDDED_MASTER.match(self._sc.master) else SLOTS_WAIT_SECS - self._session_age()
-        deadline = time.monotonic() + max(0.0, wait)
-        while (total := task_slots(self._sc)) - held < needed and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if total - held < needed:
+        """Wait for the task slots the topology needs (:class:`~squall.cluster.spark.slots.SlotsWait`:
+        executors still registering), then launch its job and return once every worker is ready."""
+        wait = SlotsWait(self._sc, self.name, len(self.slots), self._held_slots,
+                         lambda text: log.warning("topology %r: %s", self.name, text))
+        try:
+            while not wait.check(time.monotonic()):
+                time.sleep(0.2)
+        except SlotsRefused as e:
             self.stop()
-            holders = ", ".join(f"{n!r} ({k})" for n, k in self._held_slots.items())
-            raise WorkerStartError(
-                f"topology {self.name!r} needs {needed} Spark task slots (one per worker: topology.workers="
-                f"{needed}) but the cluster ({self._sc.master}) has {total}"
-                + (f", {held} of them held by running topologies {holders}" if held else "")
-                + "; lower topology.workers or give the cluster more executors or cores"
-            )
+            raise WorkerStartError(str(e)) from None
         super().start()
-
-    def _session_age(self) -> float:
-        """Seconds since the Spark application started."""
-        return time.time() - self._sc.startTime / 1000.0
 
     def _launch(self, slots: list[WorkerSlot]) -> None:
         generation, count = self.generation, len(self.slots)
@@ -239,7 +223,7 @@ class SparkTopologyMaster(TopologyMaster):
         keeps its executor target: once the host answers again, its Spark worker starts a new
         executor and the topology grows back. Nothing on an embedded master (the driver is the
         executor) or when the host is not known yet."""
-        if not host or _EMBEDDED_MASTER.match(self._sc.master):
+        if not host or EMBEDDED_MASTER.match(self._sc.master):
             return
         try:
             wanted = socket.gethostbyname(host)
@@ -256,7 +240,7 @@ class SparkTopologyMaster(TopologyMaster):
     def _free_slots(self) -> int:
         """The cluster's task slots not held by this driver's other topologies (this one's own
         count as free: its job gives them back when it ends)."""
-        return task_slots(self._sc) - sum(self._held_slots.values())
+        return registered_slots(self._sc) - sum(self._held_slots.values())
 
     def _relaunch(self, now: float) -> None:
         """Resubmit the job, on as many workers as there are free slots, up to the requested."""

@@ -1,4 +1,5 @@
-"""Spark master URLs, checked before Spark starts.
+"""Spark master URLs: checked before Spark starts, and the task slots of the masters that run
+on this machine.
 
 Spark checks a master URL only once its JVM is up: ``spark-submit`` refuses a scheme it does
 not know ("Master must either be yarn or start with spark, k8s, or local"), and the
@@ -49,17 +50,19 @@ def check_spark_master(url: str) -> str:
     raise ValueError(f"{url!r} is not a Spark master URL; expected {EXPECTED}")
 
 
-def local_task_slots(url: str) -> int | None:
+def local_task_slots(url: str, task_cpus: int = 1) -> int | None:
     """The task slots a master Spark runs on this machine gives (``local``: 1, ``local[N]``: N,
-    ``local[*]``: the cores, ``local-cluster[W,C,M]``: W x C), known before Spark starts; None for
-    a cluster's master. ``url`` is one :func:`check_spark_master` took."""
+    ``local[*]``: the cores, ``local-cluster[W,C,M]``: W x C, each task taking ``task_cpus`` of
+    them: ``spark.task.cpus``), known before Spark starts; None for a cluster's master. ``url``
+    is one :func:`check_spark_master` took."""
     local = _LOCAL.fullmatch(url)
     if local is not None:
         threads = local["threads"]
-        return 1 if threads is None else (os.cpu_count() or 1) if threads == "*" else int(threads)
+        cores = 1 if threads is None else (os.cpu_count() or 1) if threads == "*" else int(threads)
+        return cores // task_cpus
     cluster = _LOCAL_CLUSTER.fullmatch(url)
     if cluster is not None:
-        return int(cluster[1]) * int(cluster[2])
+        return int(cluster[1]) * (int(cluster[2]) // task_cpus)
     return None
 
 
