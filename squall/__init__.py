@@ -37,7 +37,8 @@ _EXPORTS = {
     "Spout": "squall.api.spout",
     "KeyValueState": "squall.api.state",
     **dict.fromkeys(["IStatefulBolt", "StatefulBolt", "StatefulComponent", "StatefulSpout"], "squall.api.stateful"),
-    **dict.fromkeys(["StormTopology", "TopologyBuilder"], "squall.api.topology"),
+    "StormTopology": "squall.api.storm_topology",
+    "TopologyBuilder": "squall.api.topology",
     **dict.fromkeys(["Fields", "Tuple", "Values"], "squall.api.tuple"),
     **dict.fromkeys(["BaseWindowedBolt", "Count", "Duration", "StatefulWindowedBolt", "TupleWindow"],
                     "squall.api.windowing"),
@@ -68,7 +69,8 @@ if TYPE_CHECKING:
     from squall.api.spout import Spout
     from squall.api.state import KeyValueState
     from squall.api.stateful import IStatefulBolt, StatefulBolt, StatefulComponent, StatefulSpout
-    from squall.api.topology import StormTopology, TopologyBuilder
+    from squall.api.storm_topology import StormTopology
+    from squall.api.topology import TopologyBuilder
     from squall.api.tuple import Fields, Tuple, Values
     from squall.api.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
     from squall.cluster.local_cluster import LocalCluster

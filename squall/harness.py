@@ -43,7 +43,8 @@ from squall.api.context import TopologyContext
 from squall.api.errors import FailedException, invalid_emit
 from squall.api.spout import Spout
 from squall.api.stateful import StatefulComponent
-from squall.api.topology import ComponentSpec, StormTopology, TopologyBuilder
+from squall.api.storm_topology import ComponentSpec, StormTopology
+from squall.api.topology import TopologyBuilder
 from squall.api.tuple import TICK_SOURCE, Fields, StreamSource, Tuple
 from squall.api.windowing.bolt import BaseWindowedBolt
 from squall.api.windowing.executor import windowed_executor

@@ -42,7 +42,7 @@ from squall.api.dsl import Topology, as_storm_topology
 from squall.api.errors import InvalidTopologyError
 from squall.api.spout import Spout
 from squall.api.state.provider import provider_for
-from squall.api.topology import ComponentSpec, StormTopology
+from squall.api.storm_topology import ComponentSpec, StormTopology
 from squall.api.tuple import Fields
 from squall.cluster.local_cluster import LocalCluster
 from squall.harness import BoltHarness, Emit, SpoutHarness

@@ -53,7 +53,8 @@ from hypothesis import strategies as st
 from helpers import stays
 from squall import Bolt, Config, LocalCluster, Spout, TopologyBuilder
 from squall.testing import wait_until
-from squall.api.topology import BoltDeclarer, StormTopology
+from squall.api.storm_topology import StormTopology
+from squall.api.topology import BoltDeclarer
 
 FIELDS = ["group", "path", "trees"]
 JOIN = "join"  # the stream of join tuples

@@ -63,7 +63,7 @@ from squall.connectors.kafka import KafkaSpoutConfig, StatefulKafkaSpout
 from squall.api.spout import Spout
 from squall.api.state.provider import StateProvider, provider_for
 from squall.testing import RedisServer, committed_state, wait_until
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from helpers import free_ports
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))

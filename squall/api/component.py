@@ -10,7 +10,6 @@ from squall.api.spec import Spec
 from squall.api.tuple import Fields
 
 if TYPE_CHECKING:
-    from squall.api.dsl import Grouping
     from squall.api.spec import StreamRef
 
 
@@ -98,7 +97,8 @@ class Component:
     def spec(
         component: type[Component] | Component,
         name: str | None = None,
-        inputs: Spec | StreamRef | list[Spec | StreamRef] | dict[Spec | StreamRef, Grouping] | None = None,
+        # the dict's values are squall.Grouping (squall.api.dsl imports this module)
+        inputs: Spec | StreamRef | list[Spec | StreamRef] | dict[Spec | StreamRef, Any] | None = None,
         par: int = 1,
         config: dict[str, Any] | None = None,
         num_tasks: int | None = None,

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from squall.api.metrics2.metrics import Counter, Gauge, Histogram, Meter, Metric, Timer
 from squall.api.metrics2.registry import MetricRegistry
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.api.tuple import Fields
 
 

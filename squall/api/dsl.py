@@ -32,7 +32,8 @@ from squall.api.grouping import (
 )
 from squall.api.spec import Spec
 from squall.api.spout import Spout
-from squall.api.topology import BoltDeclarer, StormTopology, TopologyBuilder, check_count
+from squall.api.storm_topology import StormTopology
+from squall.api.topology import BoltDeclarer, TopologyBuilder, check_count
 from squall.api.windowing.bolt import BaseWindowedBolt
 
 

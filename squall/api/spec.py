@@ -6,10 +6,7 @@ them, without either importing the other.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from squall.api.component import Component
+from typing import Any, NamedTuple
 
 
 class StreamRef(NamedTuple):
@@ -30,8 +27,10 @@ class Spec:
 
     __iter__ = None  # __getitem__ takes stream ids: a spec is not a sequence
 
-    def __init__(self, component: type[Component] | Component, *, name: str | None, inputs: Any, par: Any,
-                 config: Any, num_tasks: Any) -> None:
+    def __init__(self, component: Any, *, name: str | None, inputs: Any, par: Any, config: Any,
+                 num_tasks: Any) -> None:
+        # component: the Component subclass or instance it stands for (not named in a hint:
+        # squall.api.component imports this module)
         self.component = component
         self.name = name
         self.inputs = inputs
@@ -40,7 +39,7 @@ class Spec:
         self.num_tasks = num_tasks
 
     @property
-    def component_class(self) -> type[Component]:
+    def component_class(self) -> type:
         return self.component if isinstance(self.component, type) else type(self.component)
 
     def __getitem__(self, stream: str) -> StreamRef:

@@ -1,12 +1,11 @@
-"""Building topologies: ``TopologyBuilder``, its declarers and the immutable ``StormTopology``."""
+"""Building topologies: ``TopologyBuilder`` and its declarers, which make the immutable
+:class:`~squall.api.storm_topology.StormTopology`."""
 
 from __future__ import annotations
 
 import types
 from dataclasses import dataclass
 from typing import Any
-
-import cloudpickle
 
 from squall.api.bolt import BasicBolt, Bolt
 from squall.api.checkpoint_spout import CHECKPOINT_FIELDS, CheckpointSpout
@@ -18,6 +17,7 @@ from squall.api.grouping import (
     GroupingSpec,
 )
 from squall.api.spout import Spout
+from squall.api.storm_topology import ComponentSpec, StormTopology, StreamSpec
 from squall.api.stateful import StatefulComponent
 from squall.api.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.api.tuple import Fields
@@ -25,61 +25,6 @@ from squall.api.windowing.bolt import BaseWindowedBolt
 from squall.api.windowing.checks import check_windowed_bolt
 from squall.api.windowing.executor import WindowedBoltExecutor, windowed_executor
 from squall.utils import pickling
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    fields: Fields
-    direct: bool
-
-
-@dataclass(frozen=True)
-class ComponentSpec:
-    """One spout or bolt of a topology, its object serialized as Storm serializes components."""
-
-    id: str
-    kind: str  # "spout" | "bolt" | "basic_bolt"
-    serialized: bytes
-    parallelism: int
-    num_tasks: int
-    conf: types.MappingProxyType
-    inputs: types.MappingProxyType  # (source component, stream) -> GroupingSpec
-    outputs: types.MappingProxyType  # stream id -> StreamSpec
-    stateful: bool = False  # a StatefulComponent: its tasks have state in each checkpoint
-    keeps_position: bool = False  # a spout that resumes where its input was committed (Spout.keeps_position)
-
-    @property
-    def is_spout(self) -> bool:
-        return self.kind == "spout"
-
-    def instantiate(self) -> Component:
-        """A fresh copy of the component, for one task."""
-        return cloudpickle.loads(self.serialized)
-
-
-@dataclass(frozen=True)
-class StormTopology:
-    """An immutable, validated topology; made by :meth:`TopologyBuilder.create_topology`."""
-
-    components: types.MappingProxyType  # id -> ComponentSpec, in declaration order
-
-    @property
-    def spouts(self) -> list[ComponentSpec]:
-        return [c for c in self.components.values() if c.is_spout]
-
-    @property
-    def bolts(self) -> list[ComponentSpec]:
-        return [c for c in self.components.values() if not c.is_spout]
-
-    @property
-    def checkpointed(self) -> bool:
-        """Whether the topology has stateful components, hence checkpoints."""
-        return CHECKPOINT_COMPONENT in self.components
-
-    @property
-    def state_layout(self) -> dict[str, int]:
-        """Stateful component id -> number of tasks (what a state location holds)."""
-        return {c.id: c.num_tasks for c in self.components.values() if c.stateful}
 
 
 class _ComponentDeclarer:

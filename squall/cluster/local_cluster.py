@@ -9,7 +9,7 @@ from typing import Any
 
 from squall.api.dsl import Topology
 from squall.api.errors import TopologySetupError
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.nimbus import ACTIVE, Nimbus
 from squall.cluster.supervisor import ProcessSupervisor
 from squall.runtime.assignment import Assignment

@@ -41,7 +41,7 @@ import zmq
 
 from squall.api.config import Config
 from squall.api.errors import TopologySetupError
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.runtime.assignment import Assignment
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.info import ExecutorPlace, WorkerInfo

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.metrics_reporter import MetricsReporter
 from squall.cluster.runner import TopologyRunner
 from squall.cluster.stats_history import StatsHistory, Totals, totals_of

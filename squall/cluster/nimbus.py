@@ -26,7 +26,7 @@ from squall.api.dsl import Topology, as_storm_topology
 from squall.api.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from squall.api.state.provider import StateProviderError, provider_for
 from squall.api.system_ids import CHECKPOINT_COMPONENT
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.api.windowing.checks import check_topology_windows
 from squall.cluster.monitor import TopologyMonitor
 from squall.cluster.runner import TopologyRunner

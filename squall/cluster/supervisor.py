@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from squall.api.config import Config, run_log_dir
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.master import TopologyMaster, WorkerSlot
 from squall.runtime.assignment import Assignment
 from squall.runtime.cluster_state import TopologyState

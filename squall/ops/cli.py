@@ -26,7 +26,7 @@ from squall.api.config import Config, checked_config, merged_config, run_log_dir
 from squall.api.defaults import DEFAULTS
 from squall.api.errors import NotAliveError, TopologySetupError
 from squall.api.state.provider import StateProviderError
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.local_cluster import LocalCluster
 from squall.cluster.registry import Registry, RegistryError, open_registry
 from squall.cluster.spark_master_url import check_spark_master, local_task_slots

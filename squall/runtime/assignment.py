@@ -17,7 +17,7 @@ from typing import Any
 
 from squall.api.config import Config
 from squall.api.system_ids import ACKER_COMPONENT
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 from squall.api.config import Config
 from squall.api.system_ids import ACKER_COMPONENT
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.api.tuple import StreamSource, system_sources
 from squall.runtime.ack_ledger import RoundAcks
 from squall.runtime.acker_executor import AckerExecutor

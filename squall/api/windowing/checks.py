@@ -29,7 +29,7 @@ from squall.api.system_ids import CHECKPOINT_STREAM
 from squall.api.windowing.config import Count, Duration, WindowConfig
 
 if TYPE_CHECKING:
-    from squall.api.topology import StormTopology
+    from squall.api.storm_topology import StormTopology
 
 
 

@@ -20,7 +20,7 @@ import zipfile
 from typing import Any
 
 from squall.api.config import Config, squall_home
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.nimbus import Nimbus
 from squall.cluster.spark.java import ensure_java
 from squall.cluster.spark.master import SparkTopologyMaster

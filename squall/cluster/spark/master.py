@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from squall.api.config import Config
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.master import TopologyMaster, WorkerSlot, WorkerStartError
 from squall.cluster.spark.slots import EMBEDDED_MASTER, SlotsRefused, SlotsWait, registered_slots
 from squall.runtime.assignment import Assignment, assign

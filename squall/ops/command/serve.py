@@ -12,7 +12,7 @@ from typing import Any
 
 from squall.api.config import Config, merged_config
 from squall.api.errors import error_headline
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.nimbus import FAILED, Nimbus
 from squall.cluster.registry import open_registry
 from squall.ops.command.report import format_summary, status_line

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from squall.api.state.provider import Commit, StateProviderError, provider_for
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.ops.command import UsageError
 
 

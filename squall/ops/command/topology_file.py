@@ -12,7 +12,7 @@ from typing import Any
 import cloudpickle
 
 from squall.api.dsl import Topology, as_storm_topology
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.ops.command import UsageError
 from squall.streamparse.project import find_project, project_config
 

@@ -25,7 +25,7 @@ import squall
 from squall.api.config import Config, config_table
 from squall.api.errors import error_headline
 from squall.api.system_ids import is_system_id
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.cluster.stats_history import ALL_TIME, COUNTERS, FINE_SECS, WINDOWS, window_pretty
 from squall.runtime.info import ErrorInfo, ExecutorInfo, ExecutorPlace, TopologyInfo, WorkerInfo
 from squall.runtime.stats import since_restart

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from squall.api.topology import StormTopology
+from squall.api.storm_topology import StormTopology
 from squall.api.tuple import StreamSource
 from squall.runtime.assignment import Assignment
 from squall.runtime.cluster_state import TopologyState

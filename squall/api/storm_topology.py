@@ -1,0 +1,75 @@
+"""The immutable topology (Storm's generated ``StormTopology``): its components and their streams,
+as :class:`~squall.api.topology.TopologyBuilder` made and checked them.
+
+Plain data, below everything that reads a topology (the context a task is handed, the checks of
+windows, the runtime), so that none of them depends on the builder.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import cloudpickle
+
+from squall.api.system_ids import CHECKPOINT_COMPONENT
+from squall.api.tuple import Fields
+
+if TYPE_CHECKING:
+    from squall.api.component import Component
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    fields: Fields
+    direct: bool
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One spout or bolt of a topology, its object serialized as Storm serializes components."""
+
+    id: str
+    kind: str  # "spout" | "bolt" | "basic_bolt"
+    serialized: bytes
+    parallelism: int
+    num_tasks: int
+    conf: types.MappingProxyType
+    inputs: types.MappingProxyType  # (source component, stream) -> GroupingSpec
+    outputs: types.MappingProxyType  # stream id -> StreamSpec
+    stateful: bool = False  # a StatefulComponent: its tasks have state in each checkpoint
+    keeps_position: bool = False  # a spout that resumes where its input was committed (Spout.keeps_position)
+
+    @property
+    def is_spout(self) -> bool:
+        return self.kind == "spout"
+
+    def instantiate(self) -> Component:
+        """A fresh copy of the component, for one task."""
+        return cloudpickle.loads(self.serialized)
+
+
+@dataclass(frozen=True)
+class StormTopology:
+    """An immutable, validated topology; made by :meth:`TopologyBuilder.create_topology`."""
+
+    components: types.MappingProxyType  # id -> ComponentSpec, in declaration order
+
+    @property
+    def spouts(self) -> list[ComponentSpec]:
+        return [c for c in self.components.values() if c.is_spout]
+
+    @property
+    def bolts(self) -> list[ComponentSpec]:
+        return [c for c in self.components.values() if not c.is_spout]
+
+    @property
+    def checkpointed(self) -> bool:
+        """Whether the topology has stateful components, hence checkpoints."""
+        return CHECKPOINT_COMPONENT in self.components
+
+    @property
+    def state_layout(self) -> dict[str, int]:
+        """Stateful component id -> number of tasks (what a state location holds)."""
+        return {c.id: c.num_tasks for c in self.components.values() if c.stateful}
