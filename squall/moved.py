@@ -31,6 +31,7 @@ MOVED: dict[str, str] = {
     "squall.cluster_state": "squall.runtime.cluster_state",
     "squall.collector": "squall.runtime.collector",
     "squall.command": "squall.ops.command",
+    "squall.command.spark_master": "squall.cluster.spark_master_url",
     "squall.component": "squall.api.component",
     "squall.config": "squall.api.config",
     "squall.context": "squall.api.context",

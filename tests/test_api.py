@@ -883,6 +883,9 @@ def test_the_paths_modules_had_before_the_layers_import_the_same_modules():
     assert old is new and old.__name__ == "squall.runtime.state.sqlite_provider"
     assert importlib.import_module("squall.executor.route") is importlib.import_module("squall.runtime.executor.route")
     assert importlib.import_module("squall.cli").main is importlib.import_module("squall.ops.cli").main
+    # moved down a layer since: still at its old path
+    assert (importlib.import_module("squall.command.spark_master")
+            is importlib.import_module("squall.cluster.spark_master_url"))
     conf = {"topology.state.provider": "squall.state.provider:InMemoryStateProvider"}
     assert isinstance(provider_for(conf, "old-path"), InMemoryStateProvider)
     assert pickle.loads(b"csquall.tuple\nFields\n.") is Fields  # a pickle written before the move
