@@ -50,6 +50,12 @@ def check_spark_master(url: str) -> str:
     raise ValueError(f"{url!r} is not a Spark master URL; expected {EXPECTED}")
 
 
+def is_embedded(url: str) -> bool:
+    """Whether ``url`` runs Spark in the driver's own JVM (``local``, ``local[N]``...): the driver is
+    the only executor, all of its task slots there from the start."""
+    return _LOCAL.fullmatch(url) is not None
+
+
 def local_task_slots(url: str, task_cpus: int = 1) -> int | None:
     """The task slots a master Spark runs on this machine gives (``local``: 1, ``local[N]``: N,
     ``local[*]``: the cores, ``local-cluster[W,C,M]``: W x C, each task taking ``task_cpus`` of

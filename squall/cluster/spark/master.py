@@ -42,7 +42,8 @@ from typing import Any
 from squall.api.config import Config
 from squall.api.storm_topology import StormTopology
 from squall.cluster.master import TopologyMaster, WorkerSlot, WorkerStartError
-from squall.cluster.spark.slots import EMBEDDED_MASTER, SlotsRefused, SlotsWait, registered_slots
+from squall.cluster.spark.slots import SlotsRefused, SlotsWait, registered_slots
+from squall.cluster.spark_master_url import is_embedded
 from squall.runtime.assignment import Assignment, assign
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.messaging.security import LinkKeys, keys_json
@@ -153,9 +154,9 @@ class SparkTopologyMaster(TopologyMaster):
     def start(self) -> None:
         """Wait for the task slots the topology needs (:class:`~squall.cluster.spark.slots.SlotsWait`:
         executors still registering), then launch its job and return once every worker is ready."""
-        wait = SlotsWait(self._sc, self.name, len(self.slots), self._held_slots,
-                         lambda text: log.warning("topology %r: %s", self.name, text))
         try:
+            wait = SlotsWait(self._sc, self.name, len(self.slots), self._held_slots,
+                             lambda text: log.warning("topology %r: %s", self.name, text))
             while not wait.check(time.monotonic()):
                 time.sleep(0.2)
         except SlotsRefused as e:
@@ -223,7 +224,7 @@ class SparkTopologyMaster(TopologyMaster):
         keeps its executor target: once the host answers again, its Spark worker starts a new
         executor and the topology grows back. Nothing on an embedded master (the driver is the
         executor) or when the host is not known yet."""
-        if not host or EMBEDDED_MASTER.match(self._sc.master):
+        if not host or is_embedded(self._sc.master):
             return
         try:
             wanted = socket.gethostbyname(host)

@@ -12,17 +12,14 @@ size) is refused at once: no executor still starting can change that.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from squall.cluster.spark_master_url import local_task_slots
+from squall.cluster.spark_master_url import is_embedded, local_task_slots
 
 #: Spark's setting (and its default) bounding the wait for executors to register.
 REGISTRATION_WAIT_KEY = "spark.scheduler.maxRegisteredResourcesWaitingTime"
 _REGISTRATION_WAIT_DEFAULT = "30s"
-# Masters whose only executor is the driver itself: their task slots are all there at once.
-EMBEDDED_MASTER = re.compile(r"local(\[.*\])?$")
 # YARN's and Kubernetes' executors when the settings name none (Spark's DEFAULT_NUMBER_EXECUTORS,
 # and their executors' default of one core)
 _DEFAULT_EXECUTORS, _DEFAULT_EXECUTOR_CORES = 2, 1
@@ -38,8 +35,9 @@ def registered_slots(spark_context: Any) -> int:
 
 def slots_cap(master: str, conf: Mapping[str, str]) -> tuple[int, str] | None:
     """The most task slots Spark's settings ``conf`` let the application on ``master`` ever have,
-    with the settings that say so; None when the cluster decides (a standalone master without
-    ``spark.cores.max``: as many as its workers have).
+    with the settings that say so ("" for a master of this machine: its URL says it); None when
+    the cluster decides (a standalone master without ``spark.cores.max``: as many as its workers
+    have).
 
     A standalone cluster gives at most ``spark.cores.max`` cores; YARN and Kubernetes start
     ``spark.executor.instances`` executors (2 unless set) of ``spark.executor.cores`` (1 unless
@@ -47,7 +45,7 @@ def slots_cap(master: str, conf: Mapping[str, str]) -> tuple[int, str] | None:
     cpus = int(conf.get("spark.task.cpus", "1"))
     local = local_task_slots(master, cpus)
     if local is not None:
-        return local, master
+        return local, ""
     executor_cores = conf.get("spark.executor.cores")
     if master.startswith("spark://"):
         if "spark.cores.max" not in conf:
@@ -80,48 +78,44 @@ class SlotsWait:
     ``needed`` task slots are free for one topology (``held``: the slots this driver's other
     topologies hold).
 
-    :meth:`check` is polled (it never blocks): at its first call it refuses at once a cluster
-    capped below the need (:func:`slots_cap`); while slots are missing it says so once through
-    ``say`` and goes on for ``spark.scheduler.maxRegisteredResourcesWaitingTime`` from then,
-    after which it refuses. Embedded masters (``local[N]``) never wait: their slots are all
+    A cluster capped below the need (:func:`slots_cap`) is refused at once, by the constructor.
+    Then :meth:`check` is polled (it never blocks): while slots are missing it says so once
+    through ``say`` and goes on for ``spark.scheduler.maxRegisteredResourcesWaitingTime`` from
+    then, after which it refuses. Embedded masters (``local[N]``) never wait: their slots are all
     there from the start."""
 
     def __init__(self, spark_context: Any, topology: str, needed: int, held: dict[str, int],
                  say: Callable[[str], None]) -> None:
         self._sc, self._topology, self._needed, self._held, self._say = spark_context, topology, needed, held, say
+        self._held_total = sum(held.values())
         self._deadline: float | None = None
         self._bound = 0.0
-        self._checked_cap = False
+        cap = slots_cap(spark_context.master, dict(spark_context.getConf().getAll()))
+        if cap is not None and cap[0] - self._held_total < needed:
+            raise SlotsRefused(self._refusal(cap[0], f" ({cap[1]})" if cap[1] else ""))
 
     def check(self, now: float) -> bool:
         """True once ``needed`` slots are free; False while executors may still register.
-        Raises :class:`SlotsRefused` when the cluster can never hold the topology, or when the
-        wait is over without enough slots."""
-        held = sum(self._held.values())
-        if not self._checked_cap:
-            self._checked_cap = True
-            cap = slots_cap(self._sc.master, dict(self._sc.getConf().getAll()))
-            if cap is not None and cap[0] - held < self._needed:
-                raise SlotsRefused(self._refusal(cap[0], f" ({cap[1]})" if cap[1] != self._sc.master else ""))
+        Raises :class:`SlotsRefused` when the wait is over without enough slots."""
         registered = registered_slots(self._sc)
-        if registered - held >= self._needed:
+        free = registered - self._held_total
+        if free >= self._needed:
             return True
-        if EMBEDDED_MASTER.match(self._sc.master):
+        if is_embedded(self._sc.master):
             raise SlotsRefused(self._refusal(registered, ""))
         if self._deadline is None:
             self._bound = registration_wait_secs(self._sc)
             self._deadline = now + self._bound
-            self._say(f"waiting for Spark executors: {max(0, registered - held)} of {self._needed} task slots "
-                      f"registered (for up to {self._bound:g}s: {REGISTRATION_WAIT_KEY})")
+            self._say(f"waiting for Spark executors: {max(0, free)} of {self._needed} task slots registered "
+                      f"(for up to {self._bound:g}s: {REGISTRATION_WAIT_KEY})")
         if now < self._deadline:
             return False
         raise SlotsRefused(self._refusal(registered, f" after waiting {self._bound:g}s for its executors to "
                                                      f"register ({REGISTRATION_WAIT_KEY})"))
 
     def _refusal(self, total: int, why: str) -> str:
-        held = sum(self._held.values())
         holders = ", ".join(f"{n!r} ({k})" for n, k in self._held.items())
         return (f"topology {self._topology!r} needs {self._needed} Spark task slots (one per worker: "
                 f"topology.workers={self._needed}) but the cluster ({self._sc.master}) has {total}{why}"
-                + (f", {held} of them held by running topologies {holders}" if held else "")
+                + (f", {self._held_total} of them held by running topologies {holders}" if self._held_total else "")
                 + "; lower topology.workers or give the cluster more executors or cores")
