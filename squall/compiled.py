@@ -12,10 +12,13 @@ that ``squall/__init__`` installs before any other squall module is imported:
 
 * ``SQUALL_NO_EXTENSIONS=1`` in the environment (read once, at ``import squall``; worker
   processes inherit it). At build time the same variable skips building extensions at all.
-* An extension built from other source than the module's ``.py`` now (an edited checkout that
-  was not rebuilt): the build records each source's SHA-256 in ``_compiled_sources.json``; a
-  module whose source no longer matches loads from source, with one warning naming it, so an
-  edit always takes effect. ``pip install -e .`` rebuilds.
+* An extension built from other source than the module's ``.py`` (and ``.pxd``) now (an edited
+  checkout that was not rebuilt): the build records each source's SHA-256 in
+  ``_compiled_sources.json``; when a module's source no longer matches, the whole data path
+  loads from source, with one warning naming what changed, so an edit always takes effect.
+  The whole of it, because the compiled modules share their classes at the C level (the
+  ``.pxd`` declarations): one module from source among compiled ones would not fit.
+  ``pip install -e .`` rebuilds.
 
 This module imports only the standard library: ``setup.py`` reads ``DATA_PATH_MODULES`` from it
 before anything is installed.
@@ -43,6 +46,7 @@ DATA_PATH_MODULES: tuple[str, ...] = (
     "squall.runtime.acker",
     "squall.runtime.ack_ledger",
     "squall.runtime.acker_executor",
+    "squall.runtime.executor.executor_stats",
     "squall.runtime.collector",
     "squall.runtime.executor.route",
     "squall.runtime.executor.inflight",
@@ -67,8 +71,15 @@ def source_path(module: str, package_dir: str = _PACKAGE_DIR) -> str:
 
 
 def source_digest(path: str) -> str:
+    """SHA-256 of the ``.py`` file at ``path`` and of the ``.pxd`` declarations beside it, if any."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        digest.update(f.read())
+    pxd = path[: -len(".py")] + ".pxd"
+    if os.path.exists(pxd):
+        with open(pxd, "rb") as f:
+            digest.update(b"\0pxd\0" + f.read())
+    return digest.hexdigest()
 
 
 def extensions_disabled() -> bool:
@@ -124,44 +135,47 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+def pure_python_reason(package_dir: str = _PACKAGE_DIR) -> str | None:
+    """Why the data path runs as pure Python, or None when it runs compiled: all of it or none,
+    since the compiled modules share their classes at the C level."""
+    if extensions_disabled():
+        return f"{NO_EXTENSIONS_ENV} is set"
+    missing = [m for m in DATA_PATH_MODULES if not _has_extension(m, package_dir)]
+    if len(missing) == len(DATA_PATH_MODULES):
+        return "no extensions built: pip install needs a C compiler"
+    if missing:
+        return f"{', '.join(missing)} not built"
+    stale = stale_modules(package_dir)
+    if stale:
+        return f"{', '.join(stale)} changed since built"
+    return None
+
+
 def install_source_finder() -> None:
     """Called once by ``squall/__init__`` before any other squall module is imported."""
     if any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):
         return
-    if extensions_disabled():
-        modules: Sequence[str] = DATA_PATH_MODULES
-    else:
-        modules = stale_modules()
-        if modules:
-            log.warning("squall: %s changed since it was compiled; running %s as pure Python "
-                        "(pip install -e . rebuilds the extensions)", ", ".join(modules),
-                        "it" if len(modules) == 1 else "them")
-    if modules:
-        sys.meta_path.insert(0, _SourceFinder(modules))
+    reason = pure_python_reason()
+    if reason is None:
+        return
+    if not extensions_disabled() and any(_has_extension(m, _PACKAGE_DIR) for m in DATA_PATH_MODULES):
+        log.warning("squall: %s; running the data path as pure Python (pip install -e . rebuilds the extensions)",
+                    reason)
+    sys.meta_path.insert(0, _SourceFinder(DATA_PATH_MODULES))
 
 
 def compiled_modules() -> list[str]:
     """The data-path modules that are loaded (or will load) from an extension."""
-    stale = set(stale_modules())
-    compiled = []
-    for module in DATA_PATH_MODULES:
-        loaded = sys.modules.get(module)
-        if loaded is not None:
-            if isinstance(getattr(loaded, "__loader__", None), importlib.machinery.ExtensionFileLoader):
-                compiled.append(module)
-        elif not extensions_disabled() and _has_extension(module, _PACKAGE_DIR) and module not in stale:
-            compiled.append(module)
-    return compiled
+    compiled = pure_python_reason() is None
+    loaded = {m: sys.modules.get(m) for m in DATA_PATH_MODULES}
+    return [m for m, module in loaded.items()
+            if (isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)
+                if module is not None else compiled)]
 
 
 def describe() -> str:
     """One line for ``squall --version`` and ``squall plan``: which data path runs, and why."""
-    compiled = compiled_modules()
-    if len(compiled) == len(DATA_PATH_MODULES):
-        return f"data path: compiled (Cython, {len(compiled)} modules)"
-    if extensions_disabled():
-        return f"data path: pure Python ({NO_EXTENSIONS_ENV} is set)"
-    if not compiled:
-        return "data path: pure Python (no extensions built: pip install needs a C compiler)"
-    pure = [m for m in DATA_PATH_MODULES if m not in compiled]
-    return f"data path: compiled except {', '.join(pure)} (changed since built)"
+    reason = pure_python_reason()
+    if reason is None:
+        return f"data path: compiled (Cython, {len(DATA_PATH_MODULES)} modules)"
+    return f"data path: pure Python ({reason})"

@@ -92,10 +92,40 @@ def test_an_extension_built_from_other_source_is_stale(tmp_path):
              "squall.utils.batch_queue": compiled.source_digest(str(queue_py))}
     (package / compiled.SOURCES_FILE).write_text(json.dumps(built))
     assert compiled.stale_modules(str(package)) == []
+    tuple_py.with_suffix(".pxd").write_text("cdef class Tuple: pass\n")  # declarations added after the build
+    assert compiled.stale_modules(str(package)) == ["squall.api.tuple"]
+    (package / compiled.SOURCES_FILE).write_text(json.dumps({**built, "squall.api.tuple": compiled.source_digest(
+        str(tuple_py))}))
+    assert compiled.stale_modules(str(package)) == []
     queue_py.write_text("Y = 2\n")  # edited after the build
     assert compiled.stale_modules(str(package)) == ["squall.utils.batch_queue"]
     (package / compiled.SOURCES_FILE).unlink()  # built by something that did not record its sources
     assert compiled.stale_modules(str(package)) == ["squall.api.tuple", "squall.utils.batch_queue"]
+
+
+def test_the_data_path_runs_compiled_whole_or_not_at_all(tmp_path, monkeypatch):
+    # the compiled modules share their classes at the C level: one stale or missing extension
+    # sends every module to its source
+    monkeypatch.delenv(compiled.NO_EXTENSIONS_ENV, raising=False)
+    monkeypatch.setattr(compiled, "DATA_PATH_MODULES", ("squall.api.tuple", "squall.utils.batch_queue"))
+    package = tmp_path / "squall"
+    (package / "utils").mkdir(parents=True)
+    (package / "api").mkdir()
+    tuple_py, queue_py = package / "api" / "tuple.py", package / "utils" / "batch_queue.py"
+    for source in (tuple_py, queue_py):
+        source.write_text("X = 1\n")
+    assert compiled.pure_python_reason(str(package)) == "no extensions built: pip install needs a C compiler"
+    tuple_py.with_suffix(EXTENSION).write_bytes(b"")
+    assert compiled.pure_python_reason(str(package)) == "squall.utils.batch_queue not built"
+    queue_py.with_suffix(EXTENSION).write_bytes(b"")
+    (package / compiled.SOURCES_FILE).write_text(json.dumps(
+        {name: compiled.source_digest(str(path)) for name, path in (("squall.api.tuple", tuple_py),
+                                                                     ("squall.utils.batch_queue", queue_py))}))
+    assert compiled.pure_python_reason(str(package)) is None
+    queue_py.with_suffix(".pxd").write_text("cdef class Q: pass\n")
+    assert compiled.pure_python_reason(str(package)) == "squall.utils.batch_queue changed since built"
+    monkeypatch.setenv(compiled.NO_EXTENSIONS_ENV, "1")
+    assert compiled.pure_python_reason(str(package)) == "SQUALL_NO_EXTENSIONS is set"
 
 
 @pytest.mark.parametrize("env, warning", [

@@ -70,10 +70,9 @@ def test_load_aware_shuffle_weighs_a_target_by_its_spare_capacity(load, weight):
     assert counts[8] * 100 == counts[2] * weight and counts[2] == counts[5]
 
 
-def test_load_aware_shuffle_keeps_its_ring_while_every_target_is_full(monkeypatch):
-    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 0.0)
+def test_load_aware_shuffle_keeps_its_ring_while_every_target_is_full():
     loads = Loads({8: 1.0, 2: 1.0})
-    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(0), loads)
+    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(0), loads, refresh_secs=0.0)
     assert set(one_pass(grouper).values()) == {grouper.ring_size // 2}  # nothing known yet: equal shares
     loads[2] = 0.0
     one_pass(grouper)
@@ -83,10 +82,10 @@ def test_load_aware_shuffle_keeps_its_ring_while_every_target_is_full(monkeypatc
     assert set(one_pass(grouper)) == {2}
 
 
-def test_load_aware_shuffle_never_chooses_a_target_that_filled_since_the_weights_were_taken(monkeypatch):
-    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 3600.0)  # the ring's weights stay as taken
+def test_load_aware_shuffle_never_chooses_a_target_that_filled_since_the_weights_were_taken():
     loads = Loads({8: 0.999})
-    grouper = LoadAwareShuffleGrouper([8, 2, 5], random.Random(2), loads)
+    # the ring's weights stay as taken
+    grouper = LoadAwareShuffleGrouper([8, 2, 5], random.Random(2), loads, refresh_secs=3600.0)
     assert one_pass(grouper)[8] == grouper.ring_size // 201  # weight 1 against 100 and 100
     loads[8] = 1.0  # full now: its share goes to the others, although the ring still has it
     counts = one_pass(grouper) + one_pass(grouper)
@@ -95,9 +94,8 @@ def test_load_aware_shuffle_never_chooses_a_target_that_filled_since_the_weights
     assert one_pass(grouper)[8] == grouper.ring_size // 201
 
 
-def test_load_aware_shuffle_reads_no_load_per_choice_when_every_target_is_loaded(monkeypatch):
+def test_load_aware_shuffle_reads_no_load_per_choice_when_every_target_is_loaded():
     # every target over half full (a saturated stream): no target is better than the ring says
-    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 3600.0)
     loads = Loads({8: 0.9, 2: 0.999})
     loads.reads = 0
 
@@ -105,16 +103,15 @@ def test_load_aware_shuffle_reads_no_load_per_choice_when_every_target_is_loaded
         loads.reads += 1
         return loads(task)
 
-    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(2), counting)
+    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(2), counting, refresh_secs=3600.0)
     loads.reads = 0  # those of the first weighing
     counts = one_pass(grouper)
     assert counts[8] == 20 * counts[2] and loads.reads == 0
 
 
-def test_load_aware_shuffle_weighs_anew_after_a_pass(monkeypatch):
-    monkeypatch.setattr(LoadAwareShuffleGrouper, "REFRESH_SECS", 0.0)
+def test_load_aware_shuffle_weighs_anew_after_a_pass():
     loads = Loads()
-    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(1), loads)
+    grouper = LoadAwareShuffleGrouper([8, 2], random.Random(1), loads, refresh_secs=0.0)
     assert set(one_pass(grouper).values()) == {grouper.ring_size // 2}
     loads[2] = 0.75  # half way between half full (weight 100) and full (weight 0)
     one_pass(grouper)  # the pass that ends with the new weights

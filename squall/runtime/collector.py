@@ -17,7 +17,7 @@ A collector sees its executor through :class:`CollectorHost` only.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from squall.api.tuple import StreamSource
     from squall.runtime.ack_ledger import AckLedger
+    from squall.runtime.executor.executor_stats import ExecutorStats
     from squall.runtime.executor.route import StreamRoute
     from squall.runtime.executor.transfer import ExecutorTransfer
 
@@ -44,7 +45,7 @@ class CollectorHost(Protocol):
     lock: threading.Lock
     acker_tasks: list[int]
     acks: AckLedger  # where inits, acks, fails and resets go
-
+    stats: ExecutorStats  # counts acks and fails, and times the sampled input
     transfer: ExecutorTransfer
 
     def send(self, tasks: list[int] | tuple[int, ...], source: StreamSource, source_task: int, values: list[Any],
@@ -59,10 +60,6 @@ class CollectorHost(Protocol):
 
     def report_error(self, task_id: int, error: BaseException) -> None: ...
 
-    def record_ack(self, tup: Tuple) -> None: ...
-
-    def record_fail(self, tup: Tuple) -> None: ...
-
 
 class SpoutHost(CollectorHost, Protocol):
     """What a spout's collector needs besides."""
@@ -74,6 +71,61 @@ class SpoutHost(CollectorHost, Protocol):
         """Call the spout's ``ack``/``fail`` for ``msg_id`` once the current call returns."""
 
 
+class EmitPlan:
+    """How one task's regular emits on one stream reach their targets, prepared when the task
+    starts: no stream lookup, no anchor list, and a tuple for a one-task executor of this
+    worker goes straight into its outbox (the rest through ``ExecutorTransfer.send``).
+
+    :meth:`emit` is an emit untracked or anchored to one tracked tuple; anything else (several
+    anchors, direct emits) goes through the collector's general path. Used from the emitting
+    executor's thread, or holding its lock.
+    """
+
+    __slots__ = ("route", "source", "arity", "choose", "grouper", "send", "task_id", "one_task", "batch_size", "flush")
+
+    def __init__(self, route: StreamRoute, host: CollectorHost, task_id: int) -> None:
+        transfer = host.transfer
+        self.route = route
+        self.source = route.source
+        self.arity = route.arity
+        self.choose = route.choose
+        self.grouper = route.grouper
+        self.send = host.send
+        self.task_id = task_id
+        # task -> its outbox when it is the only task of an executor of this worker
+        self.one_task = {task: ob if ob.queue is not None and ob.single_task else None
+                         for task, ob in transfer.outboxes().items()}
+        self.batch_size = transfer.batch_size
+        self.flush = transfer.flush
+
+    def emit(self, values: list[Any], anchor: Tuple | None) -> list[int]:
+        """Emit ``values`` (a list of the stream's arity), anchored to ``anchor`` (None, or a
+        tracked tuple); the target tasks."""
+        tasks = self.choose(values) if self.grouper is None else self.grouper.choose(values)
+        self.route.emitted += 1
+        if anchor is None:
+            if len(tasks) != 1 or (ob := self.one_task[tasks[0]]) is None:
+                self.send(tasks, self.source, self.task_id, values)  # all or nothing, should a value not serialize
+                return tasks
+            items = ob.items
+            items.append(Tuple(values, self.source, self.task_id))
+            if len(items) >= self.batch_size:
+                self.flush(ob)
+            return tasks
+        for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
+            edge = rand_bits(64)
+            anchor.ack_val ^= edge
+            tree_ids = dict.fromkeys(anchor.tree_ids, edge)
+            if (ob := self.one_task[task]) is None:
+                self.send((task,), self.source, self.task_id, values, tree_ids)
+                continue
+            items = ob.items
+            items.append(Tuple(values, self.source, self.task_id, tree_ids))
+            if len(items) >= self.batch_size:
+                self.flush(ob)
+        return tasks
+
+
 class _Collector:
     def __init__(self, executor: CollectorHost, task_id: int, routes: dict[str, StreamRoute]) -> None:
         self._executor = executor
@@ -83,64 +135,20 @@ class _Collector:
         self._send = executor.send
         self._acker_tasks = executor.acker_tasks
         self._acks = executor.acks
-        # stream id -> emit(values) of an untracked, regular emit: prepared once per stream
-        self._emitters = {stream: self._emitter(route) for stream, route in routes.items()}
+        self._stats = executor.stats
+        #: stream id -> its EmitPlan
+        self._plans = {stream: EmitPlan(route, executor, task_id) for stream, route in routes.items()}
 
-    def _emitter(self, route: StreamRoute, basic: BasicOutputCollector | None = None) -> Callable[..., list[int]]:
-        """``emit(values, stream=route's stream, anchor=None) -> tasks``: a regular emit on
-        ``route``'s stream, untracked or anchored to one tracked tuple, prepared once per task
-        and stream: no stream lookup, no anchor list; a tuple for a one-task executor of this
-        worker goes straight into its outbox. An emit on another stream goes through
-        :meth:`_emit_other`, so that the emitter can stand for a collector's whole ``emit``.
-        With ``basic``, the emitter is that BasicOutputCollector's ``emit``: anchored to its
-        input (when tracked)."""
-        transfer = self._executor.transfer
-        source, arity, choose, send, task_id = route.source, route.arity, route.choose, self._send, self._task_id
-        # task -> its outbox when it is the only task of an executor of this worker: such a
-        # tuple goes straight into the outbox (the rest through ExecutorTransfer.send)
-        one_task = {task: ob if ob.queue is not None and ob.single_task else None
-                    for task, ob in transfer.outboxes().items()}
-        batch_size, flush = transfer.batch_size, transfer.flush
-        own_stream, invalid, other_stream = source.stream, self._invalid, self._emit_other
-
-        def emit(values: Any, stream: str = own_stream, anchor: Tuple | None = None) -> list[int]:
-            if basic is not None:
-                anchor = basic.input
-                if not anchor.tree_ids:
-                    anchor = None
-            if stream != own_stream:
-                return other_stream(values, stream, anchor)
-            if values.__class__ is not list:
-                values = list(values)
-            if len(values) != arity:
-                raise invalid(stream, values)
-            tasks = choose(values)
-            route.emitted += 1
-            if anchor is None:
-                if len(tasks) != 1 or (ob := one_task[tasks[0]]) is None:
-                    send(tasks, source, task_id, values)  # all or nothing, should a value not serialize
-                    return tasks
-                items = ob.items
-                items.append(Tuple(values, source, task_id))
-                if len(items) >= batch_size:
-                    flush(ob)
-                return tasks
-            for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
-                edge = rand_bits(64)
-                anchor.ack_val ^= edge
-                if (ob := one_task[task]) is None:
-                    send((task,), source, task_id, values, dict.fromkeys(anchor.tree_ids, edge))
-                    continue
-                items = ob.items
-                items.append(Tuple(values, source, task_id, dict.fromkeys(anchor.tree_ids, edge)))
-                if len(items) >= batch_size:
-                    flush(ob)
-            return tasks
-
-        return emit
+    def plan(self, stream: str, values: list[Any]) -> EmitPlan:
+        """The plan of a regular emit of ``values`` (a list) on ``stream``; EmitError if it
+        breaks the declarations."""
+        plan = self._plans.get(stream)
+        if plan is None or len(values) != plan.arity:
+            raise self._invalid(stream, values)
+        return plan
 
     def _invalid(self, stream: str, values: list[Any], direct_task: int | None = None) -> EmitError:
-        """The error for an emit that breaks the declarations (the fast path found it invalid)."""
+        """The error for an emit that breaks the declarations."""
         route = self._routes.get(stream)
         declared = {s: r.source.fields.to_list() for s, r in self._routes.items()}
         targets = list(route.direct_targets) if route is not None and route.direct else None
@@ -164,13 +172,6 @@ class _Collector:
         """Record ``error`` for this component (the last 10 are kept); processing goes on."""
         self._executor.report_error(self._task_id, error)
 
-    def _emit_other(self, values: Any, stream: str, anchor: Tuple | None) -> list[int]:
-        """An emit on ``stream`` through another stream's emitter (see :meth:`_emitter`)."""
-        emit = self._emitters.get(stream)
-        if emit is None:
-            raise self._invalid(stream, values if values.__class__ is list else list(values))
-        return emit(values, stream, anchor)
-
 
 class SpoutOutputCollector(_Collector):
     """A spout's collector. ``msg_id`` makes the tuple tracked (acked or failed later).
@@ -188,9 +189,12 @@ class SpoutOutputCollector(_Collector):
     def emit(self, values: Any, stream: str = "default", msg_id: Any = None) -> list[int]:
         """Emit ``values`` on ``stream``; returns the ids of the tasks that will receive it
         (a list the caller must not modify, as in Storm)."""
-        if msg_id is None and (emit := self._emitters.get(stream)) is not None:
+        if msg_id is None:
+            if values.__class__ is not list:
+                values = list(values)
+            plan = self.plan(stream, values)
             self.emitted_count += 1  # untracked: nothing to settle should it raise
-            return emit(values)
+            return plan.emit(values, None)
         return self._emit(values, stream, msg_id, None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default", msg_id: Any = None) -> None:
@@ -265,16 +269,16 @@ class OutputCollector(_Collector):
         """Emit ``values`` on ``stream``, anchored to ``anchors`` (a tuple or several);
         returns the ids of the receiving tasks (a list the caller must not modify)."""
         if get_ident() != self._owner:
-            return self._foreign(self._emit, values, stream, anchors, None)
-        return self._emit(values, stream, anchors, None)
+            return self._foreign(self.emit_anchored, values, stream, anchors, None)
+        return self.emit_anchored(values, stream, anchors, None)
 
     def emit_direct(self, task_id: int, values: Any, anchors: Tuple | Iterable[Tuple] | None = None,
                     stream: str = "default") -> None:
         """Emit ``values`` on direct ``stream`` to task ``task_id``."""
         if get_ident() != self._owner:
-            self._foreign(self._emit, values, stream, anchors, task_id)
+            self._foreign(self.emit_anchored, values, stream, anchors, task_id)
         else:
-            self._emit(values, stream, anchors, task_id)
+            self.emit_anchored(values, stream, anchors, task_id)
 
     def ack(self, tup: Tuple) -> None:
         """The tuple is processed: its part of every tree it belongs to is done."""
@@ -306,22 +310,25 @@ class OutputCollector(_Collector):
         self._executor.wait_for_room()
         return result
 
-    def _emit(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:
-        if direct_task is None and (emit := self._emitters.get(stream)) is not None:
-            if anchors is None:
-                return emit(values)
-            if anchors.__class__ is Tuple:
-                return emit(values, stream, anchors if anchors.tree_ids else None)
-            anchors = [a for a in anchors if a.tree_ids]
-            if len(anchors) <= 1:
-                return emit(values, stream, anchors[0] if anchors else None)
-        # direct emits, emits anchored to several tracked tuples, and emits that are invalid
+    def emit_anchored(self, values: Any, stream: str, anchors: Any, direct_task: int | None) -> list[int]:
+        """Every emit kind of the executor's thread (or holding its lock): ``anchors`` None, a
+        tuple or several, ``direct_task`` None or the target of an ``emit_direct``."""
         if values.__class__ is not list:
             values = list(values)
+        if direct_task is None:  # a regular emit: through the stream's plan, unless several anchors are tracked
+            if anchors is None:
+                return self.plan(stream, values).emit(values, None)
+            if anchors.__class__ is Tuple:
+                return self.plan(stream, values).emit(values, anchors if anchors.tree_ids else None)
+            anchors = [a for a in anchors if a.tree_ids]
+            if len(anchors) <= 1:
+                return self.plan(stream, values).emit(values, anchors[0] if anchors else None)
+        elif anchors.__class__ is Tuple:
+            anchors = [anchors] if anchors.tree_ids else []
+        else:
+            anchors = [a for a in anchors or () if a.tree_ids]
+        # direct emits, and emits anchored to several tracked tuples
         route, tasks = self._targets(values, stream, direct_task)
-        if anchors.__class__ is Tuple:
-            anchors = (anchors,)
-        anchors = [a for a in anchors or () if a.tree_ids]
         if not anchors:
             self._send(tasks, route.source, self._task_id, values)
             return tasks
@@ -338,11 +345,11 @@ class OutputCollector(_Collector):
     def _ack(self, tup: Tuple, pending_acks: dict[int, int]) -> None:
         if tup.tree_ids and self._acker_tasks:
             combine_ack(pending_acks, tup)
-        self._executor.record_ack(tup)
+        self._stats.record_ack(tup)
 
     def _fail(self, tup: Tuple) -> None:
         self._tell_ackers(tup, ACK_FAIL)
-        self._executor.record_fail(tup)
+        self._stats.record_fail(tup)
 
     def _reset_timeout(self, tup: Tuple) -> None:
         self._tell_ackers(tup, ACK_RESET_TIMEOUT)
@@ -361,24 +368,17 @@ class BasicOutputCollector:
     """
 
     def __init__(self, collector: OutputCollector) -> None:
-        self._emit = collector._emit
-        self._emitters = collector._emitters
         self._collector = collector
         self.input: Tuple | None = None
-        if "default" in self._emitters:
-            # the default stream's emitter, reading the input itself: one call per emit, not two
-            self.emit = (self._emitters["default"] if not collector._acker_tasks  # nothing is tracked
-                         else collector._emitter(collector._routes["default"], self))  # type: ignore[method-assign]
 
     def emit(self, values: Any, stream: str = "default") -> list[int]:
-        emit = self._emitters.get(stream)
-        if emit is None:
-            raise self._collector._invalid(stream, values if values.__class__ is list else list(values))
+        if values.__class__ is not list:
+            values = list(values)
         anchor = self.input
-        return emit(values, stream, anchor if anchor.tree_ids else None)
+        return self._collector.plan(stream, values).emit(values, anchor if anchor.tree_ids else None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default") -> None:
-        self._emit(values, stream, self.input, task_id)
+        self._collector.emit_anchored(values, stream, self.input, task_id)
 
     def report_error(self, error: BaseException) -> None:
         self._collector.report_error(error)

@@ -74,10 +74,10 @@ def stable_key_bytes(key: Sequence[Any]) -> bytes:
 class _Grouper:
     """Chooses target tasks for the values of one tuple.
 
-    ``fanout`` is how many tasks every choice has, or None when it varies.
+    ``fanout`` is how many tasks every choice has (int), or None when it varies.
     """
 
-    fanout: int | None = 1
+    fanout = 1
 
     def choose(self, values: list[Any]) -> list[int]:
         raise NotImplementedError
@@ -114,19 +114,22 @@ class LoadAwareShuffleGrouper(_Grouper):
     shuffled ring in which each target appears as often as its weight: a slow task, whose
     queue fills up, gets little or nothing until it has room again, and does not hold its
     stream back. The weights are taken anew at the end of each pass over the ring (about
-    :data:`RING` choices), at most every :data:`REFRESH_SECS`. Between those, a target that
-    weighs less than 100 has its load read again whenever it comes up: if it is full by then,
-    the next choice with room goes instead, so that weights up to :data:`REFRESH_SECS` old do
-    not send a tuple to a full queue, where it would hold its producer back until the slow task
-    drains (unless every target weighs less than 100: then none is re-checked).
+    :data:`RING` choices), at most every ``refresh_secs`` (default :data:`REFRESH_SECS`).
+    Between those, a target that weighs less than 100 has its load read again whenever it comes
+    up: if it is full by then, the next choice with room goes instead, so that weights up to
+    ``refresh_secs`` old do not send a tuple to a full queue, where it would hold its producer
+    back until the slow task drains (unless every target weighs less than 100: then none is
+    re-checked).
     """
 
     RING = 100
     REFRESH_SECS = 0.001
     LOW_WATER = 0.5
 
-    def __init__(self, targets: list[int], rng: random.Random, load: Callable[[int], float]) -> None:
+    def __init__(self, targets: list[int], rng: random.Random, load: Callable[[int], float],
+                 refresh_secs: float = REFRESH_SECS) -> None:
         order = list(targets)
+        self._refresh_secs = refresh_secs
         rng.shuffle(order)
         self._order = [[t] for t in order]  # what choose returns (callers must not modify it)
         self._rng = rng
@@ -172,7 +175,7 @@ class LoadAwareShuffleGrouper(_Grouper):
         i = self._i + 1
         if i >= self._n:
             i = 0
-            if time.monotonic() - self._refreshed >= self.REFRESH_SECS:
+            if time.monotonic() - self._refreshed >= self._refresh_secs:
                 self._refresh()
         self._i = i
         choice = self._choices[i]
@@ -255,7 +258,10 @@ class PartialKeyGrouper(FieldsGrouper):
 class AllGrouper(_Grouper):
     def __init__(self, targets: list[int]) -> None:
         self._all = sorted(targets)
-        self.fanout = len(targets)
+
+    @property
+    def fanout(self) -> int:  # type: ignore[override]
+        return len(self._all)
 
     def choose(self, values: list[Any]) -> list[int]:
         return self._all

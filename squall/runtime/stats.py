@@ -1,16 +1,10 @@
-"""Per-executor statistics and their roll-up per component (what Storm's UI shows).
+"""The roll-up per component of the executors' statistics (what Storm's UI shows).
 
-Counts are exact. Latencies are sampled: execute latency is measured per input batch
-(total time / tuples), process latency on the first tuple of each batch, complete latency
-on every acked spout tuple. Capacity is the fraction of the last ``CAPACITY_WINDOW_SECS``
-(or of the uptime, if shorter) the executor spent in ``execute``: near 1.0 means the
-component needs more parallelism.
+What one executor counts, and how, is :mod:`squall.runtime.executor.executor_stats`.
 """
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from typing import Any
 
 from msgspec import UNSET
@@ -18,56 +12,9 @@ from msgspec import UNSET
 from squall.api.metrics2.registry import user_metrics_summary
 from squall.runtime.info import ComponentInfo, ExecutorInfo, Figures, StreamCounts, TaskMetrics, TopologyInfo
 
-CAPACITY_WINDOW_SECS = 600.0
 #: the most entries of an executor's components' own ``metrics`` a heartbeat carries
 MAX_COMPONENT_METRICS = 1000
 OMITTED_METRICS = "omitted_metrics"  # how many names did not fit
-
-
-class ExecutorStats:
-    """Written by one executor thread; read (racily, which is fine for metrics) by others."""
-
-    __slots__ = ("acked", "failed", "executed", "execute_secs", "process_secs", "process_count", "complete_secs",
-                 "complete_count", "process_is_execute", "_busy_marks")
-
-    def __init__(self) -> None:
-        self.acked = 0
-        self.failed = 0
-        self.executed = 0
-        self.execute_secs = 0.0
-        self.process_secs = 0.0
-        self.process_count = 0
-        self.complete_secs = 0.0
-        self.complete_count = 0
-        self.process_is_execute = False
-        self._busy_marks: deque[tuple[float, float]] = deque([(time.monotonic(), 0.0)])
-
-    def record_execute(self, count: int, secs: float) -> None:
-        self.executed += count
-        self.execute_secs += secs
-        now = time.monotonic()
-        if now - self._busy_marks[-1][0] >= 1.0:
-            self._busy_marks.append((now, self.execute_secs))
-            while len(self._busy_marks) > 2 and now - self._busy_marks[1][0] >= CAPACITY_WINDOW_SECS:
-                self._busy_marks.popleft()
-
-    def capacity(self) -> float:
-        now = time.monotonic()
-        since, busy_then = self._busy_marks[0]
-        window = now - since
-        return min(1.0, (self.execute_secs - busy_then) / window) if window > 0 else 0.0
-
-    def snapshot(self, emitted: int, transferred: int) -> dict[str, Any]:
-        """The figures as a plain dict (what workers send in their heartbeats)."""
-        process_secs, process_count = (
-            (self.execute_secs, self.executed) if self.process_is_execute else (self.process_secs, self.process_count)
-        )
-        return {
-            "emitted": emitted, "transferred": transferred, "acked": self.acked, "failed": self.failed,
-            "executed": self.executed, "execute_secs": self.execute_secs, "process_secs": process_secs,
-            "process_count": process_count, "complete_secs": self.complete_secs,
-            "complete_count": self.complete_count, "capacity": self.capacity(),
-        }
 
 
 # The figures of an executor's snapshot that add up over its runs (the rest, capacity and the

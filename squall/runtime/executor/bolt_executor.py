@@ -56,7 +56,7 @@ class BoltExecutor(Executor):
                 self.checkpointing.request_recovery()
 
     def _emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
-        self.collectors[task]._emit(values, CHECKPOINT_STREAM, anchors, None)
+        self.collectors[task].emit_anchored(values, CHECKPOINT_STREAM, anchors, None)
 
     def teardown(self) -> None:
         for task, bolt in getattr(self, "bolts", {}).items():
@@ -124,9 +124,19 @@ class BoltExecutor(Executor):
         self.collectors[task].fail(tup)
 
     def _process_rich(self, batch: list[Any]) -> None:
-        self._sample(batch[0] if self.single_task else batch[0][1])
+        if self.single_task:
+            self.stats.sample(batch[0])
+            task = self.task_ids[0]
+            execute = self.bolts[task].execute
+            for tup in batch:
+                try:
+                    execute(tup)
+                except Exception as e:
+                    self._execute_failed(task, tup, e)
+            return
+        self.stats.sample(batch[0][1])
         bolts = self.bolts
-        for task, tup in self.pairs(batch):
+        for task, tup in batch:
             try:
                 bolts[task].execute(tup)
             except Exception as e:

@@ -20,20 +20,20 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 import traceback
 from typing import Any
 
 from squall.api.context import TopologyContext
 from squall.api.metrics2.registry import MetricRegistry
 from squall.api.system_ids import CHECKPOINT_STREAM
-from squall.api.tuple import Tuple, system_sources
+from squall.api.tuple import system_sources
 from squall.runtime.ack_ledger import AckLedger
 from squall.runtime.assignment import ExecutorAssignment
 from squall.runtime.executor.route import StreamRoute, build_routes
 from squall.runtime.executor.transfer import ExecutorTransfer
 from squall.runtime.executor.worker_context import WorkerContext
-from squall.runtime.stats import ExecutorStats, component_metrics
+from squall.runtime.executor.executor_stats import ExecutorStats
+from squall.runtime.stats import component_metrics
 
 
 class Control:
@@ -85,8 +85,6 @@ class Executor:
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._instances: list[Any] = []  # the tasks' components, whose ``metrics`` the figures carry
         self._user_metrics = {task: MetricRegistry(self.component, task) for task in self.task_ids}
-        self._sample_tup: Tuple | None = None
-        self._sample_t0 = 0.0
 
     def blocks_on_full_queues(self) -> bool:
         """Whether the send path waits for room (else: an overflow, see ExecutorTransfer)."""
@@ -212,19 +210,3 @@ class Executor:
         snapshot["user_metrics"] = {task: registry.snapshot() for task, registry in self._user_metrics.items()
                                     if registry}
         return snapshot
-
-    def _sample(self, tup: Tuple) -> None:
-        self._sample_tup = tup
-        self._sample_t0 = time.perf_counter()
-
-    def record_ack(self, tup: Tuple) -> None:
-        self.stats.acked += 1
-        if tup is self._sample_tup:
-            self.stats.process_secs += time.perf_counter() - self._sample_t0
-            self.stats.process_count += 1
-            self._sample_tup = None
-
-    def record_fail(self, tup: Tuple) -> None:
-        self.stats.failed += 1
-        if tup is self._sample_tup:
-            self._sample_tup = None

@@ -32,13 +32,14 @@ class StreamRoute:
     """One emitting task's view of one of its streams: fields, groupers and counters.
 
     ``choose(values)`` returns the target tasks of a regular emit, ``choose_direct`` those
-    of an ``emit_direct``; both report every emit to the ``observers``. ``transferred`` is
-    ``emitted * fanout`` when every emit reaches the same number of tasks, so the hot path
-    counts only ``emitted``.
+    of an ``emit_direct``; both report every emit to the ``observers``. ``grouper`` is the
+    grouper ``choose`` stands for when it is that alone (one subscriber, no observer), else None.
+    ``transferred`` is ``emitted * fanout`` when every emit reaches the same number of tasks,
+    so the hot path counts only ``emitted``.
     """
 
-    __slots__ = ("source", "arity", "choose", "direct", "direct_targets", "emitted", "fanout", "counted_transfers",
-                 "observers")
+    __slots__ = ("source", "arity", "choose", "grouper", "direct", "direct_targets", "emitted", "fanout",
+                 "counted_transfers", "observers")
 
     def __init__(self, source: StreamSource, direct: bool, groupers: list[Any], direct_targets: set[int],
                  observers: list[Observer]) -> None:
@@ -60,6 +61,7 @@ class StreamRoute:
         else:
             choose = self._chooser(groupers)
         self.choose = self._observed(choose) if observers else choose
+        self.grouper = groupers[0] if len(groupers) == 1 and self.choose == groupers[0].choose else None
 
     def choose_direct(self, task: int, values: list[Any]) -> list[int]:
         tasks = [task]

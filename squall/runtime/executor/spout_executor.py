@@ -137,7 +137,7 @@ class SpoutExecutor(Executor):
             self._call_all("activate")
 
     def _emit_barrier(self, task: int, values: list[Any], anchors: list[Any]) -> None:
-        self.collectors[task]._emitters[CHECKPOINT_STREAM](values, CHECKPOINT_STREAM, anchors[0])
+        self.collectors[task].plan(CHECKPOINT_STREAM, values).emit(values, anchors[0])
 
     def shut_down(self) -> None:
         # an activate/deactivate queued before the stop still reaches the spout before its close

@@ -1,0 +1,19 @@
+# Cython declarations for squall/api/tuple.py (see squall/compiled.py): the classes every tuple
+# is made of, as C structs, so that the data path reads and writes their fields without a lookup.
+cimport cython
+
+
+@cython.final
+cdef class StreamSource:
+    cdef public str component
+    cdef public str stream
+    cdef public object fields
+
+
+@cython.final
+cdef class Tuple:
+    cdef public object values
+    cdef public StreamSource stream_source
+    cdef public object source_task
+    cdef public object tree_ids
+    cdef public object ack_val

@@ -1,0 +1,20 @@
+# Cython declarations for ack_ledger.py (see squall/compiled.py).
+cimport cython
+
+
+@cython.final
+cdef class RoundAcks:
+    cdef public dict acks
+    cdef public dict inits
+
+
+@cython.final
+cdef class AckLedger:
+    cdef public dict pending
+    cdef public dict foreign
+    cdef public object held
+    cdef public RoundAcks round
+    cdef public list acker_tasks
+    cdef object _transfer
+    cdef dict _sources
+    cdef object _task

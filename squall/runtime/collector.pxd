@@ -1,0 +1,53 @@
+# Cython declarations for collector.py (see squall/compiled.py): the collectors and their emit
+# plans as C structs, and the calls between them C calls; user code calls the methods as before.
+cimport cython
+from squall.api.tuple cimport StreamSource, Tuple
+from squall.runtime.ack_ledger cimport AckLedger
+from squall.runtime.executor.executor_stats cimport ExecutorStats
+from squall.runtime.executor.route cimport StreamRoute
+from squall.runtime.executor.transfer cimport Outbox
+from squall.runtime.grouping cimport _Grouper
+
+
+@cython.final
+cdef class EmitPlan:
+    cdef readonly StreamRoute route
+    cdef readonly StreamSource source
+    cdef readonly Py_ssize_t arity
+    cdef object choose, send, flush, task_id
+    cdef _Grouper grouper
+    cdef dict one_task
+    cdef Py_ssize_t batch_size
+
+    @cython.locals(ob=Outbox, items=list)
+    cpdef list emit(self, list values, Tuple anchor)
+
+
+cdef class _Collector:
+    cdef object _executor, _task_id, _lock, _send
+    cdef dict _routes, _plans
+    cdef list _acker_tasks
+    cdef AckLedger _acks
+    cdef ExecutorStats _stats
+
+    @cython.locals(plan=EmitPlan)
+    cpdef EmitPlan plan(self, stream, list values)
+
+
+cdef class SpoutOutputCollector(_Collector):
+    cdef object _pending
+    cdef public long long emitted_count
+    cdef public object root_ids
+
+
+cdef class OutputCollector(_Collector):
+    cdef object _owner
+
+    cpdef list emit_anchored(self, values, stream, anchors, direct_task)
+    cpdef void _ack(self, tup, dict pending_acks)
+
+
+@cython.final
+cdef class BasicOutputCollector:
+    cdef OutputCollector _collector
+    cdef public object input
