@@ -47,6 +47,7 @@ DATA_PATH_MODULES: tuple[str, ...] = (
     "squall.runtime.ack_ledger",
     "squall.runtime.acker_executor",
     "squall.runtime.executor.executor_stats",
+    "squall.runtime.executor.pending_trees",
     "squall.runtime.collector",
     "squall.runtime.executor.route",
     "squall.runtime.executor.inflight",

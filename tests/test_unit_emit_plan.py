@@ -411,7 +411,7 @@ def check_emit(world: World, kind_id: str, dest: str) -> None:
         expected_acks = {world.acker_of(root): {root: (reduce(xor, edges), source_task)}}
         # tracked by an acker of the spout's worker when there is one (squall.runtime.acker.RootIds)
         assert world.worker_of(world.acker_of(root)) == (0 if world.has_acker(0) else 1)
-        assert world.executor("g_spout").pending_for(source_task).get(root)[0] == MSG_ID
+        assert world.executor("g_spout").pending_for(source_task).msg_id(root) == MSG_ID
     else:  # the anchors' trees: a new edge per anchor and target, XOR-ed into the anchor's ack
         roots = {root: anchor for anchor in tracked_anchors for root in anchor.tree_ids}
         assert all(set(i) == set(roots) for i in ids)

@@ -7,6 +7,8 @@ cdef class RoundAcks:
     cdef public dict acks
     cdef public dict inits
 
+    cpdef void init(self, root, val, spout_task)
+
 
 @cython.final
 cdef class AckLedger:
@@ -18,3 +20,8 @@ cdef class AckLedger:
     cdef object _transfer
     cdef dict _sources
     cdef object _task
+
+    cpdef void init(self, root, val, spout_task)
+
+
+cpdef void combine_ack(dict pending, tup)

@@ -2,7 +2,9 @@
 # plans as C structs, and the calls between them C calls; user code calls the methods as before.
 cimport cython
 from squall.api.tuple cimport StreamSource, Tuple
-from squall.runtime.ack_ledger cimport AckLedger
+from squall.runtime.ack_ledger cimport AckLedger, combine_ack
+from squall.runtime.acker cimport RootIds
+from squall.runtime.executor.pending_trees cimport PendingTrees
 from squall.runtime.executor.executor_stats cimport ExecutorStats
 from squall.runtime.executor.route cimport StreamRoute
 from squall.runtime.executor.transfer cimport Outbox
@@ -19,8 +21,12 @@ cdef class EmitPlan:
     cdef dict one_task
     cdef Py_ssize_t batch_size
 
+    cpdef object targets(self, list values)
     @cython.locals(ob=Outbox, items=list)
-    cpdef list emit(self, list values, Tuple anchor)
+    cpdef object emit(self, list values, Tuple anchor)
+    cpdef void emit_tree(self, list values, tasks, root, AckLedger acks)
+    @cython.locals(ob=Outbox, items=list)
+    cdef void _deliver(self, task, list values, dict tree_ids)
 
 
 cdef class _Collector:
@@ -35,9 +41,12 @@ cdef class _Collector:
 
 
 cdef class SpoutOutputCollector(_Collector):
-    cdef object _pending
+    cdef PendingTrees _pending
     cdef public long long emitted_count
-    cdef public object root_ids
+    cdef public RootIds root_ids
+
+    @cython.locals(plan=EmitPlan)
+    cpdef object _emit_values(self, values, stream, msg_id, direct_task)
 
 
 cdef class OutputCollector(_Collector):

@@ -16,7 +16,6 @@ A collector sees its executor through :class:`CollectorHost` only.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from squall.api.tuple import StreamSource
     from squall.runtime.ack_ledger import AckLedger
     from squall.runtime.executor.executor_stats import ExecutorStats
+    from squall.runtime.executor.pending_trees import PendingTrees
     from squall.runtime.executor.route import StreamRoute
     from squall.runtime.executor.transfer import ExecutorTransfer
 
@@ -64,8 +64,8 @@ class CollectorHost(Protocol):
 class SpoutHost(CollectorHost, Protocol):
     """What a spout's collector needs besides."""
 
-    def pending_for(self, task_id: int) -> Any:
-        """The task's pending trees: root id -> (msg id, emit time)."""
+    def pending_for(self, task_id: int) -> PendingTrees:
+        """The task's pending trees."""
 
     def settle_now(self, task_id: int, method: str, msg_id: Any) -> None:
         """Call the spout's ``ack``/``fail`` for ``msg_id`` once the current call returns."""
@@ -98,11 +98,16 @@ class EmitPlan:
         self.batch_size = transfer.batch_size
         self.flush = transfer.flush
 
+    def targets(self, values: list[Any]) -> list[int]:
+        """The target tasks of a regular emit of ``values``, counted as emitted."""
+        tasks = self.choose(values) if self.grouper is None else self.grouper.choose(values)
+        self.route.emitted += 1
+        return tasks
+
     def emit(self, values: list[Any], anchor: Tuple | None) -> list[int]:
         """Emit ``values`` (a list of the stream's arity), anchored to ``anchor`` (None, or a
         tracked tuple); the target tasks."""
-        tasks = self.choose(values) if self.grouper is None else self.grouper.choose(values)
-        self.route.emitted += 1
+        tasks = self.targets(values)
         if anchor is None:
             if len(tasks) != 1 or (ob := self.one_task[tasks[0]]) is None:
                 self.send(tasks, self.source, self.task_id, values)  # all or nothing, should a value not serialize
@@ -115,15 +120,31 @@ class EmitPlan:
         for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
             edge = rand_bits(64)
             anchor.ack_val ^= edge
-            tree_ids = dict.fromkeys(anchor.tree_ids, edge)
-            if (ob := self.one_task[task]) is None:
-                self.send((task,), self.source, self.task_id, values, tree_ids)
-                continue
-            items = ob.items
-            items.append(Tuple(values, self.source, self.task_id, tree_ids))
-            if len(items) >= self.batch_size:
-                self.flush(ob)
+            self._deliver(task, values, dict.fromkeys(anchor.tree_ids, edge))
         return tasks
+
+    def emit_tree(self, values: list[Any], tasks: list[int], root: int, acks: AckLedger) -> None:
+        """Send ``values`` to ``tasks`` as the root of a new tree ``root``, whose init goes to
+        ``acks``."""
+        ack_val = 0
+        for task in tasks:
+            edge = rand_bits(64)
+            ack_val ^= edge
+            # should a later target fail, the emit raises and its message id is failed; the
+            # tuples already sent belong to a tree the acker never hears of and forgets
+            self._deliver(task, values, {root: edge})
+        acks.init(root, ack_val, self.task_id)
+
+    def _deliver(self, task: int, values: list[Any], tree_ids: dict[int, int]) -> None:
+        """One tracked tuple for ``task``: into its outbox, or through the send path."""
+        ob = self.one_task[task]
+        if ob is None:
+            self.send((task,), self.source, self.task_id, values, tree_ids)
+            return
+        items = ob.items
+        items.append(Tuple(values, self.source, self.task_id, tree_ids))
+        if len(items) >= self.batch_size:
+            self.flush(ob)
 
 
 class _Collector:
@@ -212,44 +233,39 @@ class SpoutOutputCollector(_Collector):
     def _emit_values(self, values: Any, stream: str, msg_id: Any, direct_task: int | None) -> list[int]:
         if values.__class__ is not list:
             values = list(values)
-        route, tasks = self._targets(values, stream, direct_task)
+        if direct_task is None:
+            plan = self.plan(stream, values)
+            tasks = plan.targets(values)
+        else:
+            tasks = self._targets(values, stream, direct_task)[1]
+            plan = self._plans[stream]
         self.emitted_count += 1
         if msg_id is None or not self._acker_tasks or not tasks:
-            self._send(tasks, route.source, self._task_id, values)
+            self._send(tasks, plan.source, self._task_id, values)
             if msg_id is not None:
                 self._executor.settle_now(self._task_id, "ack", msg_id)
             return tasks
-        root = self._emit_tree(values, route, tasks)
-        self._pending.put(root, (msg_id, time.perf_counter()))
+        root = self.root_ids.new()
+        plan.emit_tree(values, tasks, root, self._acks)
+        self._pending.start(root, msg_id)
         return tasks
 
     def emit_marker(self, values: list[Any], stream: str) -> int | None:
         """A tracked emit of ``values`` on ``stream`` (every target gets it) that no message id
-        stands for: the root id of its tree, whose completion reaches the executor's
-        ``_tree_done`` (None: nobody subscribes, or nothing is tracked). A stateful spout's
+        stands for: the root id of its tree, whose completion reaches the task's pending trees
+        as an untracked root (None: nobody subscribes, or nothing is tracked). A stateful spout's
         in-flight markers (see squall.runtime.executor.inflight)."""
         if not self.marker_targets(stream):
             return None
-        route = self._routes[stream]
-        return self._emit_tree(values, route, route.choose(values))
+        plan = self._plans[stream]
+        root = self.root_ids.new()
+        plan.emit_tree(values, plan.targets(values), root, self._acks)
+        return root
 
     def marker_targets(self, stream: str) -> int:
         """How many tasks a marker on ``stream`` reaches (0: none, or nothing is tracked)."""
         route = self._routes.get(stream)
         return (route.fanout or 0) if route is not None and self._acker_tasks else 0
-
-    def _emit_tree(self, values: list[Any], route: StreamRoute, tasks: list[int]) -> int:
-        """Send ``values`` to ``tasks`` as the root of a new tree (its init to the acker); its id."""
-        root = self.root_ids.new()
-        ack_val = 0
-        for task in tasks:
-            edge = rand_bits(64)
-            ack_val ^= edge
-            # should a later target fail, the tuples already sent belong to a tree that is
-            # failed below: at-least-once holds (the acker forgets such trees after timeouts)
-            self._send((task,), route.source, self._task_id, values, {root: edge})
-        self._acks.init(root, ack_val, self._task_id)
-        return root
 
 
 class OutputCollector(_Collector):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 
@@ -16,10 +15,17 @@ class RotatingMap:
     def __init__(self, num_buckets: int = 2) -> None:
         if num_buckets < 2:
             raise ValueError("a RotatingMap needs at least 2 buckets")
-        self._buckets: deque[dict[Any, Any]] = deque({} for _ in range(num_buckets))
+        self._buckets: list[dict[Any, Any]] = [{} for _ in range(num_buckets)]  # the newest first
 
     def __len__(self) -> int:
-        return sum(map(len, self._buckets))
+        return self.size()
+
+    def size(self) -> int:
+        """How many keys it holds (``len``)."""
+        count = 0
+        for bucket in self._buckets:
+            count += len(bucket)
+        return count
 
     def __contains__(self, key: Any) -> bool:
         return any(key in b for b in self._buckets)
@@ -54,5 +60,5 @@ class RotatingMap:
     def rotate(self) -> dict[Any, Any]:
         """Drop the oldest bucket; return its entries (the expired ones)."""
         expired = self._buckets.pop()
-        self._buckets.appendleft({})
+        self._buckets.insert(0, {})
         return expired

@@ -26,9 +26,9 @@ from squall.runtime.assignment import ExecutorAssignment
 from squall.runtime.collector import SpoutOutputCollector
 from squall.runtime.executor.executor import Control, Executor
 from squall.runtime.executor.inflight import InFlight
+from squall.runtime.executor.pending_trees import PendingTrees
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.state.checkpointing import Checkpointing, TaskStates
-from squall.utils.rotating_map import RotatingMap
 
 log = logging.getLogger("squall.executor")
 
@@ -48,7 +48,7 @@ class SpoutExecutor(Executor):
         #: calls emitted nothing and every spout said is_exhausted(), and how many rounds ran
         self.exhausted = False
         self.rounds = 0
-        self._pending = {task: RotatingMap(2) for task in self.task_ids}
+        self._pending = {task: PendingTrees(task, self.stats, self.report_error) for task in self.task_ids}
         self._settle_now: list[tuple[int, str, Any]] = []  # (task, "ack" | "fail", msg_id)
         # the checkpoint spout has one barrier in flight, but a superseded one may still hold a
         # slot until it times out: the next barrier must not wait for that
@@ -94,7 +94,7 @@ class SpoutExecutor(Executor):
             self.acks.flush_round()
         super().flush_all()
 
-    def pending_for(self, task_id: int) -> RotatingMap:
+    def pending_for(self, task_id: int) -> PendingTrees:
         return self._pending[task_id]
 
     def settle_now(self, task_id: int, method: str, msg_id: Any) -> None:
@@ -110,6 +110,7 @@ class SpoutExecutor(Executor):
             spout, context, collector = self.make_task(task, SpoutOutputCollector)
             self.spouts[task] = spout
             self.collectors[task] = collector
+            self._pending[task].spout = spout
             spout.open(dict(self.conf), context, collector)
         self.checkpointing: Checkpointing | None = None
         self._unrecovered: frozenset[int] = frozenset()
@@ -122,7 +123,8 @@ class SpoutExecutor(Executor):
             for task in stateful:
                 self.collectors[task].root_ids.high_bit = UNHELD_ROOT_BIT
                 if self.collectors[task].marker_targets(CHECKPOINT_STREAM):
-                    self._in_flight[task] = InFlight(budget, self.conf[Config.TOPOLOGY_MAX_SPOUT_PENDING])
+                    in_flight = self._in_flight[task] = InFlight(budget, self.conf[Config.TOPOLOGY_MAX_SPOUT_PENDING])
+                    self._pending[task].untracked = in_flight.completed  # a marker's completion, or nothing
             states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, self.report_error)
                       if stateful else None)
             self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
@@ -260,7 +262,7 @@ class SpoutExecutor(Executor):
                 self.stats.acked += 1
             else:
                 self.stats.failed += 1
-            self._call(task, method, msg_id)
+            self._pending[task].call(method, msg_id)
 
     def _handle(self, items: list[Any]) -> None:
         done = 0
@@ -272,35 +274,17 @@ class SpoutExecutor(Executor):
             for task, tup in self.pairs(item):
                 stream = tup.stream_source.stream
                 if stream == ACKED_BATCH:
-                    for root in tup.values[0]:
-                        self._tree_done(task, root, True)
+                    self._pending[task].completed(tup.values[0])
                 elif stream not in _ACKER_STREAMS:
                     self._checkpoint_input(task, tup)
                 elif stream == ACK_RESET_TIMEOUT:
                     self._pending[task].touch(tup.values[0])
                 else:
-                    self._tree_done(task, tup.values[0], stream == ACK_ACK)
+                    self._pending[task].settle(tup.values[0], stream == ACK_ACK)
         self._run_settle_now()
         self.flush_all()  # replays emitted from fail()
         if self._tracker is not None and done:
             self._tracker.done(done)
-
-    def _tree_done(self, task: int, root: int, acked: bool) -> None:
-        """Tree ``root`` of ``task`` completed (``acked``) or failed: call the spout's ack or fail."""
-        entry = self._pending[task].pop(root)
-        if entry is None:
-            in_flight = self._in_flight.get(task)
-            if in_flight is not None:
-                in_flight.completed(root, acked)  # a marker's, or nothing
-            return  # else already timed out and failed
-        if acked:
-            self.stats.acked += 1
-            self.stats.complete_secs += time.perf_counter() - entry[1]
-            self.stats.complete_count += 1
-            self._call(task, "ack", entry[0])
-        else:
-            self.stats.failed += 1
-            self._call(task, "fail", entry[0])
 
     def _checkpoint_input(self, task: int, tup: Any) -> None:
         """A barrier from the checkpoint spout, or (for the checkpoint spout) a restarted task's
@@ -310,19 +294,11 @@ class SpoutExecutor(Executor):
         elif self.checkpointing is not None:
             self.checkpointing.barrier(task, tup)
 
-    def _call(self, task: int, method: str, msg_id: Any) -> None:
-        try:
-            getattr(self.spouts[task], method)(msg_id)
-        except Exception as e:
-            self.report_error(task, e)
-
     def _control(self, msg: Control) -> None:
         kind = msg.kind
         if kind == Control.ROTATE:
-            for task, pending in self._pending.items():
-                for entry in pending.rotate().values():
-                    self.stats.failed += 1
-                    self._call(task, "fail", entry[0])
+            for pending in self._pending.values():
+                pending.expire()
         elif kind == Control.ACTIVATE and not self.active:
             self.active = True
             self._call_all("activate")

@@ -1,0 +1,17 @@
+# Cython declarations for pending_trees.py (see squall/compiled.py).
+cimport cython
+from squall.runtime.executor.executor_stats cimport ExecutorStats
+from squall.utils.rotating_map cimport RotatingMap
+
+
+@cython.final
+cdef class PendingTrees:
+    cdef public object spout, untracked
+    cdef RotatingMap _trees
+    cdef object _task, _report_error
+    cdef ExecutorStats _stats
+
+    cpdef void start(self, root, msg_id)
+    cpdef void completed(self, list roots)
+    cpdef void settle(self, root, bint acked)
+    cpdef void call(self, str method, msg_id)
