@@ -7,7 +7,7 @@ from squall.runtime.acker cimport RootIds
 from squall.runtime.executor.pending_trees cimport PendingTrees
 from squall.runtime.executor.executor_stats cimport ExecutorStats
 from squall.runtime.executor.route cimport StreamRoute
-from squall.runtime.executor.transfer cimport Outbox
+from squall.runtime.executor.transfer cimport ExecutorTransfer, Outbox
 from squall.runtime.grouping cimport _Grouper
 
 
@@ -16,7 +16,8 @@ cdef class EmitPlan:
     cdef readonly StreamRoute route
     cdef readonly StreamSource source
     cdef readonly Py_ssize_t arity
-    cdef object choose, send, flush, task_id
+    cdef object choose, task_id
+    cdef ExecutorTransfer transfer
     cdef _Grouper grouper
     cdef dict one_task
     cdef Py_ssize_t batch_size

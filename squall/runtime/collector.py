@@ -81,7 +81,7 @@ class EmitPlan:
     executor's thread, or holding its lock.
     """
 
-    __slots__ = ("route", "source", "arity", "choose", "grouper", "send", "task_id", "one_task", "batch_size", "flush")
+    __slots__ = ("route", "source", "arity", "choose", "grouper", "transfer", "task_id", "one_task", "batch_size")
 
     def __init__(self, route: StreamRoute, host: CollectorHost, task_id: int) -> None:
         transfer = host.transfer
@@ -90,13 +90,12 @@ class EmitPlan:
         self.arity = route.arity
         self.choose = route.choose
         self.grouper = route.grouper
-        self.send = host.send
+        self.transfer = transfer
         self.task_id = task_id
         # task -> its outbox when it is the only task of an executor of this worker
         self.one_task = {task: ob if ob.queue is not None and ob.single_task else None
                          for task, ob in transfer.outboxes().items()}
         self.batch_size = transfer.batch_size
-        self.flush = transfer.flush
 
     def targets(self, values: list[Any]) -> list[int]:
         """The target tasks of a regular emit of ``values``, counted as emitted."""
@@ -110,12 +109,13 @@ class EmitPlan:
         tasks = self.targets(values)
         if anchor is None:
             if len(tasks) != 1 or (ob := self.one_task[tasks[0]]) is None:
-                self.send(tasks, self.source, self.task_id, values)  # all or nothing, should a value not serialize
+                # all or nothing, should a value not serialize
+                self.transfer.send(tasks, self.source, self.task_id, values)
                 return tasks
             items = ob.items
             items.append(Tuple(values, self.source, self.task_id))
             if len(items) >= self.batch_size:
-                self.flush(ob)
+                self.transfer.flush(ob)
             return tasks
         for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
             edge = rand_bits(64)
@@ -139,12 +139,12 @@ class EmitPlan:
         """One tracked tuple for ``task``: into its outbox, or through the send path."""
         ob = self.one_task[task]
         if ob is None:
-            self.send((task,), self.source, self.task_id, values, tree_ids)
+            self.transfer.send((task,), self.source, self.task_id, values, tree_ids)
             return
         items = ob.items
         items.append(Tuple(values, self.source, self.task_id, tree_ids))
         if len(items) >= self.batch_size:
-            self.flush(ob)
+            self.transfer.flush(ob)
 
 
 class _Collector:

@@ -129,7 +129,7 @@ class WorkerReceive:
                 values = self._unpack(task, src, stream, values)
                 if values is None:
                     continue
-            if len(values) != arity or (system and not all(v.__class__ is int for v in values)):
+            if len(values) != arity or (system and not _all_ints(values)):
                 malformed.append(f"task {task} from task {src} on stream {stream!r}: values {values!r:.80} do "
                                  f"not fit the stream")
                 continue
@@ -206,6 +206,14 @@ class WorkerReceive:
             f"a tuple for task {task} from {component[src]!r} (task {src}), stream "
             f"{stream!r}, could not be deserialized and was dropped: {why}",
         )
+
+
+def _all_ints(values: list[Any]) -> bool:
+    """Whether every value is an int (what system streams carry)."""
+    for value in values:
+        if value.__class__ is not int:
+            return False
+    return True
 
 
 _NO_TREES = itertools.repeat(None)

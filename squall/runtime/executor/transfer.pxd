@@ -1,5 +1,6 @@
 # Cython declarations for transfer.py (see squall/compiled.py).
 cimport cython
+from squall.api.tuple cimport StreamSource, Tuple
 
 
 @cython.final
@@ -7,3 +8,32 @@ cdef class Outbox:
     cdef public list items
     cdef public object queue
     cdef public bint single_task
+
+
+@cython.final
+cdef class RemoteOutbox:
+    cdef public object worker_index
+    cdef public list items
+    cdef public object group
+    cdef public Py_ssize_t count
+
+    cpdef void append(self, task, stream, source_task, values, tree_ids)
+
+
+@cython.final
+cdef class ExecutorTransfer:
+    cdef public str component
+    cdef public bint blocking
+    cdef public Py_ssize_t batch_size
+    cdef public dict waiting
+    cdef public list overflow
+    cdef public object room
+    cdef public frozenset local_tasks
+    cdef object _transfer, _stopping, _tracker, _serializer
+    cdef dict _outboxes
+    cdef list _outbox_list
+    cdef frozenset _remote_tasks
+
+    @cython.locals(remote=RemoteOutbox, local=Outbox, items=list, tup=Tuple)
+    cpdef void send(self, tasks, StreamSource source, source_task, list values, tree_ids=*)
+    cpdef void flush(self, ob)

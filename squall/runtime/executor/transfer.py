@@ -133,7 +133,7 @@ class ExecutorTransfer:
         self._outbox_list = [*by_queue.values(), *by_worker.values()]
         #: the tasks of this worker (whose tuples are never serialized)
         self.local_tasks = frozenset(t for t, ob in self._outboxes.items() if ob.queue is not None)
-        self._has_remote = bool(by_worker)
+        self._remote_tasks = frozenset(self._outboxes).difference(self.local_tasks)
 
     def send(self, tasks: list[int] | tuple[int, ...], source: StreamSource, source_task: int, values: list[Any],
              tree_ids: dict[int, int] | None = None) -> None:
@@ -143,25 +143,26 @@ class ExecutorTransfer:
         All or nothing: a value that cannot be serialized for another worker raises
         :class:`SerializationError` before any task gets the tuple.
         """
-        outboxes = self._outboxes
         wire = None
-        if self._has_remote and (outboxes[tasks[0]].queue is None if len(tasks) == 1
-                                 else any(outboxes[t].queue is None for t in tasks)):
+        remote_tasks = self._remote_tasks
+        if remote_tasks and (tasks[0] in remote_tasks if len(tasks) == 1 else not remote_tasks.isdisjoint(tasks)):
             wire = self.wire_values(tasks, source.stream, values)
         tup = None
         for task in tasks:
-            ob = outboxes[task]
-            if ob.queue is None:
-                ob.append(task, source.stream, source_task, wire, tree_ids)
-                if ob.count >= self.batch_size:
-                    self.flush(ob)
+            ob = self._outboxes[task]
+            if ob.__class__ is RemoteOutbox:
+                remote = ob
+                remote.append(task, source.stream, source_task, wire, tree_ids)
+                if remote.count >= self.batch_size:
+                    self.flush(remote)
                 continue
+            local = ob
             if tup is None:
                 tup = Tuple(values, source, source_task, tree_ids)
-            items = ob.items
-            items.append(tup if ob.single_task else (task, tup))
+            items = local.items
+            items.append(tup if local.single_task else (task, tup))
             if len(items) >= self.batch_size:
-                self.flush(ob)
+                self.flush(local)
 
     def send_group(self, task: int, group: Any) -> None:
         """Queue a ready group of :mod:`squall.runtime.messaging.tuple_batch` for ``task``, a task of
@@ -183,7 +184,7 @@ class ExecutorTransfer:
         try:
             return wire_values(values, self._serializer)
         except SerializationError as e:
-            remote = [t for t in tasks if self._outboxes[t].queue is None]
+            remote = [t for t in tasks if t in self._remote_tasks]
             raise SerializationError(
                 f"component {self.component!r}, stream {stream!r}: the tuple for task(s) {remote} "
                 f"in another worker cannot be serialized: {e}"

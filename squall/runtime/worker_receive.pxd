@@ -1,0 +1,16 @@
+# Cython declarations for worker_receive.py (see squall/compiled.py).
+cimport cython
+from squall.api.tuple cimport StreamSource, Tuple
+
+
+@cython.final
+cdef class WorkerReceive:
+    cdef public object index, on_full
+    cdef object _assignment, _transport, _state, _serializer
+    cdef dict _task_streams, _dispatch, _queue_tasks
+    cdef set _local_ackers
+    cdef object _spout_tasks
+
+    @cython.locals(dispatch=dict, batch=list, tup=Tuple, source=StreamSource, arity=Py_ssize_t, system=bint,
+                   barrier=bint, single=bint, target=tuple)
+    cpdef void _deliver_tuples(self, group, dict batches, list malformed)
