@@ -1,13 +1,25 @@
 """Where modules moved when Squall was laid out in layers (api, runtime, cluster, ops), and a
 finder that keeps the old paths importable.
 
-Old paths live on outside this repository: a state provider or metrics consumer named in a
-config (``"squall.state.sqlite_provider:SqliteStateProvider"``), a console script installed
-before the move (``squall.cli:main``), a pickle written by an earlier version (state saved
-through the pickle fallback names ``squall.tuple``). Importing an old path returns the module
-at its new path, the same object: it is never loaded twice, so classes compare equal and
-``isinstance`` holds. The longest old prefix wins (``squall.state.sqlite_provider`` moved to the
-runtime, the rest of ``squall.state`` to the API). New code uses the new paths.
+Old paths live on outside this repository, and these are the ones kept, each checked by
+tests/test_api.py:
+
+* **configs** name classes by module: a state provider (``topology.state.provider``:
+  ``"squall.state.sqlite_provider:SqliteStateProvider"``) or a metrics consumer
+  (``topology.metrics.consumer.register``: ``"squall.metrics2.consumer.LoggingMetricsConsumer"``);
+* **console scripts** installed before the move name ``squall.cli:main``;
+* **pickles** written by an earlier version name the module that defined each class, so every
+  public class (what ``squall`` exports, and the providers and consumers) stays at its old path
+  (state saved through the pickle fallback names ``squall.tuple``).
+
+Importing an old path returns the module at its new path, the same object: it is never loaded
+twice, so classes compare equal and ``isinstance`` holds. The longest old prefix wins
+(``squall.state.sqlite_provider`` moved to the runtime, the rest of ``squall.state`` to the API).
+Modules renamed in the same step (``squall.scheduler``, ``squall.executor.scheduler``) keep their
+old names too. Not kept: the run-time internals that left a module whose public half moved
+elsewhere (``squall.grouping`` is the API's declarations now; ``make_grouper`` and the groupers
+are :mod:`squall.runtime.grouping`, which nothing outside Squall names). New code uses the new
+paths.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ MOVED: dict[str, str] = {
     "squall.errors": "squall.api.errors",
     "squall.executor": "squall.runtime.executor",
     "squall.executor.checkpointing": "squall.runtime.state.checkpointing",
+    "squall.executor.scheduler": "squall.runtime.executor.threads",
     "squall.grouping": "squall.api.grouping",
     "squall.local_cluster": "squall.cluster.local_cluster",
     "squall.messaging": "squall.runtime.messaging",
@@ -52,6 +65,7 @@ MOVED: dict[str, str] = {
     "squall.metrics2": "squall.api.metrics2",
     "squall.metrics2.prometheus": "squall.ops.prometheus",
     "squall.registry": "squall.cluster.registry",
+    "squall.scheduler": "squall.runtime.assignment",
     "squall.serialization": "squall.runtime.serialization",
     "squall.spark": "squall.cluster.spark",
     "squall.spec": "squall.api.spec",
@@ -65,6 +79,12 @@ MOVED: dict[str, str] = {
     "squall.tuple": "squall.api.tuple",
     "squall.ui": "squall.ops.ui",
     "squall.windowing": "squall.api.windowing",
+}
+
+#: modules made after the layers out of part of another, which still binds what moved (new
+#: module -> the module it came from): pickles naming the older path keep loading
+SPLIT_FROM: dict[str, str] = {
+    "squall.api.storm_topology": "squall.api.topology",
 }
 
 

@@ -869,25 +869,65 @@ def test_topology_debug_logs_every_emit(cluster, caplog):
     assert "words" in line and "'default'" in line
 
 
-def test_the_paths_modules_had_before_the_layers_import_the_same_modules():
-    """Configs, console scripts and old pickles name modules by the paths they had before the
-    layers (squall.moved): each old path is the module at its new path, loaded once."""
+def _old_paths(module: str) -> list[str]:
+    """The paths the classes of ``module`` had before (squall.moved's MOVED and SPLIT_FROM, read
+    backwards); the module itself when it never moved."""
+    from squall.moved import MOVED, SPLIT_FROM, new_path
+
+    modules = [module, *([SPLIT_FROM[module]] if module in SPLIT_FROM else [])]
+    olds = {old + m[len(new):] for m in modules for old, new in MOVED.items() if m == new or m.startswith(new + ".")}
+    moved = {old for old in olds if new_path(old) in modules}
+    return sorted(moved | set(modules[1:])) or [module]
+
+
+def _user_nameable_classes() -> list[type]:
+    """What configs, console scripts and pickles may name: the public classes (squall's exports,
+    the state providers, the metrics consumers)."""
+    import squall
+    from squall.api.metrics2.consumer import LoggingMetricsConsumer, MetricsConsumer
+    from squall.api.state.provider import InMemoryStateProvider, StateProvider
+    from squall.runtime.state.redis_provider import RedisStateProvider
+    from squall.runtime.state.sqlite_provider import SqliteStateProvider
+
+    exported = [getattr(squall, name) for name in squall.__all__ if name != "__version__"]
+    return [*[e for e in exported if isinstance(e, type)], InMemoryStateProvider, StateProvider,
+            SqliteStateProvider, RedisStateProvider, MetricsConsumer, LoggingMetricsConsumer]
+
+
+@pytest.mark.parametrize("cls", _user_nameable_classes(), ids=lambda c: c.__name__)
+def test_every_class_users_can_name_is_at_its_path_from_before_the_layers(cls):
+    """Configs, console scripts and old pickles name classes by the module that defined them
+    before the layers (squall.moved): there, each is the class itself, unpickled too."""
     import importlib
     import pickle
 
+    for old in _old_paths(cls.__module__):
+        assert getattr(importlib.import_module(old), cls.__qualname__) is cls, old
+        assert pickle.loads(f"c{old}\n{cls.__qualname__}\n.".encode()) is cls, old  # a pickle from before
+
+
+def test_the_paths_modules_had_before_the_layers_import_the_same_modules():
+    """Each old path is the module at its new path, loaded once; config strings and console
+    scripts that name old paths work."""
+    import importlib
+
+    from squall.api.metrics2.consumer import LoggingMetricsConsumer
     from squall.api.state.provider import InMemoryStateProvider, provider_for
-    from squall.api.tuple import Fields
+    from squall.cluster.metrics_reporter import consumer_class
 
     old = importlib.import_module("squall.state.sqlite_provider")
     new = importlib.import_module("squall.runtime.state.sqlite_provider")
     assert old is new and old.__name__ == "squall.runtime.state.sqlite_provider"
     assert importlib.import_module("squall.executor.route") is importlib.import_module("squall.runtime.executor.route")
     assert importlib.import_module("squall.cli").main is importlib.import_module("squall.ops.cli").main
-    # moved down a layer since: still at its old path
+    # renamed in the same step, and moved down a layer since: still at their old paths
+    assert importlib.import_module("squall.scheduler") is importlib.import_module("squall.runtime.assignment")
+    assert (importlib.import_module("squall.executor.scheduler")
+            is importlib.import_module("squall.runtime.executor.threads"))
     assert (importlib.import_module("squall.command.spark_master")
             is importlib.import_module("squall.cluster.spark_master_url"))
     conf = {"topology.state.provider": "squall.state.provider:InMemoryStateProvider"}
     assert isinstance(provider_for(conf, "old-path"), InMemoryStateProvider)
-    assert pickle.loads(b"csquall.tuple\nFields\n.") is Fields  # a pickle written before the move
+    assert consumer_class("squall.metrics2.consumer.LoggingMetricsConsumer") is LoggingMetricsConsumer
     loaded = [m for m in sys.modules.values() if getattr(m, "__file__", None) == new.__file__]
     assert {id(m) for m in loaded} == {id(new)}
