@@ -313,7 +313,7 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
         [0, relay_task, "default", [sink_task], ["not a list"], None],  # wrong types...
         [0, relay_task, "default", [sink_task], [[1, 2]], None],        # wrong arity
         [0, relay_task, "default", [sink_task], [[7]], [[1, 2]]],       # tree ids not a map
-        [0, relay_task, "__ack_ack", [acker_task], [["id", None]], None],  # an acker fed strings
+        [0, relay_task, "__ack_fail", [acker_task], [["id"]], None],   # an acker fed strings
         [0, relay_task, "no-such-stream", [sink_task], [[7]], None],
         [0, relay_task, "default", [9999], [[7]], None],                # no such task
         [0, relay_task, "default", [sink_task], [[1]], None, "extra"],  # a field too many

@@ -4,7 +4,9 @@ forgetting of trees by rotation.
 
 ``Tree`` plays the executors' part: it builds a random tuple tree the way spouts and bolts
 anchor (a random 64-bit edge id per anchored emit, XOR-ed into the child's id and into what
-the parent reports when it is acked) and yields the messages the acker gets.
+the parent reports when it is acked) and yields the messages the acker gets: an init and acks
+(each a row of an ``__ack_batch``: Storm's ``__ack_init`` and ``__ack_ack``), fails. ``Driven``
+feeds them to an Acker one at a time and records what it tells the spouts, completions included.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import pytest
 
 from squall.runtime.ack_ledger import RoundAcks
 from squall.runtime.acker import Acker, acker_for
-from squall.api.system_ids import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT
+from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH
 
 SPOUT_TASK = 5
+INIT, ACK = "init", "ack"  # a row of an ack batch: a tree's init (with its spout task), or an ack
 
 
 class Spouts:
@@ -39,9 +42,41 @@ def spouts() -> Spouts:
     return Spouts()
 
 
+class Driven:
+    """An Acker fed one message at a time (an init or an ack as a one-row ``__ack_batch``); what
+    it tells the spouts lands in ``spouts``, each completed tree as ``(task, ACKED_BATCH, [root])``."""
+
+    def __init__(self, spouts: Spouts) -> None:
+        self.spouts = spouts
+        self.acker = Acker(spouts)
+
+    def execute(self, kind: str, values: list) -> None:
+        if kind == INIT:
+            self.batch([values[0]], [values[1]], [values[2]])
+        elif kind == ACK:
+            self.batch([values[0]], [values[1]], [-1])
+        else:
+            self.acker.execute(kind, values)
+            self._collect()
+
+    def batch(self, roots: list, vals: list, spout_tasks: list) -> None:
+        self.acker.execute(ACK_BATCH, [roots, vals, spout_tasks])
+        self._collect()
+
+    def _collect(self) -> None:
+        for task, roots in self.acker.take_completed().items():
+            self.spouts.sent.extend((task, ACKED_BATCH, [root]) for root in roots)
+
+    def rotate(self) -> None:
+        self.acker.rotate()
+
+    def __len__(self) -> int:
+        return len(self.acker)
+
+
 @pytest.fixture
-def acker(spouts) -> Acker:
-    return Acker(spouts)
+def acker(spouts) -> Driven:
+    return Driven(spouts)
 
 
 def edge(rng: random.Random) -> int:
@@ -60,7 +95,7 @@ class Tree:
         init_val = 0
         for e in children:
             init_val ^= e
-        self.init = (ACK_INIT, [self.root, init_val, spout_task])
+        self.init = (INIT, [self.root, init_val, spout_task])
         self.acks: list[tuple[str, list]] = []
         todo = list(children)
         made = len(children)
@@ -73,7 +108,7 @@ class Tree:
                 ack_val ^= e
                 todo.append(e)
                 made += 1
-            self.acks.append((ACK_ACK, [self.root, ack_val]))
+            self.acks.append((ACK, [self.root, ack_val]))
 
     def messages(self, rng: random.Random | None = None) -> list[tuple[str, list]]:
         """The init and every ack; shuffled with ``rng`` (the init may come after acks)."""
@@ -91,7 +126,7 @@ class Tree:
         return out
 
 
-def feed(acker: Acker, messages) -> None:
+def feed(acker: Driven, messages) -> None:
     for stream, values in messages:
         acker.execute(stream, values)
 
@@ -106,7 +141,7 @@ def test_a_tree_is_acked_once_only_after_its_last_message_whatever_the_order(ack
         assert spouts.sent == [], f"acked before the tree was complete: {stream}"
         assert len(acker) == 1
     acker.execute(*messages[-1])
-    assert spouts.sent == [(SPOUT_TASK, ACK_ACK, [tree.root, 0])]
+    assert spouts.sent == [(SPOUT_TASK, ACKED_BATCH, [tree.root])]
     assert len(acker) == 0
 
 
@@ -116,7 +151,7 @@ def test_acks_before_the_init_complete_the_tree_when_the_init_arrives(acker, spo
     feed(acker, tree.acks)  # every bolt acked before the spout's init reached the acker
     assert spouts.sent == [] and len(acker) == 1
     acker.execute(*tree.init)
-    assert spouts.told(ACK_ACK) == [(SPOUT_TASK, tree.root)]
+    assert spouts.told(ACKED_BATCH) == [(SPOUT_TASK, tree.root)]
     assert len(acker) == 0
 
 
@@ -130,8 +165,8 @@ def test_an_incomplete_tree_is_not_acked(acker, spouts):
 
 def test_an_init_with_value_zero_is_acked_at_once(acker, spouts):
     # XOR of no edge ids: nothing to wait for
-    acker.execute(ACK_INIT, [77, 0, 3])
-    assert spouts.sent == [(3, ACK_ACK, [77, 0])]
+    acker.execute(INIT, [77, 0, 3])
+    assert spouts.sent == [(3, ACKED_BATCH, [77])]
     assert len(acker) == 0
 
 
@@ -145,13 +180,13 @@ def test_a_failed_tuple_fails_its_tree_once_and_it_is_never_acked(acker, spouts,
     seen_init = seen_fail = False
     for stream, values in messages:
         acker.execute(stream, values)
-        seen_init |= stream == ACK_INIT
+        seen_init |= stream == INIT
         seen_fail |= stream == ACK_FAIL
         expected = [(SPOUT_TASK, ACK_FAIL, [tree.root])] if seen_init and seen_fail else []
         assert spouts.sent == expected, (stream, seen_init, seen_fail)
     # and the tree is gone, though its other acks may have come after the fail
-    feed(acker, [(ACK_ACK, [tree.root, 0])])
-    assert spouts.told(ACK_ACK) == []
+    feed(acker, [(ACK, [tree.root, 0])])
+    assert spouts.told(ACKED_BATCH) == []
 
 
 def test_a_fail_wins_over_an_xor_that_completes(acker, spouts):
@@ -164,12 +199,12 @@ def test_a_fail_wins_over_an_xor_that_completes(acker, spouts):
 
 
 def test_a_fail_reaches_the_spout_task_of_its_tree(acker, spouts):
-    acker.execute(ACK_INIT, [1, 0xABC, 11])
-    acker.execute(ACK_INIT, [2, 0xDEF, 12])
+    acker.execute(INIT, [1, 0xABC, 11])
+    acker.execute(INIT, [2, 0xDEF, 12])
     acker.execute(ACK_FAIL, [2])
     assert spouts.sent == [(12, ACK_FAIL, [2])]
-    acker.execute(ACK_ACK, [1, 0xABC])
-    assert spouts.sent[1:] == [(11, ACK_ACK, [1, 0])]
+    acker.execute(ACK, [1, 0xABC])
+    assert spouts.sent[1:] == [(11, ACKED_BATCH, [1])]
     assert len(acker) == 0
 
 
@@ -182,7 +217,7 @@ def test_a_tree_survives_one_rotation_and_completes(acker, spouts):
     acker.rotate()
     assert len(acker) == 1 and spouts.sent == []
     feed(acker, tree.acks)
-    assert spouts.told(ACK_ACK) == [(SPOUT_TASK, tree.root)]
+    assert spouts.told(ACKED_BATCH) == [(SPOUT_TASK, tree.root)]
 
 
 def test_a_tree_is_forgotten_silently_at_the_second_rotation(acker, spouts):
@@ -208,7 +243,7 @@ def test_reset_timeout_tells_the_spout_and_restarts_the_expiry(acker, spouts):
     acker.rotate()  # the second rotation since both inits: only the reset tree is left
     assert len(acker) == 1
     feed(acker, kept.acks + dropped.acks)
-    assert spouts.told(ACK_ACK) == [(SPOUT_TASK, kept.root)]
+    assert spouts.told(ACKED_BATCH) == [(SPOUT_TASK, kept.root)]
     assert 9 not in {task for task, _, _ in spouts.sent}
 
 
@@ -218,11 +253,11 @@ def test_reset_timeout_before_the_init_is_not_sent_but_keeps_the_acks(acker, spo
     acker.execute(ACK_RESET_TIMEOUT, [tree.root])  # spout task not known yet: nobody to tell
     assert spouts.sent == []
     acker.execute(*tree.init)
-    assert spouts.sent == [(SPOUT_TASK, ACK_ACK, [tree.root, 0])]
+    assert spouts.sent == [(SPOUT_TASK, ACKED_BATCH, [tree.root])]
 
 
 def test_reset_timeout_of_a_tree_that_is_gone_tells_nobody(acker, spouts):
-    acker.execute(ACK_INIT, [3, 0, SPOUT_TASK])  # acked at once
+    acker.execute(INIT, [3, 0, SPOUT_TASK])  # acked at once
     spouts.sent.clear()
     acker.execute(ACK_RESET_TIMEOUT, [3])
     assert spouts.sent == []
@@ -232,8 +267,8 @@ def test_stray_entries_from_late_acks_are_forgotten_by_rotation(acker, spouts):
     tree = Tree(random.Random(8), size=4)
     feed(acker, tree.messages())
     assert len(acker) == 0
-    acker.execute(ACK_ACK, [tree.root, 123])  # a duplicate ack after completion
-    assert len(acker) == 1 and spouts.told(ACK_ACK) == [(SPOUT_TASK, tree.root)]
+    acker.execute(ACK, [tree.root, 123])  # a duplicate ack after completion
+    assert len(acker) == 1 and spouts.told(ACKED_BATCH) == [(SPOUT_TASK, tree.root)]
     acker.rotate()
     acker.rotate()
     assert len(acker) == 0
@@ -254,7 +289,7 @@ def test_many_interleaved_trees_each_get_exactly_their_outcome(acker, spouts):
         if not queues[i]:
             queues.pop(i)
 
-    assert sorted(spouts.told(ACK_ACK)) == sorted((t.spout_task, t.root) for t in trees if t.root not in failed)
+    assert sorted(spouts.told(ACKED_BATCH)) == sorted((t.spout_task, t.root) for t in trees if t.root not in failed)
     assert sorted(spouts.told(ACK_FAIL)) == sorted((t.spout_task, t.root) for t in trees if t.root in failed)
     assert len(spouts.sent) == len(trees)  # exactly one outcome per tree
     # acks that came after their tree's fail left entries without a spout task: rotation
@@ -281,13 +316,12 @@ def play_round(messages: list[tuple[str, list]]) -> tuple[RoundAcks, list, list]
     trees completed locally."""
     acks = RoundAcks()
     for stream, values in messages:
-        if stream == ACK_INIT:
+        if stream == INIT:
             acks.init(*values)
         else:  # an ack, as collectors combine them
             acks.acks[values[0]] = acks.acks.get(values[0], 0) ^ values[1]
     to_ackers, by_spout = acks.take()
-    to_acker = [(ACK_ACK, [root, val]) if task is None else (ACK_INIT, [root, val, task])
-                for root, val, task in to_ackers]
+    to_acker = [(ACK, [root, val]) if task == -1 else (INIT, [root, val, task]) for root, val, task in to_ackers]
     completed = [(task, root) for task, roots in by_spout.items() for root in roots]
     return acks, to_acker, completed
 
@@ -312,15 +346,15 @@ def test_a_tree_split_over_rounds_and_workers_completes_once_at_its_acker(spouts
     messages = tree.messages(rng)
     cut = rng.randrange(1, len(messages))
     parts = [play_round(messages[:cut]), play_round(messages[cut:])]
-    acker = Acker(spouts)
+    acker = Driven(spouts)
     sent = [m for _, to_acker, _ in parts for m in to_acker]
     rng.shuffle(sent)
     for stream, values in sent:
         acker.execute(stream, values)
     local = [c for _, _, completed in parts for c in completed]
-    assert spouts.told(ACK_ACK) + local == [(SPOUT_TASK, tree.root)]
+    assert spouts.told(ACKED_BATCH) + local == [(SPOUT_TASK, tree.root)]
     for stream, values in sent:  # what reaches the acker is an init or an ack, never a zero ack
-        assert stream == ACK_INIT or (stream == ACK_ACK and values[1] != 0)
+        assert stream == INIT or (stream == ACK and values[1] != 0)
 
 
 def test_a_tree_with_a_failed_tuple_never_completes_in_the_round_and_its_acker_fails_it(spouts):
@@ -330,10 +364,10 @@ def test_a_tree_with_a_failed_tuple_never_completes_in_the_round_and_its_acker_f
     fail = [m for m in messages if m[0] == ACK_FAIL]
     _, to_acker, completed = play_round([m for m in messages if m[0] != ACK_FAIL])
     assert completed == []  # the failed tuple's edge is never acked: the tree cannot add up to 0
-    acker = Acker(spouts)
+    acker = Driven(spouts)
     for stream, values in [*fail, *to_acker]:  # the fail went to the acker directly, maybe first
         acker.execute(stream, values)
-    assert spouts.told(ACK_FAIL) == [(SPOUT_TASK, tree.root)] and spouts.told(ACK_ACK) == []
+    assert spouts.told(ACK_FAIL) == [(SPOUT_TASK, tree.root)] and spouts.told(ACKED_BATCH) == []
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -345,16 +379,16 @@ def test_an_ack_batch_settles_the_trees_its_messages_would(seed):
     messages = [m for tree in trees for m in tree.messages()]
     rng.shuffle(messages)
     one_by_one, batched = Spouts(), Spouts()
-    single, batching = Acker(one_by_one), Acker(batched)
+    single, batching = Driven(one_by_one), Driven(batched)
     for stream, values in messages:
         single.execute(stream, values)
     for start in range(0, len(messages), 17):  # flushes of 17 messages
-        batch: dict[int, tuple[int, int | None]] = {}
+        batch: dict[int, tuple[int, int]] = {}
         for stream, values in messages[start:start + 17]:
-            val, task = batch.get(values[0], (0, None))
-            batch[values[0]] = (val ^ values[1], values[2] if stream == ACK_INIT else task)
-        batching.execute(ACK_BATCH, [batch])
-    assert sorted(batched.told(ACK_ACK)) == sorted(one_by_one.told(ACK_ACK)) == \
+            val, task = batch.get(values[0], (0, -1))
+            batch[values[0]] = (val ^ values[1], values[2] if stream == INIT else task)
+        batching.batch(list(batch), [val for val, _ in batch.values()], [task for _, task in batch.values()])
+    assert sorted(batched.told(ACKED_BATCH)) == sorted(one_by_one.told(ACKED_BATCH)) == \
         sorted((tree.spout_task, tree.root) for tree in trees)
     assert len(single) == len(batching) == 0
 

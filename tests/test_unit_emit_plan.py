@@ -319,8 +319,8 @@ class Sent:
             if executor.component == ACKER_COMPONENT:
                 for tup in (tup for batch in batches for tup in batch):
                     assert (tup.source_task, tup.source_stream_id) == (sender, ACK_BATCH), tup
-                    for root, (val, spout_task) in tup.values[0].items():
-                        add(executor.task_ids[0], root, val, -1 if spout_task is None else spout_task)
+                    for root, val, spout_task in zip(*tup.values, strict=True):
+                        add(executor.task_ids[0], root, val, spout_task)
         for group in self.remote:
             if group.__class__ is AckBatch:
                 assert group.source_task == sender and self.world.worker_of(group.acker_task) == 1, group

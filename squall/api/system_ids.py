@@ -6,9 +6,10 @@ for the user (the live line, the UI's topology totals) leave them out unless ask
 (:func:`is_system_id`).
 
 * ``__system`` sends the tick stream ``__tick`` (field ``rate_secs``).
-* ``__acker`` tasks (:mod:`squall.runtime.acker`) receive ``__ack_init``, ``__ack_ack``, ``__ack_fail``,
-  ``__ack_reset_timeout`` and ``__ack_batch``, and send ``__ack_acked``; what executors send
-  there, and how they combine it first, is :mod:`squall.runtime.ack_ledger`.
+* ``__acker`` tasks (:mod:`squall.runtime.acker`) receive ``__ack_batch`` (inits and acks),
+  ``__ack_fail`` and ``__ack_reset_timeout``, and send ``__ack_acked`` (completed trees),
+  ``__ack_fail`` and ``__ack_reset_timeout``; what executors send there, and how they combine it
+  first, is :mod:`squall.runtime.ack_ledger`.
 * ``$checkpointspout`` (:mod:`squall.api.checkpoint_spout`) sends barriers on ``$checkpoint``; a
   restarted task asks it for a rollback on ``__checkpoint_recover``
   (:mod:`squall.runtime.state.checkpointing`), a system stream so that every component may send it.
@@ -20,13 +21,13 @@ SYSTEM_COMPONENT = "__system"
 TICK_STREAM = "__tick"
 
 ACKER_COMPONENT = "__acker"
-ACK_INIT = "__ack_init"
-ACK_ACK = "__ack_ack"
+# One tree each (Storm's streams of the same names):
 ACK_FAIL = "__ack_fail"
 ACK_RESET_TIMEOUT = "__ack_reset_timeout"
-# Many of these in one tuple (between workers they travel as the typed AckBatch and
-# CompletedBatch of squall.runtime.messaging.tuple_batch, which the receive path turns into these):
-# to an acker, {root: (ack-val, spout task or None)}: inits (with their spout task) and acks;
+# Many trees in one tuple, as columns (between workers the same columns travel as the typed
+# AckBatch and CompletedBatch of squall.runtime.messaging.tuple_batch); Storm's __ack_init and
+# __ack_ack, one tree a tuple, are rows of these:
+# to an acker, [roots], [vals], [spout task of an init, -1 for an ack] (see squall.runtime.acker);
 ACK_BATCH = "__ack_batch"
 # to a spout task, [root, ...]: the trees that completed.
 ACKED_BATCH = "__ack_acked"
@@ -37,12 +38,10 @@ CHECKPOINT_RECOVER = "__checkpoint_recover"
 
 #: the fields of the system streams every executor may send on (see squall.api.tuple.system_sources)
 SYSTEM_STREAM_FIELDS: dict[str, tuple[str, ...]] = {
-    ACK_INIT: ("id", "init-val", "spout-task"),
-    ACK_ACK: ("id", "ack-val"),
     ACK_FAIL: ("id",),
     ACK_RESET_TIMEOUT: ("id",),
     CHECKPOINT_RECOVER: ("task",),
-    ACK_BATCH: ("acks",),
+    ACK_BATCH: ("roots", "vals", "spout-tasks"),
     ACKED_BATCH: ("ids",),
 }
 

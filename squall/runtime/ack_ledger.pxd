@@ -15,6 +15,7 @@ cdef class AckLedger:
     cdef public dict pending
     cdef public dict foreign
     cdef public object held
+    cdef public dict prepared
     cdef public RoundAcks round
     cdef public list acker_tasks
     cdef object _transfer

@@ -8,12 +8,16 @@ Storm's executors send one message per tuple to the acker. Squall's combine them
 * **rounds**: the executors sharing a worker's cooperative thread combine theirs in one
   :class:`RoundAcks` until the end of the thread's round, so that a tree whose init and acks all
   meet there completes without its acker;
-* **held acks**: a stateful bolt's acks wait for its state's commit (``held``, managed by
-  :mod:`squall.runtime.state.checkpointing`);
+* **held acks**: a stateful bolt's acks wait for its state's commit (``held``, then
+  ``prepared``; :mod:`squall.runtime.state.checkpointing` calls :meth:`AckLedger.prepare`,
+  :meth:`AckLedger.commit_prepared` and :meth:`AckLedger.fail_held` as its barriers pass);
 * **routing and encoding**: what is left goes to each tree's acker task (:func:`acker_for`),
-  one batch per acker task and flush: an ``ACK_BATCH`` tuple to an acker of this worker, a typed
+  one batch per acker task and flush, of one shape, three columns (roots, values, the spout task
+  of an init or -1 for an ack): an ``ACK_BATCH`` tuple to an acker of this worker, a typed
   :class:`~squall.runtime.messaging.tuple_batch.AckBatch` to another worker's. Fails and timeout resets
   go at once, one message per tree (a failed edge is never acked, so combining gains nothing).
+
+No other module XORs edge ids into acks or builds a message for an acker.
 
 The acker's side (what it does with all this) is :mod:`squall.runtime.acker`.
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from squall.api.system_ids import ACK_BATCH, ACK_INIT, ACKED_BATCH
+from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACKED_BATCH
 from squall.runtime.acker import acker_for
 from squall.runtime.messaging.tuple_batch import AckBatch
 
@@ -67,21 +71,21 @@ class RoundAcks:
         self.inits: dict[int, int] = {}  # root id -> spout task, for the inits among them
 
     def init(self, root: int, val: int, spout_task: int) -> None:
-        """A spout task's init of tree ``root`` (what ACK_INIT would carry)."""
+        """A spout task's init of tree ``root`` (a row of an ack batch, Storm's ``__ack_init``)."""
         self.acks[root] = self.acks.get(root, 0) ^ val
         self.inits[root] = spout_task
 
-    def take(self) -> tuple[list[tuple[int, int, int | None]], dict[int, list[int]]]:
-        """Empty the round: ``(root, value, spout task or None)`` inits and acks for the ackers,
+    def take(self) -> tuple[list[tuple[int, int, int]], dict[int, list[int]]]:
+        """Empty the round: ``(root, value, spout task or -1)`` inits and acks for the ackers,
         and per spout task the roots of the trees that completed here."""
-        to_ackers: list[tuple[int, int, int | None]] = []
+        to_ackers: list[tuple[int, int, int]] = []
         completed: dict[int, list[int]] = {}
         inits = self.inits
         for root, val in self.acks.items():
             task = inits.pop(root, None)
             if task is None:
                 if val:  # acks that cancel out would not change the acker's value
-                    to_ackers.append((root, val, None))
+                    to_ackers.append((root, val, -1))
             elif val:
                 to_ackers.append((root, val, task))
             else:
@@ -98,7 +102,7 @@ class AckLedger:
     its commits.
     """
 
-    __slots__ = ("pending", "foreign", "held", "round", "acker_tasks", "_transfer", "_sources", "_task")
+    __slots__ = ("pending", "foreign", "held", "prepared", "round", "acker_tasks", "_transfer", "_sources", "_task")
 
     def __init__(self, acker_tasks: list[int], transfer: ExecutorTransfer, sources: dict[str, StreamSource],
                  task: int, held: bool) -> None:
@@ -110,6 +114,8 @@ class AckLedger:
         #: a stateful bolt's acks of trees of plain spouts, held until its state is committed
         #: (see squall.runtime.state.checkpointing); None: acks are sent as they are flushed
         self.held: dict[int, int] | None = {} if held else None
+        #: the held acks of the state being prepared, sent once it is committed
+        self.prepared: dict[int, int] = {}
         #: the round the executor's inits and acks join, or None
         self.round: RoundAcks | None = None
         self._transfer = transfer
@@ -137,7 +143,7 @@ class AckLedger:
     def init(self, root: int, val: int, spout_task: int) -> None:
         """A spout task's new tree ``root``: into the round, or to its acker now."""
         if self.round is None:
-            self.to_acker(root, ACK_INIT, [root, val, spout_task])
+            self.send([(root, val, spout_task)])
         else:
             self.round.init(root, val, spout_task)
 
@@ -153,12 +159,12 @@ class AckLedger:
         if not acks:
             return
         held = self.held
-        out: list[tuple[int, int, int | None]] = []
+        out: list[tuple[int, int, int]] = []
         for root, val in acks.items():
             if not val:
                 continue  # acks that cancel out would not change the acker's value
             if held is None or root & UNHELD_ROOT_BIT:
-                out.append((root, val, None))
+                out.append((root, val, -1))
             else:
                 held[root] = held.get(root, 0) ^ val
         acks.clear()
@@ -176,23 +182,53 @@ class AckLedger:
         for spout_task, roots in completed.items():
             self._transfer.send((spout_task,), source, me, [roots])
 
-    def send(self, acks: list[tuple[int, int, int | None]]) -> None:
-        """Send ``(root, value, spout task or None)`` inits and acks to the trees' ackers, one
-        batch per acker task: to an acker task of this worker as one ACK_BATCH tuple, to another
-        worker's as one AckBatch group."""
+    def send(self, acks: list[tuple[int, int, int]]) -> None:
+        """Send ``(root, value, spout task or -1)`` inits and acks (one per tree) to the trees'
+        ackers, one batch of three columns per acker task: to an acker task of this worker as one
+        ACK_BATCH tuple, to another worker's as one AckBatch group."""
         acker_tasks = self.acker_tasks
-        batches: dict[int, dict[int, tuple[int, int | None]]] = {}
+        batches: dict[int, list[list[int]]] = {}
         for root, val, spout_task in acks:
             task = acker_tasks[root % len(acker_tasks)]  # acker_for, inlined
-            batch = batches.get(task)
-            if batch is None:
-                batch = batches[task] = {}
-            batch[root] = (val, spout_task)
+            columns = batches.get(task)
+            if columns is None:
+                columns = batches[task] = [[], [], []]
+            columns[0].append(root)
+            columns[1].append(val)
+            columns[2].append(spout_task)
         transfer, source, me = self._transfer, self._sources[ACK_BATCH], self._task
-        for task, batch in batches.items():
+        for task, columns in batches.items():
             if task in transfer.local_tasks:
-                transfer.send((task,), source, me, [batch])
+                transfer.send((task,), source, me, columns)
             else:
-                transfer.send_group(task, AckBatch(
-                    me, task, list(batch), [val for val, _ in batch.values()],
-                    [-1 if spout_task is None else spout_task for _, spout_task in batch.values()]))
+                transfer.send_group(task, AckBatch(me, task, *columns))
+
+    def ack_now(self, tup: Tuple) -> None:
+        """Ack ``tup`` straight to its ackers, past any round or holding (a checkpoint barrier)."""
+        self.send([(root, edge ^ tup.ack_val, -1) for root, edge in tup.tree_ids.items()])
+
+    def fail_now(self, tup: Tuple) -> None:
+        """Fail every tree ``tup`` belongs to, at once."""
+        for root in tup.tree_ids:
+            self.to_acker(root, ACK_FAIL, [root])
+
+    # -- a stateful bolt's held acks (squall.runtime.state.checkpointing) ----------------------
+
+    def prepare(self) -> None:
+        """The state is being prepared: the acks held so far (flushed first) wait for its commit."""
+        prepared = self.prepared
+        for root, val in self.held.items():
+            prepared[root] = prepared.get(root, 0) ^ val
+        self.held.clear()
+
+    def commit_prepared(self) -> None:
+        """The prepared state is committed: what its acks' tuples did is in it; send them."""
+        self.send([(root, val, -1) for root, val in self.prepared.items() if val])
+        self.prepared.clear()
+
+    def fail_held(self) -> None:
+        """The state rolls back: every tree with a held or prepared ack fails (its spout replays)."""
+        for root in {*self.held, *self.prepared}:
+            self.to_acker(root, ACK_FAIL, [root])
+        self.held.clear()
+        self.prepared.clear()

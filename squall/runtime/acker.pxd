@@ -1,5 +1,6 @@
 # Cython declarations for acker.py (see squall/compiled.py).
 cimport cython
+from squall.utils.rotating_map cimport RotatingMap
 
 
 @cython.final
@@ -9,3 +10,24 @@ cdef class RootIds:
     cdef public object high_bit
 
     cpdef object new(self)
+
+
+@cython.final
+cdef class _Entry:
+    cdef public object val
+    cdef public long long spout_task
+    cdef public bint failed
+
+
+@cython.final
+cdef class Acker:
+    cdef object _send
+    cdef RotatingMap _pending
+    cdef public dict completed
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef void update_many(self, list roots, list vals, list spout_tasks)
+    cpdef void update(self, root, val, long long spout_task)
+    cdef _Entry _entry(self, root)
+    @cython.locals(roots=list)
+    cdef void _settle(self, root, _Entry entry)

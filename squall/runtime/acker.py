@@ -1,20 +1,22 @@
 """The acker: tracks every spout tuple's tree with one 64-bit XOR (Storm's ``Acker``).
 
-Streams (all on component ``__acker`` or towards it; their ids are in :mod:`squall.api.system_ids`):
+What comes in (streams towards component ``__acker``; their ids are in :mod:`squall.api.system_ids`):
 
-* ``__ack_init`` (id, init-val, spout-task) from a spout that emitted a tracked tuple;
-* ``__ack_ack`` (id, ack-val) from a bolt acking a tuple of tree ``id``;
-* ``__ack_fail`` (id) from a bolt failing one;
+* ``__ack_batch`` (roots, vals, spout-tasks): three columns; ``vals[i]`` is XOR-ed into tree
+  ``roots[i]``, and ``spout_tasks[i]`` is the spout task of an init (the tree's new edges), -1
+  for an ack. Every executor sends its inits and acks so, combined per tree
+  (:mod:`squall.runtime.ack_ledger`): as one tuple to an acker of its own worker, as a typed
+  ``AckBatch`` with the same columns to another worker's;
+* ``__ack_fail`` (id) from a bolt failing a tuple of tree ``id``;
 * ``__ack_reset_timeout`` (id) from a bolt asking for more time.
 
 For each tree the acker keeps ``val`` = XOR of every edge id seen so far. Every edge id
 is XOR-ed in twice (once when the tuple is created, once when it is acked), so ``val``
-returns to 0 exactly when the whole tree is processed; the acker then tells the spout
-task on its ``__ack_ack`` stream. A failed tree is reported on ``__ack_fail``. Memory per
-tree is constant whatever its size. Trees are forgotten after 2 timeout periods (the
-spout fails them on its own clock).
-
-What executors send here, and how they combine it first, is :mod:`squall.runtime.ack_ledger`.
+returns to 0 exactly when the whole tree is processed. What goes out: the completed trees per
+spout task (:meth:`Acker.take_completed`, one ``__ack_acked`` batch per spout task), a failed
+tree on ``__ack_fail``, a reset on ``__ack_reset_timeout``. Memory per tree is constant
+whatever its size. Trees are forgotten after 2 timeout periods (the spout fails them on its own
+clock).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from squall.api.system_ids import ACK_ACK, ACK_BATCH, ACK_FAIL, ACK_INIT, ACK_RESET_TIMEOUT
+from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACK_RESET_TIMEOUT
 from squall.utils.rand import rand_bits
 from squall.utils.rotating_map import RotatingMap
 
@@ -68,62 +70,85 @@ class _Entry:
 
     def __init__(self) -> None:
         self.val = 0
-        self.spout_task: int | None = None
+        self.spout_task = -1  # not known until the init arrives
         self.failed = False
 
 
 class Acker:
-    """The acker task's logic. ``send(task, stream, values)`` reaches spout tasks."""
+    """The acker task's logic. ``send(task, stream, values)`` tells a spout task of a failed
+    tree or a timeout reset; completed trees gather in :attr:`completed` until taken."""
 
     def __init__(self, send: Callable[[int, str, list[Any]], None]) -> None:
         self._send = send
         self._pending = RotatingMap(2)
+        #: spout task -> the roots of its trees completed since :meth:`take_completed`
+        self.completed: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
 
     def execute(self, stream: str, values: list[Any]) -> None:
-        if stream == ACK_ACK:
-            self.update(values[0], values[1], None)
-        elif stream == ACK_INIT:
-            self.update(values[0], values[1], values[2])
-        elif stream == ACK_BATCH:
-            update = self.update
-            for root, (val, spout_task) in values[0].items():
-                update(root, val, spout_task)
+        """One tuple of a stream towards the acker (see the module's docstring)."""
+        if stream == ACK_BATCH:
+            self.update_many(values[0], values[1], values[2])
+        elif stream == ACK_FAIL:
+            self.fail(values[0])
+        elif stream == ACK_RESET_TIMEOUT:
+            self.reset_timeout(values[0])
         else:
-            root = values[0]
-            entry = self._pending.get(root)
-            if entry is None:
-                entry = self._pending.put(root, _Entry())
-            if stream == ACK_FAIL:
-                entry.failed = True
-                self._settle(root, entry)
-            elif stream == ACK_RESET_TIMEOUT:
-                self._pending.touch(root)
-                if entry.spout_task is not None:
-                    self._send(entry.spout_task, ACK_RESET_TIMEOUT, [root])
+            raise ValueError(f"the acker takes no stream {stream!r}")
 
-    def update(self, root: int, val: int, spout_task: int | None) -> None:
-        """XOR ``val`` into tree ``root``'s value: an init (with its ``spout_task``) or an ack."""
-        entry = self._pending.get(root)
-        if entry is None:
-            entry = self._pending.put(root, _Entry())
+    def update_many(self, roots: list[int], vals: list[int], spout_tasks: list[int]) -> None:
+        """:meth:`update` for each row of the three columns (the fold of an ack batch)."""
+        for i in range(len(roots)):
+            self.update(roots[i], vals[i], spout_tasks[i])
+
+    def update(self, root: int, val: int, spout_task: int) -> None:
+        """XOR ``val`` into tree ``root``'s value: an init (with its ``spout_task``) or an ack
+        (``spout_task`` -1)."""
+        entry = self._entry(root)
         entry.val ^= val
-        if spout_task is not None:
+        if spout_task >= 0:
             entry.spout_task = spout_task
         self._settle(root, entry)
 
+    def fail(self, root: int) -> None:
+        """A tuple of tree ``root`` failed: the tree fails (once its init is known)."""
+        entry = self._entry(root)
+        entry.failed = True
+        self._settle(root, entry)
+
+    def reset_timeout(self, root: int) -> None:
+        """Restart tree ``root``'s expiry, and tell its spout task (once known) to do the same."""
+        entry = self._entry(root)
+        self._pending.touch(root)
+        if entry.spout_task >= 0:
+            self._send(entry.spout_task, ACK_RESET_TIMEOUT, [root])
+
+    def take_completed(self) -> dict[int, list[int]]:
+        """The completed trees' roots per spout task since the last call."""
+        completed, self.completed = self.completed, {}
+        return completed
+
+    def _entry(self, root: int) -> _Entry:
+        entry = self._pending.get(root)
+        if entry is None:
+            entry = self._pending.put(root, _Entry())
+        return entry
+
     def _settle(self, root: int, entry: _Entry) -> None:
         """Tell the spout task of a tree that failed or completed."""
-        if entry.spout_task is None:
+        if entry.spout_task < 0:
             return  # init not seen yet: acks from bolts can overtake it
         if entry.failed:
             self._pending.pop(root)
             self._send(entry.spout_task, ACK_FAIL, [root])
         elif entry.val == 0:
             self._pending.pop(root)
-            self._send(entry.spout_task, ACK_ACK, [root, 0])
+            roots = self.completed.get(entry.spout_task)
+            if roots is None:
+                roots = self.completed[entry.spout_task] = []
+            roots.append(root)
 
     def rotate(self) -> None:
         """Forget trees older than two timeout periods."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from squall.api.system_ids import ACK_ACK, ACKED_BATCH
+from squall.api.system_ids import ACKED_BATCH
 from squall.runtime.acker import Acker
 from squall.runtime.executor.bolt_executor import BoltExecutor
 from squall.runtime.executor.executor import Control
@@ -19,24 +19,12 @@ class AckerExecutor(BoltExecutor):
     kind = "acker"
 
     def setup(self) -> None:
-        # spout task -> the trees of it that completed in the batch being processed: told
-        # at the batch's end in one ACKED_BATCH tuple, or one CompletedBatch to another worker
-        self._completed: dict[int, list[int]] = {}
         self.ackers = {task: Acker(self._sender(task)) for task in self.task_ids}
 
     def _sender(self, task: int) -> Callable[[int, str, list[Any]], None]:
-        sources, completed = self.system_sources, self._completed
-
-        def send(target: int, stream: str, values: list[Any]) -> None:
-            if stream == ACK_ACK:
-                roots = completed.get(target)
-                if roots is None:
-                    roots = completed[target] = []
-                roots.append(values[0])
-            else:
-                self.send((target,), sources[stream], task, values)
-
-        return send
+        """What acker task ``task`` tells a spout task one tree at a time (fails, resets)."""
+        sources = self.system_sources
+        return lambda target, stream, values: self.send((target,), sources[stream], task, values)
 
     def teardown(self) -> None:
         pass
@@ -52,11 +40,14 @@ class AckerExecutor(BoltExecutor):
         ackers = self.ackers
         for task, tup in self.pairs(batch):
             ackers[task].execute(tup.stream_source.stream, tup.values)
-        if self._completed:
-            source, me, local = self.system_sources[ACKED_BATCH], self.task_ids[0], self.transfer.local_tasks
-            for target, roots in self._completed.items():
+        # each spout task hears of its trees completed in the batch at the batch's end: one
+        # ACKED_BATCH tuple, or one CompletedBatch to another worker
+        source, local = self.system_sources[ACKED_BATCH], self.transfer.local_tasks
+        for task, acker in ackers.items():
+            if not acker.completed:
+                continue
+            for target, roots in acker.take_completed().items():
                 if target in local:
-                    self.send((target,), source, me, [roots])
+                    self.send((target,), source, task, [roots])
                 else:
-                    self.transfer.send_group(target, CompletedBatch(me, target, roots))
-            self._completed.clear()
+                    self.transfer.send_group(target, CompletedBatch(task, target, roots))

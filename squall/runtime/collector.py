@@ -21,7 +21,7 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any, Protocol
 
 from squall.api.errors import EmitError, invalid_emit
-from squall.api.system_ids import ACK_FAIL, ACK_RESET_TIMEOUT
+from squall.api.system_ids import ACK_RESET_TIMEOUT
 from squall.api.tuple import Tuple
 from squall.runtime.ack_ledger import combine_ack
 from squall.runtime.acker import RootIds
@@ -364,17 +364,14 @@ class OutputCollector(_Collector):
         self._stats.record_ack(tup)
 
     def _fail(self, tup: Tuple) -> None:
-        self._tell_ackers(tup, ACK_FAIL)
+        if tup.tree_ids and self._acker_tasks:
+            self._acks.fail_now(tup)
         self._stats.record_fail(tup)
 
     def _reset_timeout(self, tup: Tuple) -> None:
-        self._tell_ackers(tup, ACK_RESET_TIMEOUT)
-
-    def _tell_ackers(self, tup: Tuple, stream: str) -> None:
-        """Send ``[root]`` on ``stream`` to the acker of every tree ``tup`` belongs to."""
         if tup.tree_ids and self._acker_tasks:
             for root in tup.tree_ids:
-                self._acks.to_acker(root, stream, [root])
+                self._acks.to_acker(root, ACK_RESET_TIMEOUT, [root])
 
 
 class BasicOutputCollector:

@@ -171,8 +171,7 @@ class WorkerReceive:
                     or not all(t == -1 or t in self._spout_tasks for t in group.spout_tasks)):
                 malformed.append(f"an ack batch from task {src} for task {task} does not fit this worker's ackers")
                 return
-            values = [{root: (val, None if spout_task == -1 else spout_task)
-                       for root, val, spout_task in zip(group.roots, group.vals, group.spout_tasks)}]
+            values = [group.roots, group.vals, group.spout_tasks]  # the columns as they came
         else:
             task, stream = group.spout_task, ACKED_BATCH
             if task not in self._dispatch or task not in self._spout_tasks:

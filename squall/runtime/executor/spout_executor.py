@@ -19,7 +19,7 @@ from squall.api.checkpoint_spout import MARK
 from squall.api.config import Config
 from squall.api.stateful import StatefulComponent
 from squall.api.system_ids import (
-    ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM,
+    ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM,
 )
 from squall.runtime.ack_ledger import UNHELD_ROOT_BIT, RoundAcks
 from squall.runtime.assignment import ExecutorAssignment
@@ -34,7 +34,7 @@ log = logging.getLogger("squall.executor")
 
 # An active spout that emitted nothing is called again this soon (Storm's sleep wait strategy).
 _IDLE_SPOUT_SECS = 0.001
-_ACKER_STREAMS = frozenset({ACK_ACK, ACK_FAIL, ACK_RESET_TIMEOUT})
+_ACKER_STREAMS = frozenset({ACK_FAIL, ACK_RESET_TIMEOUT})
 
 
 class SpoutExecutor(Executor):
@@ -279,8 +279,8 @@ class SpoutExecutor(Executor):
                     self._checkpoint_input(task, tup)
                 elif stream == ACK_RESET_TIMEOUT:
                     self._pending[task].touch(tup.values[0])
-                else:
-                    self._pending[task].settle(tup.values[0], stream == ACK_ACK)
+                else:  # ACK_FAIL
+                    self._pending[task].settle(tup.values[0], False)
         self._run_settle_now()
         self.flush_all()  # replays emitted from fail()
         if self._tracker is not None and done:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from squall.api.checkpoint_spout import COMMIT, MARK, PREPARE, RECOVERY_ACTIONS
 from squall.api.state.key_value_state import KeyValueState
 from squall.api.state.provider import provider_for
-from squall.api.system_ids import ACK_ACK, ACK_FAIL, CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM
+from squall.api.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM
 from squall.api.tuple import Tuple
 from squall.runtime.serialization import Serializer
 
@@ -131,9 +131,8 @@ class Checkpointing:
         self._buffer: list[tuple[int, Tuple]] = []  # (task, tuple) that came after it on their channel
         #: whether an INITSTATE or ROLLBACK reached the executor since its worker started
         self.recovered = False
-        # a stateful bolt's acks of trees of plain spouts: held until the state is committed
-        self._prepared_acks: dict[int, int] = {}
-        self._prepared_txid: int | None = None  # the PREPARE they were moved aside at
+        # the PREPARE a stateful bolt's held acks were moved aside at (squall.runtime.ack_ledger)
+        self._prepared_txid: int | None = None
         self._checkpoint_task = assignment.component_tasks[CHECKPOINT_COMPONENT][0]
         self._upstream = upstream
         # (task, spout task) -> marker id -> (its copies so far, the tasks they came from)
@@ -278,38 +277,28 @@ class Checkpointing:
             return False
         if self.states is not None and not self.states.act(tasks, txid, action):
             return False
-        held = ex.acks.held
-        if held is None:
+        if ex.acks.held is None:
             return True
         if action == PREPARE:
             ex.flush_all()  # the acks of tuples before the barrier join the held ones
-            for root, val in held.items():
-                self._prepared_acks[root] = self._prepared_acks.get(root, 0) ^ val
-            held.clear()
+            ex.acks.prepare()
             self._prepared_txid = txid
         elif action == COMMIT or self._prepared_txid is not None and txid is not None and txid >= self._prepared_txid:
             # committed: what the prepared acks' tuples did is in the committed state (also when
             # a recovery to that txid superseded its COMMIT)
-            for root, val in self._prepared_acks.items():
-                if val:
-                    ex.acks.to_acker(root, ACK_ACK, [root, val])
-            self._prepared_acks.clear()
+            ex.acks.commit_prepared()
             self._prepared_txid = None
         if action in RECOVERY_ACTIONS:  # the updates since are rolled back: the trees fail, spouts replay
             ex.flush_all()
-            for root in {*held, *self._prepared_acks}:
-                ex.acks.to_acker(root, ACK_FAIL, [root])
-            held.clear()
-            self._prepared_acks.clear()
+            ex.acks.fail_held()
             self._prepared_txid = None
         return True
 
     def _settle(self, barriers: list[Tuple], ok: bool) -> None:
         """Ack (or fail) ``barriers`` straight to their acker: never held with the data's."""
-        ex = self._executor
+        acks = self._executor.acks
         for tup in barriers:
-            for root, edge in tup.tree_ids.items():
-                if ok:
-                    ex.acks.to_acker(root, ACK_ACK, [root, edge ^ tup.ack_val])
-                else:
-                    ex.acks.to_acker(root, ACK_FAIL, [root])
+            if ok:
+                acks.ack_now(tup)
+            else:
+                acks.fail_now(tup)
