@@ -50,6 +50,7 @@ DATA_PATH_MODULES: tuple[str, ...] = (
     "squall.runtime.executor.pending_trees",
     "squall.runtime.collector",
     "squall.runtime.executor.route",
+    "squall.runtime.messaging.wire_values",
     "squall.runtime.executor.inflight",
     "squall.runtime.executor.transfer",
     "squall.runtime.executor.executor",

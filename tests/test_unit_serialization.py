@@ -15,6 +15,7 @@ from squall.api.errors import EmitError, SerializationError
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.schema import MalformedMessage
 from squall.runtime.messaging.tuple_batch import TupleGroup
+from squall.runtime.messaging.wire_values import wire_values
 from squall.runtime.serialization import Serializer
 
 BIG = 2**200
@@ -110,7 +111,7 @@ def same(a, b) -> bool:
 
 def wire(values: list, serializer: Serializer | None = None) -> list | bytes:
     """``values`` as they leave the emitting worker."""
-    return tuple_batch.wire_values(values, serializer or Serializer())
+    return wire_values(values, serializer or Serializer())
 
 
 def arrived(data: list | bytes, receiver: Serializer) -> list:

@@ -76,9 +76,10 @@ class EmitPlan:
     starts: no stream lookup, no anchor list, and a tuple for a one-task executor of this
     worker goes straight into its outbox (the rest through ``ExecutorTransfer.send``).
 
-    :meth:`emit` is an emit untracked or anchored to one tracked tuple; anything else (several
-    anchors, direct emits) goes through the collector's general path. Used from the emitting
-    executor's thread, or holding its lock.
+    :meth:`emit` is an emit untracked or anchored to one tracked tuple, :meth:`emit_tree` a
+    spout's tracked emit (the root of a new tree); several anchors and direct emits go through
+    the collector's :meth:`OutputCollector.emit_anchored`. Used from the emitting executor's
+    thread, or holding its lock.
     """
 
     __slots__ = ("route", "source", "arity", "choose", "grouper", "transfer", "task_id", "one_task", "batch_size")

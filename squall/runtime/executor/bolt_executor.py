@@ -180,8 +180,6 @@ class BoltExecutor(Executor):
                 failed += 1
                 self._execute_failed(task, tup, e)
                 continue
-            if pending_acks is not None and (ids := tup.tree_ids):
-                ack_val = tup.ack_val  # the auto-ack: combine_ack, inlined
-                for root, edge in ids.items():
-                    pending_acks[root] = pending_acks.get(root, 0) ^ edge ^ ack_val
+            if pending_acks is not None and tup.tree_ids:
+                combine_ack(pending_acks, tup)  # the auto-ack
         self.stats.acked += len(batch) - failed

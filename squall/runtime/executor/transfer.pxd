@@ -1,6 +1,7 @@
 # Cython declarations for transfer.py (see squall/compiled.py).
 cimport cython
 from squall.api.tuple cimport StreamSource, Tuple
+from squall.runtime.messaging.wire_values cimport wire_values
 
 
 @cython.final
@@ -14,10 +15,14 @@ cdef class Outbox:
 cdef class RemoteOutbox:
     cdef public object worker_index
     cdef public list items
-    cdef public object group
     cdef public Py_ssize_t count
+    cdef str _stream
+    cdef long long _source_task
+    cdef bint _tracked
+    cdef list _tasks, _values, _tree_ids
 
-    cpdef void append(self, task, stream, source_task, values, tree_ids)
+    cpdef void append(self, task, str stream, long long source_task, values, tree_ids)
+    cdef void _open(self, long long source_task, str stream, bint tracked)
 
 
 @cython.final

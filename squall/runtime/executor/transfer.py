@@ -36,7 +36,8 @@ from squall.api.config import Config
 from squall.api.errors import SerializationError
 from squall.api.tuple import StreamSource, Tuple
 from squall.runtime.executor.worker_context import WorkerContext
-from squall.runtime.messaging.tuple_batch import TupleGroup, wire_values
+from squall.runtime.messaging.tuple_batch import TupleGroup
+from squall.runtime.messaging.wire_values import wire_values
 from squall.runtime.serialization import Serializer
 
 # How long a blocked send path waits before it looks at its stop flag again.
@@ -57,39 +58,52 @@ class Outbox:
 
 class RemoteOutbox:
     """Groups gathered for another worker (see :mod:`squall.runtime.messaging.tuple_batch`);
-    ``count`` tuples or batches in all."""
+    ``count`` tuples or batches in all. The open group's columns are kept here, so that a tuple
+    joining it costs three list appends."""
 
-    __slots__ = ("worker_index", "items", "group", "count")
+    __slots__ = ("worker_index", "items", "count", "_stream", "_source_task", "_tracked", "_tasks", "_values",
+                 "_tree_ids")
     queue = None
 
     def __init__(self, worker_index: int) -> None:
         self.worker_index = worker_index
         self.items: list[Any] = []
-        self.group: TupleGroup | None = None  # the group the next tuple may join
         self.count = 0
+        self._stream: str | None = None  # the open group's stream; None: no group is open
+        self._source_task = -1
+        self._tracked = False
+        self._tasks: list[int] = []
+        self._values: list[Any] = []
+        self._tree_ids: list[dict[int, int]] | None = None
 
     def append(self, task: int, stream: str, source_task: int, values: list[Any] | bytes,
                tree_ids: dict[int, int] | None) -> None:
-        group = self.group
-        if (group is None or group.source_task != source_task or group.stream != stream
-                or (group.tree_ids is None) != (tree_ids is None)):
-            group = self.group = TupleGroup(source_task, stream, [], [], None if tree_ids is None else [])
-            self.items.append(group)
-        group.tasks.append(task)
-        group.values.append(values)
-        if tree_ids is not None:
-            group.tree_ids.append(tree_ids)
+        tracked = tree_ids is not None
+        if self._stream is None or self._stream != stream or self._source_task != source_task \
+                or self._tracked != tracked:
+            self._open(source_task, stream, tracked)
+        self._tasks.append(task)
+        self._values.append(values)
+        if tracked:
+            self._tree_ids.append(tree_ids)
         self.count += 1
+
+    def _open(self, source_task: int, stream: str, tracked: bool) -> None:
+        """A new group, for the tuples of ``source_task`` on ``stream`` that follow."""
+        self._stream, self._source_task, self._tracked = stream, source_task, tracked
+        self._tasks, self._values = [], []
+        self._tree_ids = [] if tracked else None
+        self.items.append(TupleGroup(source_task, stream, self._tasks, self._values, self._tree_ids))
 
     def append_group(self, group: Any) -> None:
         """A ready group (an ack or completion batch); the tuples after it start a new one."""
         self.items.append(group)
-        self.group = None
+        self._stream = None
         self.count += 1
 
     def take(self) -> tuple[list[Any], int]:
         items, count = self.items, self.count
-        self.items, self.group, self.count = [], None, 0
+        self.items, self.count, self._stream = [], 0, None
         return items, count
 
 
@@ -146,7 +160,7 @@ class ExecutorTransfer:
         wire = None
         remote_tasks = self._remote_tasks
         if remote_tasks and (tasks[0] in remote_tasks if len(tasks) == 1 else not remote_tasks.isdisjoint(tasks)):
-            wire = self.wire_values(tasks, source.stream, values)
+            wire = self._wire(tasks, source.stream, values)
         tup = None
         for task in tasks:
             ob = self._outboxes[task]
@@ -178,7 +192,7 @@ class ExecutorTransfer:
         tuples, as :meth:`send` does."""
         return dict(self._outboxes)
 
-    def wire_values(self, tasks: list[int] | tuple[int, ...], stream: str, values: list[Any]) -> list[Any] | bytes:
+    def _wire(self, tasks: list[int] | tuple[int, ...], stream: str, values: list[Any]) -> list[Any] | bytes:
         """``values`` as they travel to other workers (see :mod:`squall.runtime.messaging.tuple_batch`):
         checked now, so that a value that cannot be serialized fails the emit."""
         try:

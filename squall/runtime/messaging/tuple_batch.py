@@ -8,7 +8,8 @@ rejected whole with :class:`~squall.runtime.messaging.schema.MalformedMessage`. 
 * :class:`TupleGroup`: consecutive tuples of one source task on one stream, column by
   column: the target task, the values and (for tracked tuples) the tree ids of each. A
   tuple's values are a list of plain values (None, bool, int within 64 bits, float, str),
-  checked at emit; any other value list was packed at emit by the topology's
+  checked at emit (:mod:`squall.runtime.messaging.wire_values`); any other value list was packed
+  at emit by the topology's
   :class:`~squall.runtime.serialization.Serializer` and travels as bytes, decoded by the receiver one
   tuple at a time (so a value it cannot rebuild is blamed on its own tuple);
 * :class:`AckBatch`: an executor's inits and acks for one acker task since its last flush
@@ -26,9 +27,7 @@ from typing import Annotated, Any, Union
 
 import msgspec
 
-from squall.api.errors import SerializationError
 from squall.runtime.messaging.schema import MalformedMessage
-from squall.runtime.serialization import Serializer
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 U64 = NonNegative  # msgpack ints stop at 2**64 - 1
@@ -94,20 +93,3 @@ def target_tasks(groups: list[Group]) -> Iterator[int]:
             yield from group.tasks
         else:
             yield group.acker_task if group.__class__ is AckBatch else group.spout_task
-
-
-def wire_values(values: list[Any], serializer: Serializer) -> list[Any] | bytes:
-    """``values`` as a :class:`TupleGroup` carries them: the list itself when every value is
-    plain, else packed now by ``serializer`` (raising
-    :class:`~squall.api.errors.SerializationError` for a value that cannot be, so that the emit
-    fails)."""
-    for value in values:
-        cls = value.__class__
-        if cls not in _PLAIN_TYPES or (cls is int and not _MIN_INT <= value <= _MAX_INT):
-            return serializer.dumps(values)
-        if cls is str and not value.isascii():
-            try:  # a lone surrogate would fail the encoding of the whole payload, later
-                value.encode()
-            except UnicodeEncodeError as e:
-                raise SerializationError(f"string {value!r:.40} cannot be encoded as UTF-8: {e.reason}") from None
-    return values
