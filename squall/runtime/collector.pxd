@@ -23,7 +23,6 @@ cdef class EmitPlan:
     cdef Py_ssize_t batch_size
 
     cpdef object targets(self, list values)
-    @cython.locals(ob=Outbox, items=list)
     cpdef object emit(self, list values, Tuple anchor)
     cpdef void emit_tree(self, list values, tasks, root, AckLedger acks)
     @cython.locals(ob=Outbox, items=list)

@@ -109,14 +109,10 @@ class EmitPlan:
         tracked tuple); the target tasks."""
         tasks = self.targets(values)
         if anchor is None:
-            if len(tasks) != 1 or (ob := self.one_task[tasks[0]]) is None:
-                # all or nothing, should a value not serialize
+            if len(tasks) == 1:
+                self._deliver(tasks[0], values, None)
+            else:  # one Tuple for the local targets; all or nothing, should a value not serialize
                 self.transfer.send(tasks, self.source, self.task_id, values)
-                return tasks
-            items = ob.items
-            items.append(Tuple(values, self.source, self.task_id))
-            if len(items) >= self.batch_size:
-                self.transfer.flush(ob)
             return tasks
         for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
             edge = rand_bits(64)
@@ -136,8 +132,8 @@ class EmitPlan:
             self._deliver(task, values, {root: edge})
         acks.init(root, ack_val, self.task_id)
 
-    def _deliver(self, task: int, values: list[Any], tree_ids: dict[int, int]) -> None:
-        """One tracked tuple for ``task``: into its outbox, or through the send path."""
+    def _deliver(self, task: int, values: list[Any], tree_ids: dict[int, int] | None) -> None:
+        """One tuple for ``task``: into its outbox, or through the send path."""
         ob = self.one_task[task]
         if ob is None:
             self.transfer.send((task,), self.source, self.task_id, values, tree_ids)
