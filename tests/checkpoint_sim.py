@@ -133,20 +133,22 @@ class _SimTransport(Transport):
         self._index = index
         self._run = run
 
-    def register(self, worker: int, full_tasks: Any, bell: Any) -> None:
+    credit_based = False  # the simulated queues never fill
+
+    def register(self, worker: int, grants: Any, credits: Any, bell: Any) -> None:
         pass
 
-    def send(self, dest_worker: int, payload: bytes) -> None:
+    def announce(self, worker: int) -> None:
+        pass
+
+    def send(self, dest_worker: int, payload: bytes, source_worker: int) -> None:
         self._sim.links.setdefault((self._index, self._run, dest_worker), deque()).append(payload)
 
-    def receive(self, worker: int, timeout: float) -> list[bytes]:
+    def receive(self, worker: int, timeout: float) -> list[Any]:
         return []  # the scheduler delivers
 
     def wait(self, worker: int, bell: Any, timeout: float) -> None:
         bell.disarm()
-
-    def full_tasks(self, dest_worker: int) -> frozenset[int]:
-        return frozenset()  # the simulated queues never fill
 
 
 class _Run:
@@ -254,7 +256,7 @@ class Simulation:
         payload = self.links[link].popleft()
         receiver = self.runs[dest]
         if not self.drop_stale or receiver.incarnations.admit(source, incarnation(0, run)):
-            receiver.worker.receive.deliver(payload)
+            receiver.worker.receive.deliver(payload, source, incarnation(0, run))
 
     def kill(self, index: int, keep: Callable[[int], int]) -> None:
         run = self.runs[index].run

@@ -103,17 +103,15 @@ def test_no_batch_is_lost_when_rings_race_with_timeouts(timeout):
 def test_done_gives_the_room_of_what_the_consumer_took_back_at_once():
     q = BatchQueue(2)
     q.put([1, 2], 2)
-    rooms = []
-    q.on_room = lambda: rooms.append(q.has_room())
     done = threading.Event()
     producer = threading.Thread(target=lambda: (q.put([3], 1, timeout=5), done.set()))
     producer.start()
     assert q.take_all() == [[1, 2]]
     assert not done.wait(0.05)  # being executed: still no room
-    q.done()  # executed: room, a waiting producer goes on, on_room tells whoever announced it full
-    assert done.wait(5) and rooms == [True]
+    q.done()  # executed: room, a waiting producer goes on
+    assert done.wait(5)
     assert q.take_all() == [[3]]
     q.done()
     q.done()  # nothing taken: nothing happens
-    assert rooms == [True]
+    assert q.has_room() and len(q) == 0
     producer.join(5)

@@ -269,9 +269,10 @@ def test_a_process_without_the_keys_gets_nothing_in_and_nothing_out(cluster, hom
     assert not canary.exists()
 
 
-def send_payload(sock: zmq.Socket, payload: bytes) -> None:
-    """Send ``payload`` as a worker sends a batch: after a header naming worker 0's first run."""
-    sock.send_multipart([PAYLOAD_HEADER.pack(0, 0), payload])
+def send_payload(sock: zmq.Socket, payload: bytes, sender: int = 0) -> None:
+    """Send ``payload`` as a worker sends a batch: after a header naming worker ``sender``'s
+    first run (a worker takes tuples from its peers' current runs only)."""
+    sock.send_multipart([PAYLOAD_HEADER.pack(sender, 0), payload])
 
 
 def keyed_push(keys, port: int) -> tuple[zmq.Context, LinkSecurity, zmq.Socket]:
@@ -304,6 +305,7 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
     relay_task = next(t for w in info["workers"] for e in w["executors"] if e["component"] == "relay"
                       for t in e["tasks"])
     acker_task = next(e["tasks"][0] for e in sink_worker["executors"] if e["component"] == "__acker")
+    peer = next(i for i, w in enumerate(info["workers"]) if w is not sink_worker)  # the forger poses as it
     evil = msgpack.ExtType(0, pickle.dumps(Canary(str(canary))))
     # payloads as a forger writes them: msgpack of [group], a tuple group being
     # [0, source task, stream, [task], [values], tree ids or None] (squall.runtime.messaging.tuple_batch)
@@ -322,8 +324,8 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
     context, security, sock = keyed_push(cluster.runner("forged").keys, sink_worker["port"])
     try:
         for group in groups:
-            send_payload(sock, msgpack.packb([group]))
-        send_payload(sock, b"\x93random")  # not even a batch
+            send_payload(sock, msgpack.packb([group]), peer)
+        send_payload(sock, b"\x93random", peer)  # not even a batch
     finally:
         sock.close()
         security.close()

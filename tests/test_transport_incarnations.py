@@ -37,7 +37,7 @@ SENDER = textwrap.dedent("""
     transport.bind(None)
     transport.set_peers({1: ("127.0.0.1", port, 1)})
     for i in range(count):
-        transport.send(1, f"{run}:{i}:".encode() + bytes(4000))
+        transport.send(1, f"{run}:{i}:".encode() + bytes(4000), 0)
         while transport.send_backlog():
             time.sleep(0.001)
     print("sent", flush=True)
@@ -59,11 +59,11 @@ def test_a_killed_senders_unread_payloads_are_dropped_once_its_next_run_is_heard
     security = LinkSecurity(context, keys, "receiver")
     receiver = ZmqTransport(context, 1, security, buffered_payloads=8)
     receiver.bind(None)
-    receiver.register(1, frozenset, Bell())
+    receiver.register(1, None, None, Bell())
     got: list[tuple[int, int]] = []
 
     def read() -> None:
-        got.extend(tuple(map(int, p.split(b":")[:2])) for p in receiver.receive(1, 0.05))
+        got.extend(tuple(map(int, p.split(b":")[:2])) for _, _, p in receiver.receive(1, 0.05))
 
     old = start_sender(keys, receiver.port, incarnation(0, 0), 300)
     new = None
@@ -105,9 +105,9 @@ def test_a_payload_without_the_header_is_dropped_and_the_receiver_goes_on():
         sock.send(b"one frame")
         sock.send_multipart([b"short", b"payload"])
         sock.send_multipart([PAYLOAD_HEADER.pack(0, 0), b"good"])
-        got: list[bytes] = []
+        got: list[tuple[int, int, bytes]] = []
         wait_until(lambda: got.extend(receiver.receive(1, 0.05)) or got, timeout=10)
-        assert got == [b"good"]
+        assert got == [(0, 0, b"good")]
     finally:
         sock.close()
         receiver.close()

@@ -240,7 +240,7 @@ class World:
         local = {e: e.queue.take_all(0) for e in w0.executors}
         w0.transfer.send_queued()
         payloads = self.transport.receive(1, 0)
-        return Sent(self, local, [group for payload in payloads for group in tuple_batch.decode(payload)])
+        return Sent(self, local, [group for _, _, payload in payloads for group in tuple_batch.decode(payload)])
 
     def deliver(self, sent: Sent, data: bool) -> None:
         """Give back what :meth:`take_sent` took: the data tuples (``data``) or the acker messages."""
@@ -250,7 +250,7 @@ class World:
                     executor.queue.force_put(batch, len(batch))
         groups = [g for g in sent.remote if (g.__class__ is TupleGroup) == data]
         if groups:
-            self.workers[1].receive.deliver(tuple_batch.encode(groups))
+            self.workers[1].receive.deliver(tuple_batch.encode(groups), 0, 0)
 
     def settle(self) -> None:
         """Run rounds of both workers (data path, executors, end of round) until nothing moves."""

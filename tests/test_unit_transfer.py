@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import pytest
 
 from squall import Bolt, Spout, TopologyBuilder
@@ -629,31 +628,3 @@ def test_a_bell_shared_by_two_queues_wakes_their_consumer_on_a_batch_for_either(
     got = _wakes(wait, bell, lambda: queues[which].put(["x"], 1))
     assert got == [[[["x"]] if i == which else [] for i in range(2)]]
     assert not bell.waiting
-
-
-@pytest.mark.parametrize("filler", ["consumer", "other", "both"])
-def test_on_room_fires_when_the_consumer_is_done_with_what_filled_the_queue(filler):
-    q = BatchQueue(4)
-    q.consumer = threading.get_ident()
-    fired = []
-    q.on_room = lambda: fired.append((len(q), q.has_room()))
-
-    def fill(n: int) -> None:
-        if filler in ("consumer", "both"):
-            q.force_put(["own"] * n, n)
-        if filler in ("other", "both"):
-            _in_thread(lambda: q.force_put(["other"] * n, n))
-
-    fill(1)
-    q.take_all()
-    assert q.take_all() == [] and fired == []  # it was not full
-    fill(1)
-    q.take_all()
-    fill(4)
-    assert not q.has_room()
-    # done with the first fill, but the second still fills it: no room, no call
-    assert len(q.take_all()) == (2 if filler == "both" else 1)
-    assert fired == [] and not q.has_room() and len(q) == 0  # drained, but what it took is being executed
-    assert q.take_all() == [] and q.has_room()  # done with it: room
-    assert fired == [(0, True)]
-    assert q.take_all() == [] and fired == [(0, True)]

@@ -114,7 +114,9 @@ KEYS: dict[str, ConfigKey] = _registry(
               "Seconds between tick tuples sent to a bolt (usually set per component); None: no ticks."),
     ConfigKey("topology.executor.receive.buffer.size", 1024, integer(1),
               "Tuples an executor's incoming queue holds before it pushes back.",
-              note="The seeds' value; Storm 2 uses 32768. " + _TUNING_NOTE),
+              note="The seeds' value; Storm 2 uses 32768. With several workers, each other worker may send a "
+                   "queue a share of it (size / workers) as credit, and batches to other workers are no "
+                   "larger than that share. " + _TUNING_NOTE),
     ConfigKey("topology.executor.send.buffer.size", 1024, integer(1),
               "Most tuples an executor gathers for one destination before handing them on.",
               note="The outgoing side of the executor; the batch is the smaller of this and "

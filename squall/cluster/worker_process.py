@@ -19,8 +19,8 @@ messages of :mod:`squall.runtime.messaging.schema`:
    ``deactivate`` and ``kill`` (stop the executors, calling close/cleanup, say ``stopped``
    with the final figures, and exit).
 
-Its control thread (the main thread) also publishes which of its tasks are backpressured,
-reads the other workers' states and logs refused connections. A message from the master that
+Its control thread (the main thread) also publishes the credit the worker grants the others
+and reads theirs (:mod:`squall.runtime.backpressure`), and logs refused connections. A message from the master that
 does not fit its schema is logged and dropped. It exits when its parent (the supervisor) is
 gone, and — fail-fast — with code 1 after a last heartbeat when a thread of its worker died
 (:attr:`Worker.failure`), so that it is restarted.
@@ -53,7 +53,7 @@ from squall.runtime.worker import Worker
 
 log = logging.getLogger("squall.worker")
 
-# How often the control thread looks at its queues' backpressure and its peers' messages.
+# How often the control thread publishes changed grants and looks at its peers' messages.
 _CONTROL_TICK_SECS = 0.005
 
 
@@ -200,6 +200,9 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         room_read, room_write = os.pipe()  # closed once no executor can signal on it
         os.set_blocking(room_write, False)
         worker.on_failure = lambda: _wake(room_write)
+        # credit granted in bulk (half a window) is published at once: senders elsewhere wait for
+        # it; smaller grants go out at the next tick
+        transport.on_announce = worker.on_failure
         code = _serve(control, worker, transport, state, conf, parent, room_read)
     if started:
         worker.stop()
@@ -215,7 +218,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
 
 
 def _wake(room_write: int) -> None:
-    """Wake the control thread (a queue has room again, or the worker failed)."""
+    """Wake the control thread (grants to publish, or the worker failed)."""
     try:
         os.write(room_write, b"r")
     except BlockingIOError:
@@ -224,11 +227,6 @@ def _wake(room_write: int) -> None:
 
 def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _ForwardingState,
            conf: dict[str, Any], parent: int, room_read: int) -> int:
-    # A queue that stops being full is announced at once through the room pipe (senders
-    # elsewhere are waiting for it, and a queue drains in a few milliseconds); so is one that
-    # the receive path fills (until it is announced, senders elsewhere keep sending to it).
-    worker.receive.on_full = worker.backpressure.announce_changes(lambda: transport.published_backpressure,
-                                                                  worker.on_failure)
     poller = zmq.Poller()
     poller.register(control.socket, zmq.POLLIN)
     poller.register(transport.sub_socket, zmq.POLLIN)
@@ -243,7 +241,7 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
         if room_read in events:
             os.read(room_read, 4096)
         if transport.sub_socket in events:
-            transport.read_backpressure()
+            transport.read_credit()
         if control.socket in events:
             while (message := control.receive(0)) is not None:
                 commands.append(message)
@@ -262,7 +260,7 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
             # fail-fast: the master hears why, and the supervisor (or Spark) restarts this worker
             control.send(schema.Heartbeat(_figures(worker), state.take_unsent()))
             return 1
-        transport.publish_backpressure(worker.backpressure.full_tasks())
+        transport.publish_credit()
         now = time.monotonic()
         if now >= next_heartbeat:
             next_heartbeat = now + heartbeat_every

@@ -1,85 +1,266 @@
-"""Backpressure: how a worker holds senders back while its executors' queues are full, instead
-of growing them or dropping tuples (Storm 2's backpressure: ``WorkerState.backpressure`` and the
-``BackPressureTracker``).
+"""Backpressure between workers: credit-based flow control (Flink's credit-based flow control,
+in place of Storm 2's "my queues are full" announcements).
 
-What a worker does, from the queue up:
+A worker sends tuples to an executor of another worker only against *credit* that worker
+granted it, one unit per tuple (an ack or completion batch counts as one). So what a worker
+holds from others never exceeds the room it granted, and a sender that has no credit waits for
+a grant instead of sending and hoping. The rules, in the order a tuple meets them:
 
-1. Every executor's incoming queue is bounded (``topology.executor.receive.buffer.size``;
-   :class:`~squall.utils.batch_queue.BatchQueue`): ``has_room()``, ``load()``, and callbacks when
-   it fills or drains.
-2. :class:`WorkerBackpressure` (here) says which of the worker's tasks are full — what the worker
-   announces to its peers — and how full any task looks to a sender, its own tasks' measured and
-   other workers' as they last announced (load-aware shuffle reads it). In a worker process it
-   also wakes the announcer at once when a queue that was announced full drains, or when the
-   receive path fills one (:meth:`WorkerBackpressure.announce_changes`).
-3. The transport carries the announcements: :meth:`ZmqTransport.publish_backpressure` /
-   ``read_backpressure`` between worker processes (a ``Backpressure`` message of
-   :mod:`squall.runtime.messaging.schema`), a direct call in process
-   (:class:`~squall.runtime.messaging.local.LocalTransport`); ``full_tasks(worker)`` is what a
-   sender reads.
-4. Senders wait: an executor's send path keeps a full destination's batch and waits for room
-   without holding back the rest (:mod:`squall.runtime.executor.transfer`), and the worker's
-   transfer path sends nothing to a task its worker announced full
-   (:mod:`squall.runtime.worker_transfer`); a spout stops being asked for tuples meanwhile.
+1. **Windows.** Each executor's incoming queue (``topology.executor.receive.buffer.size``
+   tuples, :class:`~squall.utils.batch_queue.BatchQueue`) gives every other worker of the
+   topology a window of ``size // workers`` tuples (:func:`credit_window`); the worker's own
+   executors use what is left, at least one window. A queue counts the room it granted and
+   that has not arrived yet as taken (``BatchQueue.reserve``), so local senders never eat into it.
+2. **Grants** (:class:`CreditGrants`, the receiving side): a window is granted to each run of
+   each peer worker once that run is heard from, and every tuple it sent is granted again when
+   the executor is done with it (``BatchQueue.on_release``): credit the peer holds plus its
+   tuples this worker holds never exceed the window. A peer that restarts gets back the credit
+   its dead run held; what a dead run sent after that is dropped (it would not fit).
+3. **Credit** (:class:`Credits`, the sending side): a worker's send path spends credit when it
+   hands a batch to the worker's transfer (all of the batch's tasks at once, or nothing) and,
+   without it, keeps the batch waiting: a blocking sender waits on :meth:`Credits.wait`, a
+   non-blocking one is woken by a grant (``watch``). Nobody polls. Credit is also what load-aware
+   shuffle reads as another worker's task load.
+4. **Announcements.** Grants are cumulative counts per (peer run, queue), so an announcement
+   repeated, lost or out of date does no harm: worker processes publish theirs on their
+   backpressure port when they change and every 0.1 s
+   (:mod:`squall.runtime.messaging.zmq_transport`); in-process workers hand them over directly
+   (:mod:`squall.runtime.messaging.local`).
+
+Queues are named, in grants, by their executor's first task (:func:`queue_keys`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import collections
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from squall.runtime.messaging.transport import Transport
+from squall.api.config import Config
+from squall.runtime.assignment import Assignment
+from squall.runtime.messaging import tuple_batch
 from squall.utils.batch_queue import BatchQueue
 
+#: what a receiver announces: peer worker -> (the run of that peer it granted to, queue key ->
+#: tuples granted to that run so far)
+GrantState = dict[int, tuple[int, dict[int, int]]]
 
-class WorkerBackpressure:
-    """One worker's side of backpressure: ``task_queues`` are its tasks' incoming queues,
-    ``task_worker`` says which worker runs any task, ``transport`` what the others announced.
-    Its methods may be called from any thread; what they read is advisory (a queue may fill or
-    drain right after)."""
 
-    def __init__(self, task_queues: Mapping[int, BatchQueue], task_worker: Mapping[int, int],
-                 transport: Transport) -> None:
-        self._queues = task_queues
-        self._task_worker = task_worker
-        self._transport = transport
+def credit_window(conf: Mapping[str, Any], workers: int) -> int:
+    """The credit each other worker gets per executor queue: an equal share of the queue,
+    one share kept for the queue's own worker. A send path's batches for other workers are
+    never larger (see :mod:`squall.runtime.executor.transfer`)."""
+    size = conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE]
+    if size < workers:
+        raise ValueError(f"{Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE} is {size}: with {workers} workers it must "
+                         f"be at least {workers} (each worker gets a share of every queue)")
+    return size // max(1, workers)
 
-    def full_tasks(self) -> frozenset[int]:
-        """This worker's tasks whose incoming queues are full: what it announces."""
-        return frozenset(t for t, q in self._queues.items() if not q.has_room())
 
-    def task_load(self, task: int) -> float:
-        """How full ``task``'s incoming queue is, 0 to 1: measured for this worker's tasks; a
-        task of another worker counts as full while that worker announces it full or must be
-        sent nothing (not heard from yet), else as empty."""
-        q = self._queues.get(task)
+def queue_keys(assignment: Assignment) -> dict[int, int]:
+    """Task -> the key its executor's queue has in grants (the executor's first task)."""
+    return {t: ea.tasks[0] for w in assignment.workers for ea in w.executors for t in ea.tasks}
+
+
+class CreditGrants:
+    """What one worker lets each peer worker send to each of its executors' queues.
+
+    ``queues`` maps a queue key to the queue; ``wake()`` is called (never under a lock of this
+    object) when grants changed enough that the peers should hear now; ``unlimited``: no
+    credit is kept (a transport that needs none). Thread-safe: the receive
+    path calls :meth:`deliver`, executors' threads release through their queues, the thread
+    that reads the peers' announcements calls :meth:`heard`.
+    """
+
+    def __init__(self, queues: Mapping[int, BatchQueue], window: int, wake: Callable[[], None],
+                 unlimited: bool = False) -> None:
+        self._unlimited = unlimited
+        self._queues = dict(queues)
+        self._key_of = {id(q): key for key, q in self._queues.items()}
+        self._window = window
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._runs: dict[int, int] = {}  # peer -> the run granted to
+        # per peer, per queue key: [granted to its run, arrived from its run, held (queued or executing)]
+        self._ledger: dict[int, dict[int, list[int]]] = {}
+        self._unannounced: dict[int, int] = {}  # peer -> tuples granted since the last announcement
+        #: grows with every change of the grants
+        self.version = 0
+        if not unlimited:
+            for key, q in self._queues.items():
+                q.on_release = self._releaser(key)
+
+    def _releaser(self, key: int) -> Callable[[dict[int, int]], None]:
+        return lambda origins: self._release(key, origins)
+
+    def heard(self, peer: int, run: int) -> None:
+        """``peer`` runs as ``run``: a new run gets a window per queue, less what its worker's
+        earlier runs sent that this worker still holds; what its dead run held is void."""
+        with self._lock:
+            current = self._runs.get(peer)
+            if current is not None and run <= current:
+                return
+            self._runs[peer] = run
+            ledger = self._ledger.setdefault(peer, {})
+            for key, q in self._queues.items():
+                entry = ledger.setdefault(key, [0, 0, 0])
+                fresh = self._window - entry[2]
+                q.reserve(fresh - (entry[0] - entry[1]))
+                entry[0], entry[1] = fresh, 0
+            self.version += 1
+        self._wake()
+
+    def deliver(self, sender: int, run: int, puts: Iterable[tuple[BatchQueue, list[Any]]],
+                dropped: Mapping[BatchQueue, int]) -> bool:
+        """Put what ``run`` of ``sender`` sent on the queues, in order, against its credit; tuples
+        it spent credit on that were ``dropped`` (malformed) are granted again. False (nothing
+        put) if ``run`` is not the run granted to: a dead run's leftovers."""
+        if self._unlimited:
+            for q, batch in puts:
+                q.force_put(batch, len(batch))
+            return True
+        key_of = self._key_of
+        with self._lock:
+            if self._runs.get(sender) != run:
+                return False
+            ledger = self._ledger[sender]
+            for q, batch in puts:
+                n = len(batch)
+                entry = ledger[key_of[id(q)]]
+                entry[1] += n
+                entry[2] += n
+                q.force_put(batch, n, sender)
+            for q, n in dropped.items():
+                entry = ledger[key_of[id(q)]]
+                entry[0] += n
+                entry[1] += n
+                self._unannounced[sender] = self._unannounced.get(sender, 0) + n
+            if dropped:
+                self.version += 1
+        return True
+
+    def _release(self, key: int, origins: dict[int, int]) -> None:
+        """The executor of queue ``key`` is done with tuples of these peers: grant them again."""
+        q = self._queues[key]
+        wake = False
+        with self._lock:
+            for peer, n in origins.items():
+                entry = self._ledger[peer][key]
+                entry[2] -= n
+                entry[0] += n
+                q.reserve(n)
+                due = self._unannounced[peer] = self._unannounced.get(peer, 0) + n
+                wake = wake or due * 2 >= self._window
+            self.version += 1
+        if wake:
+            self._wake()
+
+    def state(self) -> GrantState:
+        """The grants as announced: every peer run heard from, and what it was granted per queue."""
+        with self._lock:
+            self._unannounced.clear()
+            return {peer: (run, {key: entry[0] for key, entry in self._ledger[peer].items()})
+                    for peer, run in self._runs.items()}
+
+    def held(self) -> int:
+        """Tuples of other workers this worker holds (queued or executing)."""
+        with self._lock:
+            return sum(entry[2] for ledger in self._ledger.values() for entry in ledger.values())
+
+
+class Credits:
+    """The credit one worker holds to send to the executors of the others.
+
+    ``keys`` maps each task to its queue key, ``task_worker`` each task to its worker,
+    ``local_queues`` this worker's tasks to their queues (for :meth:`load`). :meth:`spend` is
+    called by executors' send paths (any thread), :meth:`update` by whoever reads the peers'
+    announcements; ``unlimited``: every spend succeeds (a transport that keeps no credit).
+    """
+
+    def __init__(self, index: int, run: int, keys: Mapping[int, int], task_worker: Mapping[int, int],
+                 window: int, local_queues: Mapping[int, BatchQueue], unlimited: bool = False) -> None:
+        self.run = run
+        self._local_queues = local_queues
+        self._key = {t: k for t, k in keys.items() if task_worker[t] != index}
+        self._key_worker = {k: task_worker[k] for k in self._key.values()}
+        self._window = window
+        self.unlimited = unlimited
+        self._cond = threading.Condition()
+        self._runs: dict[int, int] = {}  # peer -> its run the credit is from
+        self._granted: dict[int, int] = {}  # key -> granted by that run so far
+        self._spent: dict[int, int] = {}  # key -> spent of it
+        self._watchers: list[Callable[[], None]] = []
+        #: grows with every grant: a sender that failed to spend at one version may retry at the next
+        self.version = 0
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` whenever credit is granted (a non-blocking sender's wake-up)."""
+        self._watchers.append(wake)
+
+    def update(self, peer: int, run: int, grants: tuple[int, dict[int, int]] | None) -> None:
+        """``run`` of ``peer`` announced ``grants`` for this worker (its run, queue key ->
+        granted so far), or None (it has not heard from this run yet). Credit from an earlier
+        run of ``peer`` is void: its queues are gone."""
+        with self._cond:
+            current = self._runs.get(peer)
+            if current is not None and run < current:
+                return
+            if run != current:
+                self._runs[peer] = run
+                for key, worker in self._key_worker.items():
+                    if worker == peer:
+                        self._granted[key] = self._spent[key] = 0
+            if grants is not None and grants[0] == self.run:
+                for key, total in grants[1].items():
+                    if self._key_worker.get(key) == peer and total > self._granted.get(key, 0):
+                        self._granted[key] = total
+            self.version += 1
+            self._cond.notify_all()
+        for wake in self._watchers:
+            wake()
+
+    def spend(self, groups: list[Any]) -> bool:
+        """Spend the credit ``groups`` (for one other worker) need, all or nothing: False (nothing
+        spent) if some queue they go to has not granted enough."""
+        if self.unlimited:
+            return True
+        need = self._need(groups)
+        with self._cond:
+            granted, spent = self._granted, self._spent
+            for key, n in need.items():
+                if granted.get(key, 0) - spent.get(key, 0) < n:
+                    return False
+            for key, n in need.items():
+                spent[key] = spent.get(key, 0) + n
+        return True
+
+    def _need(self, groups: list[Any]) -> dict[int, int]:
+        key = self._key
+        need: dict[int, int] = {}
+        for group in groups:
+            if group.__class__ is tuple_batch.TupleGroup:
+                for task, n in collections.Counter(group.tasks).items():
+                    k = key[task]
+                    need[k] = need.get(k, 0) + n
+            else:
+                k = key[group.acker_task if group.__class__ is tuple_batch.AckBatch else group.spout_task]
+                need[k] = need.get(k, 0) + 1
+        return need
+
+    def wait(self, version: int, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a grant after ``version`` (a blocking sender)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.version != version, timeout)
+
+    def load(self, task: int) -> float:
+        """How full ``task``'s queue looks from here, 0 to 1 (load-aware shuffle): measured for
+        this worker's tasks; for the others', the share of the window this worker spent and
+        did not get back."""
+        q = self._local_queues.get(task)
         if q is not None:
             return q.load()
-        full = self._transport.full_tasks(self._task_worker[task])
-        return 1.0 if full is None or task in full else 0.0
-
-    def announce_changes(self, published: Callable[[], frozenset[int]],
-                         wake: Callable[[], None]) -> Callable[[frozenset[int]], None]:
-        """Call ``wake()`` (the announcer's wake-up) as soon as a queue whose tasks were announced
-        full (``published()``) has room again; returns the callback for the receive path to call
-        with the tasks of a queue it filled, which wakes the announcer unless they were announced.
-        A queue drains in milliseconds and senders elsewhere wait for the news, so neither waits
-        for the announcer's next round."""
-        tasks_by_queue: dict[Any, set[int]] = {}
-        for task, queue in self._queues.items():
-            tasks_by_queue.setdefault(queue, set()).add(task)
-        for queue, tasks in tasks_by_queue.items():
-            queue.on_room = _on_room(frozenset(tasks), published, wake)
-
-        def on_full(tasks: frozenset[int]) -> None:
-            if not tasks <= published():
-                wake()
-        return on_full
-
-
-def _on_room(tasks: frozenset[int], published: Callable[[], frozenset[int]],
-             wake: Callable[[], None]) -> Callable[[], None]:
-    def on_room() -> None:
-        if not published().isdisjoint(tasks):  # somebody was told it is full
-            wake()
-    return on_room
+        if self.unlimited:
+            return 0.0
+        k = self._key[task]
+        return 1.0 - min(self._window, max(0, self._granted.get(k, 0) - self._spent.get(k, 0))) / self._window

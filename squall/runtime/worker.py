@@ -33,7 +33,7 @@ from squall.api.tuple import StreamSource, system_sources
 from squall.runtime.ack_ledger import RoundAcks
 from squall.runtime.acker_executor import AckerExecutor
 from squall.runtime.assignment import Assignment, ExecutorAssignment
-from squall.runtime.backpressure import WorkerBackpressure
+from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.executor.bolt_executor import BoltExecutor
 from squall.runtime.executor.executor import Control, Executor
@@ -83,14 +83,19 @@ class Worker:
         blocking = {ea: self._is_blocking(ea.component) for ea in assigned}
         cooperative = not all(blocking.values())
         single_task_queues = self._make_queues(assigned, blocking, bell)
-        self.backpressure = WorkerBackpressure(self.task_queues, assignment.task_worker, transport)
-        self.transfer = WorkerTransfer(index, conf, transport, bell if cooperative else None)
+        keys, window = queue_keys(assignment), credit_window(conf, len(assignment.workers))
+        #: what this worker lets the others send it, and what it may send them
+        self.grants = CreditGrants({keys[t]: q for t, q in self.task_queues.items()}, window,
+                                   lambda: transport.announce(index), not transport.credit_based)
+        self.credits = Credits(index, transport.run, keys, assignment.task_worker, window, self.task_queues,
+                               not transport.credit_based)
+        self.transfer = WorkerTransfer(index, conf, transport, self.credits, bell if cooperative else None)
         self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
                                      single_task_queues, self.sources, state, self.transfer.transfer,
-                                     restarted, self.backpressure.task_load)
+                                     restarted, self.credits)
         spout_tasks = frozenset(t for c in topology.spouts for t in assignment.component_tasks[c.id])
         self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues,
-                                     self.context.is_single_task, transport, state, spout_tasks)
+                                     self.context.is_single_task, transport, state, spout_tasks, self.grants)
         # topology order: a batch a spout emits is executed by the next bolts in the same round
         order = {cid: i for i, cid in enumerate(topology.components)}
         assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))
@@ -99,7 +104,13 @@ class Worker:
             bell = Bell()  # the receive thread's
         self._make_runners(cooperative, bell)
         self._bell = bell
-        transport.register(index, self.backpressure.full_tasks, bell)
+        # a grant wakes the senders that do not wait for it on the credits themselves
+        if cooperative:
+            self.credits.watch(bell.ring)
+        for executor in self.executors:
+            if not executor.cooperative and not executor.blocks_on_full_queues():
+                self.credits.watch(executor.queue.wake)
+        transport.register(index, self.grants, self.credits, bell)
         self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
 
     def _make_queues(self, assigned: Iterable[ExecutorAssignment], blocking: dict[ExecutorAssignment, bool],

@@ -5,12 +5,12 @@ from squall.api.tuple cimport StreamSource, Tuple
 
 @cython.final
 cdef class WorkerReceive:
-    cdef public object index, on_full
-    cdef object _assignment, _transport, _state, _serializer
-    cdef dict _task_streams, _dispatch, _queue_tasks
+    cdef public object index
+    cdef object _assignment, _transport, _state, _serializer, _grants
+    cdef dict _task_streams, _dispatch
     cdef set _local_ackers
     cdef object _spout_tasks
 
     @cython.locals(dispatch=dict, batch=list, tup=Tuple, source=StreamSource, arity=Py_ssize_t, system=bint,
                    barrier=bint, single=bint, target=tuple)
-    cpdef void _deliver_tuples(self, group, dict batches, list malformed)
+    cpdef void _deliver_tuples(self, group, dict batches, list puts, dict dropped, list malformed)

@@ -8,9 +8,10 @@ stream exist, each target task is this worker's, each tuple's values fit the str
 ack batches go to acker tasks, completions to spout tasks — so that a forged group cannot
 kill the executor (or acker) it would reach; what does not pass is dropped and recorded as
 an error. The tuples go straight into one batch per destination queue and payload (a
-checkpoint barrier cuts its queue's batch: it travels alone). The receive path never blocks
-on a full queue (senders wait for room before sending instead), so two workers sending to
-each other cannot deadlock.
+checkpoint barrier cuts its queue's batch: it travels alone), put on the queues against the
+credit this worker granted their sender (:class:`~squall.runtime.backpressure.CreditGrants`;
+a dead run's leftovers are dropped). The receive path never blocks on a full queue (senders
+hold credit before they send), so two workers sending to each other cannot deadlock.
 
 Whoever reads the transport calls :meth:`WorkerReceive.deliver`: the worker's cooperative
 thread between rounds, or a receive thread of its own when the worker has none.
@@ -26,6 +27,7 @@ from typing import Any
 from squall.api.system_ids import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT, CHECKPOINT_STREAM
 from squall.api.tuple import StreamSource, Tuple
 from squall.runtime.assignment import Assignment
+from squall.runtime.backpressure import CreditGrants
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.schema import MalformedMessage
@@ -43,8 +45,9 @@ class WorkerReceive:
     def __init__(self, index: int, conf: dict[str, Any], assignment: Assignment,
                  sources: dict[tuple[str, str], StreamSource], task_queues: dict[int, BatchQueue],
                  is_single_task: Callable[[BatchQueue], bool], transport: Transport, state: TopologyState,
-                 spout_tasks: frozenset[int]) -> None:
+                 spout_tasks: frozenset[int], grants: CreditGrants) -> None:
         self.index = index
+        self._grants = grants
         self._assignment = assignment
         self._transport = transport
         self._state = state
@@ -61,28 +64,26 @@ class WorkerReceive:
         self._local_ackers = {t for t in task_queues if component[t] == ACKER_COMPONENT}
         self._spout_tasks = spout_tasks  # the topology's
         self._serializer = Serializer.for_config(conf)  # the reading thread's only
-        # queue -> its tasks, and what is told the tasks of the queues a payload left full
-        self._queue_tasks: dict[BatchQueue, frozenset[int]] = {}
-        for task, q in task_queues.items():
-            self._queue_tasks[q] = self._queue_tasks.get(q, frozenset()) | {task}
-        self.on_full: Callable[[frozenset[int]], None] | None = None
 
     def receive_ready(self) -> bool:
         """Deliver every payload that has arrived, without waiting; True if there was one."""
         payloads = self._transport.receive(self.index, 0)
-        for payload in payloads:
-            self.deliver(payload)
+        for sender, run, payload in payloads:
+            self.deliver(payload, sender, run)
         return bool(payloads)
 
     def run(self, stopping: Callable[[], bool]) -> None:
         """The receive thread's loop, for a worker without a cooperative thread."""
         while not stopping():
-            for payload in self._transport.receive(self.index, _POLL_SECS):
-                self.deliver(payload)
+            for sender, run, payload in self._transport.receive(self.index, _POLL_SECS):
+                self.deliver(payload, sender, run)
 
-    def deliver(self, payload: bytes) -> None:
-        """Check the groups of ``payload`` and put their tuples on the executors' queues."""
+    def deliver(self, payload: bytes, sender: int, run: int) -> None:
+        """Check the groups of ``payload`` (from ``run`` of worker ``sender``) and put their
+        tuples on the executors' queues."""
         batches: dict[BatchQueue, list[Any]] = {}
+        puts: list[tuple[BatchQueue, list[Any]]] = []  # cut before a barrier, in order
+        dropped: dict[BatchQueue, int] = {}  # tuples for this worker's queues that were not put
         malformed: list[str] = []
         try:
             groups = tuple_batch.decode(payload)
@@ -92,21 +93,27 @@ class WorkerReceive:
         for group in groups:
             try:
                 if group.__class__ is tuple_batch.TupleGroup:
-                    self._deliver_tuples(group, batches, malformed)
+                    self._deliver_tuples(group, batches, puts, dropped, malformed)
                 else:
-                    self._deliver_acks(group, batches, malformed)
+                    self._deliver_acks(group, batches, dropped, malformed)
             except Exception as e:  # noqa: BLE001 - a forged group must not stop the receive path
                 malformed.append(f"a group from task {group.source_task}: {e!r}")
-        for q, batch in batches.items():
-            q.force_put(batch, len(batch))
-        if self.on_full is not None:
-            full = [self._queue_tasks[q] for q in batches if not q.has_room()]
-            if full:
-                self.on_full(frozenset().union(*full))
+        puts.extend(batches.items())
+        if not self._grants.deliver(sender, run, puts, dropped):
+            log.info("worker %d dropped a payload from run %d of worker %d, which is not current", self.index, run,
+                     sender)
         if malformed:
             self._report_malformed(len(payload), malformed)
 
+    def _drop(self, dropped: dict[BatchQueue, int], task: int) -> None:
+        """A tuple for ``task`` was not put: its sender's credit for it is granted again."""
+        target = self._dispatch.get(task)
+        if target is not None:
+            q = target[0]
+            dropped[q] = dropped.get(q, 0) + 1
+
     def _deliver_tuples(self, group: tuple_batch.TupleGroup, batches: dict[BatchQueue, list[Any]],
+                        puts: list[tuple[BatchQueue, list[Any]]], dropped: dict[BatchQueue, int],
                         malformed: list[str]) -> None:
         src, stream, tasks, all_values, tree_ids = (group.source_task, group.stream, group.tasks, group.values,
                                                     group.tree_ids)
@@ -114,9 +121,13 @@ class WorkerReceive:
         if stream_info is None:
             malformed.append(f"{len(tasks)} tuple(s) from task {src} on stream {stream!r}, which is not in this "
                              f"worker's topology")
+            for task in tasks:
+                self._drop(dropped, task)
             return
         if len(all_values) != len(tasks) or (tree_ids is not None and len(tree_ids) != len(tasks)):
             malformed.append(f"a group from task {src} on stream {stream!r}: columns of different lengths")
+            for task in tasks:
+                self._drop(dropped, task)
             return
         source, arity, system, barrier = stream_info
         dispatch = self._dispatch
@@ -128,17 +139,19 @@ class WorkerReceive:
             if values.__class__ is bytes:
                 values = self._unpack(task, src, stream, values)
                 if values is None:
+                    self._drop(dropped, task)
                     continue
             if len(values) != arity or (system and not _all_ints(values)):
                 malformed.append(f"task {task} from task {src} on stream {stream!r}: values {values!r:.80} do "
                                  f"not fit the stream")
+                self._drop(dropped, task)
                 continue
             q, single = target
             tup = Tuple(values, source, src, ids)
             if barrier:  # in a batch of its own (see squall.runtime.state.checkpointing)
                 if batch := batches.pop(q, None):
-                    q.force_put(batch, len(batch))
-                q.force_put([tup if single else (task, tup)], 1)
+                    puts.append((q, batch))
+                puts.append((q, [tup if single else (task, tup)]))
                 continue
             batch = batches.get(q)
             if batch is None:
@@ -161,7 +174,8 @@ class WorkerReceive:
         return values if values.__class__ is list else []  # [] fits no stream: reported as malformed
 
     def _deliver_acks(self, group: tuple_batch.AckBatch | tuple_batch.CompletedBatch,
-                      batches: dict[BatchQueue, list[Any]], malformed: list[str]) -> None:
+                      batches: dict[BatchQueue, list[Any]], dropped: dict[BatchQueue, int],
+                      malformed: list[str]) -> None:
         """An ack batch as the acker's one ``__ack_batch`` tuple, a completion batch as the
         spout's one ``__ack_acked`` tuple: what they get from executors of their own worker."""
         src = group.source_task
@@ -170,6 +184,7 @@ class WorkerReceive:
             if (task not in self._local_ackers or not len(group.roots) == len(group.vals) == len(group.spout_tasks)
                     or not all(t == -1 or t in self._spout_tasks for t in group.spout_tasks)):
                 malformed.append(f"an ack batch from task {src} for task {task} does not fit this worker's ackers")
+                self._drop(dropped, task)
                 return
             values = [group.roots, group.vals, group.spout_tasks]  # the columns as they came
         else:
@@ -177,11 +192,13 @@ class WorkerReceive:
             if task not in self._dispatch or task not in self._spout_tasks:
                 malformed.append(f"a completion batch from task {src} for task {task}, not a spout task of "
                                  f"this worker")
+                self._drop(dropped, task)
                 return
             values = [group.roots]
         stream_info = self._task_streams.get(src, {}).get(stream)
         if stream_info is None:
             malformed.append(f"a batch on stream {stream!r} from task {src}, which does not send it")
+            self._drop(dropped, task)
             return
         q, single = self._dispatch[task]
         tup = Tuple(values, stream_info[0], src)

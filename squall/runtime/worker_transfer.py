@@ -7,18 +7,19 @@ batches) to :meth:`WorkerTransfer.transfer`. They wait in the bounded transfer q
 destination's groups, in one call, and gives the payload to the transport. Whoever consumes the queue calls ``send_queued``: the worker's cooperative thread
 between rounds, or a transfer thread of its own when the worker has none.
 
-Backpressure: nothing is queued for a peer task whose queue the peer announced full, nor
-for a peer not heard from yet (no burst into a starting worker).
+Backpressure: groups are queued only against the credit their worker granted (see
+:mod:`squall.runtime.backpressure`); a worker not heard from yet has granted none (no burst
+into a starting worker).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from squall.api.config import Config
+from squall.runtime.backpressure import Credits
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.transport import Transport
 from squall.utils.batch_queue import BatchQueue, Bell
@@ -34,9 +35,11 @@ BACKLOG_RETRY_SECS = 0.001
 class WorkerTransfer:
     """The transfer queue and what sends it; ``bell`` wakes the queue's consumer."""
 
-    def __init__(self, index: int, conf: dict[str, Any], transport: Transport, bell: Bell | None = None) -> None:
+    def __init__(self, index: int, conf: dict[str, Any], transport: Transport, credits: Credits,
+                 bell: Bell | None = None) -> None:
         self.index = index
         self.transport = transport
+        self.credits = credits
         self.queue = BatchQueue(conf[Config.TOPOLOGY_TRANSFER_BUFFER_SIZE], f"worker-{index}-transfer", bell)
         #: whether a peer could not take everything sent to it yet (retry soon)
         self.backlog = False
@@ -45,23 +48,22 @@ class WorkerTransfer:
                  stopping: Callable[[], bool]) -> bool:
         """Queue groups for another worker (an executor's send path; see
         :data:`squall.runtime.executor.worker_context.TransferFn`)."""
+        credits = self.credits
         if not block:
-            if not (self.queue.has_room() and self._peer_has_room(dest_worker, groups)):
+            if not (self.queue.has_room() and credits.spend(groups)):
                 return False
             self.queue.force_put((dest_worker, groups), count)
             return True
-        while not self._peer_has_room(dest_worker, groups):
+        version = credits.version
+        while not credits.spend(groups):
             if stopping():
                 return True
-            time.sleep(0.001)  # the transport has no "room" event to wait on
+            credits.wait(version, _POLL_SECS)
+            version = credits.version
         while not self.queue.put((dest_worker, groups), count, _POLL_SECS):
             if stopping():
                 return True
         return True
-
-    def _peer_has_room(self, dest_worker: int, groups: list[Any]) -> bool:
-        full = self.transport.full_tasks(dest_worker)
-        return full is not None and (not full or full.isdisjoint(tuple_batch.target_tasks(groups)))
 
     def send_queued(self, timeout: float = 0) -> bool:
         """Pack and send what is queued, waiting up to ``timeout`` for something (the
@@ -74,7 +76,7 @@ class WorkerTransfer:
             by_dest.setdefault(dest, []).extend(groups)
         for dest, groups in by_dest.items():
             try:
-                self.transport.send(dest, tuple_batch.encode(groups))
+                self.transport.send(dest, tuple_batch.encode(groups), self.index)
             except Exception:  # a transport fault must not kill the worker's sender
                 log.exception("worker %s could not send %d groups to worker %s", self.index, len(groups), dest)
         if by_dest:

@@ -8,12 +8,14 @@ cdef class Bell:
 cdef class BatchQueue:
     cdef public Py_ssize_t capacity
     cdef public str name
-    cdef public object on_room
+    cdef public object on_release
     cdef public object consumer
     cdef object _items
     cdef Py_ssize_t _size
     cdef list _local
     cdef Py_ssize_t _local_size, _taken
+    cdef readonly Py_ssize_t _reserved
+    cdef dict _arrived, _released
     cdef readonly object _lock
     cdef readonly Bell _bell
     cdef object _not_full

@@ -108,25 +108,32 @@ class BatchQueue:
     * :meth:`take_all` is for the single consumer: it returns every queued element,
       waiting up to ``timeout`` seconds for one to arrive.
     * ``bell`` wakes the consumer; a thread consuming several queues gives them one.
+    * Credit (see :mod:`squall.runtime.backpressure`): :meth:`reserve` keeps room for tuples
+      other workers may send, which local producers do not get; a :meth:`force_put` with an
+      ``origin`` (the sending worker) uses up reserved room, and once the consumer is done with
+      such tuples ``on_release`` is called with their count per origin (in the consumer's
+      thread, under no lock of the queue).
     """
 
-    __slots__ = ("capacity", "name", "on_room", "consumer", "_items", "_size", "_local", "_local_size", "_taken",
-                 "_lock", "_bell", "_not_full", "_producers_waiting")
+    __slots__ = ("capacity", "name", "on_release", "consumer", "_items", "_size", "_local", "_local_size",
+                 "_taken", "_reserved", "_arrived", "_released", "_lock", "_bell", "_not_full", "_producers_waiting")
 
     def __init__(self, capacity: int, name: str = "", bell: Bell | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"queue {name!r}: capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self.name = name
-        # called (under the queue's lock; must be quick) when a full queue gets room back: its
-        # consumer is done with what it took
-        self.on_room: Callable[[], None] | None = None
+        # called with {origin: tuples} when the consumer is done with tuples put with an origin
+        self.on_release: Callable[[dict[int, int]], None] | None = None
         self.consumer = 0  # the consuming thread's ident, once it has started
         self._items: deque[Any] = deque()
         self._size = 0  # tuples queued by other threads
         self._local: list[Any] = []  # batches from the consumer's own thread (no lock)
         self._local_size = 0
         self._taken = 0  # tuples the consumer took and is not done with (see done)
+        self._reserved = 0  # room granted to other workers, not arrived yet (see reserve)
+        self._arrived: dict[int, int] = {}  # origin -> its tuples queued (under the lock)
+        self._released: dict[int, int] = {}  # origin -> its tuples taken (the consumer's)
         self._lock = threading.Lock()
         self._bell = bell if bell is not None else Bell()
         self._not_full = threading.Condition(self._lock)
@@ -148,7 +155,12 @@ class BatchQueue:
         return min(1.0, (self._size + self._local_size + self._taken) / self.capacity)
 
     def has_room(self) -> bool:
-        return self._size + self._local_size + self._taken < self.capacity
+        return self._size + self._local_size + self._taken + self._reserved < self.capacity
+
+    def reserve(self, n: int) -> None:
+        """Keep ``n`` more tuples' room (less, if negative) for other workers' tuples."""
+        with self._lock:
+            self._reserved += n
 
     def is_empty(self) -> bool:
         """Nothing queued (lock-free; exact from the consumer's thread once its bell is armed)."""
@@ -171,8 +183,18 @@ class BatchQueue:
             self._bell.ring()
         return True
 
-    def force_put(self, item: Any, size: int = 1) -> None:
-        """Append ``item`` (``size`` tuples) even if the queue is full."""
+    def force_put(self, item: Any, size: int = 1, origin: int = -1) -> None:
+        """Append ``item`` (``size`` tuples) even if the queue is full; an ``origin`` >= 0 (the
+        worker that sent them) puts them in room reserved for it."""
+        if origin >= 0:
+            with self._lock:
+                self._items.append(item)
+                self._size += size
+                self._reserved -= size
+                self._arrived[origin] = self._arrived.get(origin, 0) + size
+            if self._bell.waiting:
+                self._bell.ring()
+            return
         if get_ident() == self.consumer:
             self._local.append(item)
             self._local_size += size
@@ -211,13 +233,13 @@ class BatchQueue:
         if not self._taken:
             return
         was_full = not self.has_room()
+        if self._released:  # granted again before the room shows: local producers do not take it
+            released, self._released = self._released, {}
+            self.on_release(released)
         self._taken = 0
-        if was_full and self.has_room():
+        if was_full and self.has_room() and self._producers_waiting:
             with self._lock:
-                if self._producers_waiting:
-                    self._not_full.notify_all()
-                if self.on_room is not None:
-                    self.on_room()
+                self._not_full.notify_all()
 
     def _drain(self) -> list[Any]:
         # what is drained becomes taken: room does not change here, so nobody is notified
@@ -235,6 +257,11 @@ class BatchQueue:
                 self._items.clear()
                 taken += self._size
                 self._size = 0
+                if self._arrived:  # taken now: released once the consumer is done with them
+                    released = self._released
+                    for origin, n in self._arrived.items():
+                        released[origin] = released.get(origin, 0) + n
+                    self._arrived = {}
         self._taken = taken
         return items
 

@@ -94,7 +94,7 @@ class Executor:
     def idle_poll_secs(self) -> float | None:
         """How soon :meth:`run_once` wants to be called again when it did nothing, though
         nothing arrives (None: only when something arrives)."""
-        return 0.001 if self.transfer.pending else None
+        return self.transfer.retry_secs()
 
     # -- lifecycle (the runner's thread) ---------------------------------------------
 

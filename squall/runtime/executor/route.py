@@ -117,7 +117,8 @@ def build_routes(worker: WorkerContext, component: str, conf: dict[str, Any],
             groupers.append(make_grouper(
                 grouping, context=context, stream=GlobalStreamId(component, stream), targets=targets,
                 output_fields=stream_spec.fields, local_tasks=local, rng=rng,
-                load=None if conf[Config.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING] else worker.task_load,
+                load=None if conf[Config.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING] or worker.credits is None
+                else worker.credits.load,
             ))
         routes[stream] = StreamRoute(worker.sources[(component, stream)], stream_spec.direct, groupers,
                                      direct_targets, _observers(worker, component, conf, task_id, stream))

@@ -206,6 +206,7 @@ class CooperativeThread(_Runner):
         self._current = executor
         while not self._stopping and not executor.stopping:
             if not executor.run_once(_POLL_SECS) and executor.transfer.pending:
-                time.sleep(executor.idle_poll_secs or _POLL_SECS)  # no input until the output is handed on
+                secs = executor.idle_poll_secs  # no input until the output is handed on
+                time.sleep(_POLL_SECS if secs is None else secs)
             if executor.acks.round_waiting:
                 executor.flush_round_acks()

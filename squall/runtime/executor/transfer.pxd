@@ -34,7 +34,8 @@ cdef class ExecutorTransfer:
     cdef public list overflow
     cdef public object room
     cdef public frozenset local_tasks
-    cdef object _transfer, _stopping, _tracker, _serializer
+    cdef object _transfer, _stopping, _tracker, _serializer, _credits
+    cdef object _credit_version
     cdef dict _outboxes
     cdef list _outbox_list
     cdef frozenset _remote_tasks

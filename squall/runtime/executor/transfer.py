@@ -23,7 +23,9 @@ nothing more). Later batches for that destination wait behind it, each as it is 
 checkpoint barrier's batch stays a batch of its own), up to ``topology.producer.batch.size``
 tuples in all; past that they go to the overflow list, and then the executor takes no new
 input until :meth:`ExecutorTransfer.retry_overflow` has handed the overflow on, in order.
-Per destination, batches are handed on in order.
+Per destination, batches are handed on in order. Another worker takes a batch only against
+its credit (see :mod:`squall.runtime.backpressure`): a grant wakes the executor, which
+retries then (:meth:`ExecutorTransfer.retry_secs`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 from squall.api.config import Config
 from squall.api.errors import SerializationError
 from squall.api.tuple import StreamSource, Tuple
+from squall.runtime.backpressure import credit_window
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.messaging.tuple_batch import TupleGroup
 from squall.runtime.messaging.wire_values import wire_values
@@ -42,6 +45,8 @@ from squall.runtime.serialization import Serializer
 
 # How long a blocked send path waits before it looks at its stop flag again.
 POLL_SECS = 0.1
+# How soon a batch waiting for room in a queue of this worker is retried (its consumer rings nobody).
+LOCAL_ROOM_POLL_SECS = 0.001
 
 
 class Outbox:
@@ -121,9 +126,13 @@ class ExecutorTransfer:
         self._transfer = worker.transfer
         self._stopping = stopping
         self._tracker = worker.state.tracker
-        #: a destination's batch is handed on at this many tuples
+        self._credits = worker.credits
+        self._credit_version = -1  # the credits' version when a hand-off to another worker last failed
+        #: a destination's batch is handed on at this many tuples: never more than another
+        #: worker's credit window, or no credit would ever be enough for it
         self.batch_size = min(conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE],
-                              conf[Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE])
+                              conf[Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE],
+                              credit_window(conf, len(worker.assignment.workers)))
         self._serializer = Serializer.for_config(conf)
         #: per destination (by id), the batches it could not take yet (non-blocking send paths):
         #: [outbox, [(items, count), ...] oldest first, tuples in all]
@@ -238,6 +247,20 @@ class ExecutorTransfer:
         """Something waits to be handed on: call :meth:`retry_overflow` soon."""
         return bool(self.waiting or self.overflow)
 
+    def retry_secs(self) -> float | None:
+        """How soon :meth:`retry_overflow` is due though nothing arrives: at once if credit was
+        granted since a hand-off to another worker failed (else the grant's wake-up brings the
+        executor back: None), soon while a queue of this worker has no room, None when nothing
+        waits."""
+        if not (self.waiting or self.overflow):
+            return None
+        for entry in self.waiting.values():
+            if entry[0].queue is not None:
+                return LOCAL_ROOM_POLL_SECS
+        if not self.waiting or self._credits is None or self._credits.version != self._credit_version:
+            return 0.0
+        return None
+
     def retry_overflow(self) -> bool:
         """Hand on the waiting batches, then the overflow in order (a batch whose destination
         still cannot take it becomes that destination's waiting batch); True once the overflow
@@ -263,6 +286,8 @@ class ExecutorTransfer:
     def _hand_off(self, ob: Outbox | RemoteOutbox, items: list[Any], count: int, block: bool) -> bool:
         q = ob.queue
         if q is None:
+            if self._credits is not None:
+                self._credit_version = self._credits.version  # before the attempt: a grant after it counts
             return self._transfer(ob.worker_index, items, count, block, self._stopping)
         if not block:
             return q.offer(items, count)

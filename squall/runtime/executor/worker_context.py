@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from squall.api.storm_topology import StormTopology
 from squall.api.tuple import StreamSource
 from squall.runtime.assignment import Assignment
 from squall.runtime.cluster_state import TopologyState
 from squall.utils.batch_queue import BatchQueue
+
+if TYPE_CHECKING:
+    from squall.runtime.backpressure import Credits
 
 #: ``transfer(dest worker, groups, count, block, stopping)``: queue groups of
 #: :mod:`squall.runtime.messaging.tuple_batch` (``count`` tuples and batches in all) for another worker
@@ -43,9 +46,9 @@ class WorkerContext:
     state: TopologyState
     transfer: TransferFn
     restarted: bool = False
-    #: a task's load, 0.0 (its incoming queue empty) to 1.0 (full, or a task of another worker
-    #: that takes nothing now); None where nothing measures it (load-aware shuffle is then off)
-    task_load: Callable[[int], float] | None = None
+    #: the credit this worker holds to send to the others (see squall.runtime.backpressure): also
+    #: what tells a task's load; None where nothing keeps it (load-aware shuffle is then off)
+    credits: Credits | None = None
 
     def is_single_task(self, queue: BatchQueue) -> bool:
         return id(queue) in self.single_task_queues

@@ -1,29 +1,45 @@
 """The in-process transport: workers are objects in one process.
 
 Payloads are still serialized bytes, so an in-process run catches what a multi-process
-run would (a value that cannot be serialized fails the same way).
+run would (a value that cannot be serialized fails the same way). Grants are handed to the
+peers' credits directly, in the thread that changed them.
 """
 
 from __future__ import annotations
 
-from squall.runtime.messaging.transport import FullTasksFn, Transport
+from typing import TYPE_CHECKING
+
+from squall.runtime.messaging.transport import Received, Transport
 from squall.utils.batch_queue import BatchQueue, Bell
+
+if TYPE_CHECKING:
+    from squall.runtime.backpressure import CreditGrants, Credits
 
 
 class LocalTransport(Transport):
     def __init__(self) -> None:
-        self._full_tasks: dict[int, FullTasksFn] = {}
-        # never bounded: the receiving worker always drains it; senders bound it with full_tasks
+        self._flows: dict[int, tuple[CreditGrants, Credits]] = {}
+        # never bounded: the receiving worker always drains it; senders bound it with credit
         self._inboxes: dict[int, BatchQueue] = {}
 
-    def register(self, worker: int, full_tasks: FullTasksFn, bell: Bell) -> None:
-        self._full_tasks[worker] = full_tasks
+    def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None:
         self._inboxes[worker] = BatchQueue(1, f"worker-{worker}-inbox", bell)
+        self._flows[worker] = (grants, credits)
+        for peer, (peer_grants, _) in self._flows.items():
+            if peer != worker:  # in one process, every worker has one run
+                peer_grants.heard(worker, 0)
+                grants.heard(peer, 0)
 
-    def send(self, dest_worker: int, payload: bytes) -> None:
-        self._inboxes[dest_worker].force_put(payload)
+    def announce(self, worker: int) -> None:
+        state = self._flows[worker][0].state()
+        for peer, (_, credits) in self._flows.items():
+            if peer != worker:
+                credits.update(worker, 0, state.get(peer))
 
-    def receive(self, worker: int, timeout: float) -> list[bytes]:
+    def send(self, dest_worker: int, payload: bytes, source_worker: int) -> None:
+        self._inboxes[dest_worker].force_put((source_worker, 0, payload))
+
+    def receive(self, worker: int, timeout: float) -> list[Received]:
         return self._inboxes[worker].take_all(timeout)
 
     def wait(self, worker: int, bell: Bell, timeout: float) -> None:
@@ -31,8 +47,3 @@ class LocalTransport(Transport):
             bell.wait(timeout)  # the inbox rings it
         else:
             bell.disarm()
-
-    def full_tasks(self, dest_worker: int) -> frozenset[int] | None:
-        if not self._inboxes[dest_worker].is_empty():
-            return None  # it has not taken what was sent yet: one payload in flight at a time
-        return self._full_tasks[dest_worker]()

@@ -6,7 +6,7 @@ Three protocols, one module (msgspec Structs, encoded as msgpack):
   sends :data:`WorkerMessage`\\ s (``hello``, ``bound``, ``ready``, ``setup_error``,
   ``heartbeat``, ``stopped``), the master answers with :data:`MasterMessage`\\ s
   (``bootstrap``, ``peers``, ``activate``, ``deactivate``, ``kill``); the ``type`` field tags them;
-* **backpressure** (worker -> workers, :mod:`squall.runtime.messaging.zmq_transport`): :class:`Backpressure`;
+* **credit** (worker -> workers, :mod:`squall.runtime.messaging.zmq_transport`): :class:`Credit`;
 * **control** (``squall list/kill/activate/deactivate`` -> :mod:`squall.ops.control`):
   :data:`ControlRequest` (tagged by ``op``) and :class:`ControlReply`.
 
@@ -193,14 +193,23 @@ class Kill(msgspec.Struct, frozen=True, tag="kill", tag_field="type"):
 
 MasterMessage = Bootstrap | Peers | Activate | Deactivate | Kill
 
-# -- backpressure -------------------------------------------------------------------------------
+# -- credit (backpressure) ----------------------------------------------------------------------
 
 
-class Backpressure(msgspec.Struct, frozen=True, array_like=True):
-    """Worker ``worker``'s tasks whose incoming queues are full."""
+class CreditGrant(msgspec.Struct, frozen=True, array_like=True):
+    """What a worker granted one run of a peer: queue key -> tuples granted so far."""
+
+    run: NonNegative
+    credit: dict[NonNegative, NonNegative]
+
+
+class Credit(msgspec.Struct, frozen=True, array_like=True):
+    """Run ``run`` of worker ``worker`` and what it grants each peer worker (see
+    :mod:`squall.runtime.backpressure`)."""
 
     worker: NonNegative
-    full: list[NonNegative]
+    run: NonNegative
+    grants: dict[NonNegative, CreditGrant]
 
 
 # -- control ------------------------------------------------------------------------------------

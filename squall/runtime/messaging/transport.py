@@ -1,58 +1,66 @@
 """The interface between workers: how serialized batches reach another worker.
 
-A transport moves opaque payloads (bytes) from one worker to another and tells senders
-whether a destination task can take more (backpressure). Tuples between tasks of the
-same worker never reach it.
+A transport moves opaque payloads (bytes) from one worker to another and carries the credit
+each worker grants the others (see :mod:`squall.runtime.backpressure`). Tuples between tasks of
+the same worker never reach it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from squall.utils.batch_queue import Bell
 
-#: ``full_tasks()``: a worker's tasks whose incoming queues are full (backpressure).
-FullTasksFn = Callable[[], frozenset[int]]
+if TYPE_CHECKING:
+    from squall.runtime.backpressure import CreditGrants, Credits
+
+#: what :meth:`Transport.receive` returns: (sending worker, its run, payload)
+Received = tuple[int, int, bytes]
 
 
 class Transport(ABC):
     """Contract:
 
     * :meth:`register` is called by each worker before it sends or receives, with its
-      index, how to tell which of its tasks' queues are full, and the bell of the thread
-      that will read its payloads.
+      grants (what it lets the others send it), its credits (what it may send them) and the
+      bell of the thread that will read its payloads. From then on the transport tells the
+      worker's grants which run of each peer it hears from (``grants.heard``), and hands each
+      peer's announced grants to the worker's credits (``credits.update``).
+    * :meth:`announce` may be called from any thread, must not block: the worker's grants
+      changed, its peers should hear soon.
     * :meth:`send` is called only from a worker's transfer thread; it must not block
       for long (the receiving side never blocks on its executors, so it always drains);
-      what it cannot hand over yet it keeps for :meth:`send_backlog`.
+      what it cannot hand over yet it keeps for :meth:`send_backlog`. Senders send only what
+      they hold credit for, so what a transport keeps is bounded.
     * :meth:`receive` is called only from the thread reading the worker's payloads; it
-      returns the payloads that arrived, waiting up to ``timeout`` seconds for one.
-      :meth:`wait` is for a reading thread that also waits for other work: it returns
-      when a payload may have arrived or ``bell`` rang.
-    * :meth:`full_tasks` may be called from any executor thread; it is advisory
-      (a full destination makes senders wait, never drop).
+      returns the payloads that arrived with their senders and the senders' runs, waiting up
+      to ``timeout`` seconds for one. :meth:`wait` is for a reading thread that also waits for
+      other work: it returns when a payload may have arrived or ``bell`` rang.
     """
 
-    @abstractmethod
-    def register(self, worker: int, full_tasks: FullTasksFn, bell: Bell) -> None: ...
+    #: the run (incarnation) of the worker this transport serves: grants are per run
+    run = 0
+    #: whether receivers grant credit; False: senders need none (a transport whose receivers
+    #: are never full, as a simulation's)
+    credit_based = True
 
     @abstractmethod
-    def send(self, dest_worker: int, payload: bytes) -> None: ...
+    def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None: ...
 
     @abstractmethod
-    def receive(self, worker: int, timeout: float) -> list[bytes]: ...
+    def announce(self, worker: int) -> None: ...
 
     @abstractmethod
+    def send(self, dest_worker: int, payload: bytes, source_worker: int) -> None: ...
+
+    @abstractmethod
+    def receive(self, worker: int, timeout: float) -> list[Received]: ...
+
     @abstractmethod
     def wait(self, worker: int, bell: Bell, timeout: float) -> None:
         """Wait, with ``bell`` armed, until a payload for ``worker`` may have arrived, the bell
         rings or ``timeout`` seconds pass; ``bell`` is disarmed on return."""
-
-    @abstractmethod
-    def full_tasks(self, dest_worker: int) -> frozenset[int] | None:
-        """The tasks of ``dest_worker`` whose queues are full, as last known; None when it
-        must be sent nothing at all for now (nothing is known of a worker that just started,
-        or it has not taken what was sent to it yet)."""
 
     def send_backlog(self) -> bool:
         """Retry what :meth:`send` could not hand over yet (transfer thread); True while

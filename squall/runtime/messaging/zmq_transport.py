@@ -5,16 +5,16 @@ the executor's address inside a Spark task. Each worker binds
 
 * a PULL socket on its worker port (from ``supervisor.slots.ports``, or an ephemeral port
   when that one is taken or the list is empty) on which its receive thread takes payloads;
-* a PUB socket on an ephemeral port on which it publishes which of its tasks are
-  backpressured (their incoming queues are full).
+* a PUB socket on an ephemeral port (its backpressure port) on which it publishes the credit
+  it grants the other workers (see :mod:`squall.runtime.backpressure`).
 
 and connects a PUSH socket to every other worker's port (used by its transfer thread only)
 and a SUB socket to every other worker's PUB (read by its control thread only). Every one
 of them is secured by the worker's :class:`~squall.runtime.messaging.security.LinkSecurity`: only the
 topology's own workers get through (another topology's traffic on a re-used port included),
-and a backpressure message that does not fit its schema is logged and dropped. Nothing is
-sent to a worker before its first backpressure state arrives (workers republish theirs
-every 0.1 s), so a worker that starts or restarts is not flooded. ZeroMQ
+and a credit message that does not fit its schema is logged and dropped. Nothing is sent to
+a worker before it grants credit (workers republish their grants when they change and every
+0.1 s), so a worker that starts or restarts is not flooded. ZeroMQ
 reconnects by itself when a peer restarts on the same port and queues what is sent
 meanwhile (up to its high-water mark); a peer that comes back on another port is
 reconnected when the master announces the new address.
@@ -32,25 +32,29 @@ import logging
 import struct
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from squall.runtime.messaging import schema
 from squall.runtime.messaging.incarnation import Incarnations
 from squall.runtime.messaging.security import LinkSecurity
-from squall.runtime.messaging.transport import FullTasksFn, Transport
+from squall.runtime.messaging.transport import Received, Transport
 from squall.utils.batch_queue import Bell
+
+if TYPE_CHECKING:
+    from squall.runtime.backpressure import CreditGrants, Credits
 
 log = logging.getLogger("squall.transport")
 
 LOOPBACK = "127.0.0.1"
-# How often a worker republishes its backpressure state even when it did not change (a
-# subscriber that just connected misses earlier messages).
+# How often a worker republishes its grants even when they did not change (a subscriber that
+# just connected misses earlier messages).
 _REPUBLISH_SECS = 0.1
 # The kernel's buffers of a link, each side: what a peer sends while this worker's thread is
-# busy elsewhere waits there (and in ZeroMQ's high-water marks), unseen by backpressure, so
-# they are kept small (the kernel's default on loopback grows to megabytes).
+# busy elsewhere waits there (and in ZeroMQ's high-water marks); credit bounds it, and they are
+# kept small (the kernel's default on loopback grows to megabytes).
 _SOCKET_BUFFER_BYTES = 64 * 1024
 # A payload's first frame: the sending worker's index and incarnation.
 PAYLOAD_HEADER = struct.Struct("<IQ")
@@ -65,12 +69,13 @@ class ZmqTransport(Transport):
                  buffered_payloads: int = 8, incarnation: int = 0) -> None:
         self._context = context
         self._index = index
+        self.run = incarnation
         self._header = PAYLOAD_HEADER.pack(index, incarnation)
         self._incarnations = Incarnations(index)
         self._security = security
         self.host = host
         # payloads ZeroMQ holds per link on each side (topology.receiver.buffer.size): past
-        # that, a sender keeps a backlog and sends the peer nothing new (see full_tasks)
+        # that, a sender keeps a backlog (bounded by its credit)
         self._hwm = buffered_payloads
         self._pull = context.socket(zmq.PULL)
         self._pull.setsockopt(zmq.RCVHWM, buffered_payloads)
@@ -93,9 +98,12 @@ class ZmqTransport(Transport):
         self._push_version = -1
         self._backlog: dict[int, collections.deque[bytes]] = {}  # transfer thread only
         self._sub_endpoints: dict[int, str] = {}  # control thread only
-        self._peer_backpressure: dict[int, frozenset[int]] = {}
-        self._published: frozenset[int] = frozenset()
+        self._grants: CreditGrants | None = None
+        self._credits: Credits | None = None
+        self._published_version = -1
         self._published_at = 0.0
+        #: called (any thread) when the grants should be published now: the control thread's wake-up
+        self.on_announce: Callable[[], None] | None = None
 
     # -- set-up (worker process main thread / control thread) -------------------------
 
@@ -115,22 +123,21 @@ class ZmqTransport(Transport):
         self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
         return self.port, self.bp_port
 
-    def register(self, worker: int, full_tasks: FullTasksFn, bell: Bell) -> None:
-        # peers announce their full queues (see publish_backpressure); the reading thread
-        # waits for the worker port and its bell at once
+    def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None:
+        self._grants, self._credits = grants, credits
+        # the reading thread waits for the worker port and its bell at once
         self._wait_poller = zmq.Poller()
         self._wait_poller.register(self._pull, zmq.POLLIN)
         self._wait_poller.register(bell.fileno(), zmq.POLLIN)
 
     def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
         """The other workers' addresses (control thread). A peer whose address changed is
-        reconnected, and its backpressure state forgotten (it restarted)."""
+        reconnected (it restarted: its new run announces itself)."""
         with self._peers_lock:
             changed = {i for i, addr in peers.items() if self._peers.get(i) != addr}
             self._peers = {i: tuple(addr) for i, addr in peers.items() if i != self._index}
             self._peers_version += 1
         for i in changed:
-            self._peer_backpressure.pop(i, None)
             old = self._sub_endpoints.pop(i, None)
             if old is not None:
                 self._sub.disconnect(old)
@@ -161,11 +168,11 @@ class ZmqTransport(Transport):
             sock.connect(address)
             self._push[i] = (sock, address)
 
-    def send(self, dest_worker: int, payload: bytes) -> None:
+    def send(self, dest_worker: int, payload: bytes, source_worker: int) -> None:
         """Send from the transfer thread, without waiting: what ZeroMQ cannot take now (the
         peer is down, or far behind) waits in that peer's backlog, so other peers are not held
-        up. Backlogs are bounded by backpressure: a peer that restarts is sent nothing until it
-        announces room."""
+        up. Backlogs are bounded by credit: a peer that restarts is sent nothing until it
+        grants some."""
         self._sync_push_sockets()
         backlog = self._backlog.get(dest_worker)
         if backlog:
@@ -195,7 +202,7 @@ class ZmqTransport(Transport):
         except zmq.Again:
             return False
 
-    def receive(self, worker: int, timeout: float) -> list[bytes]:
+    def receive(self, worker: int, timeout: float) -> list[Received]:
         # without a timeout, the socket's own flags say whether anything waits (a poll costs
         # more, and this is called every round of a busy worker)
         if not (self._pull.getsockopt(zmq.EVENTS) & zmq.POLLIN if timeout == 0
@@ -212,47 +219,48 @@ class ZmqTransport(Transport):
             if len(frames) != 2 or len(frames[0]) != PAYLOAD_HEADER.size:
                 log.warning("worker %d dropped a malformed payload (%d frames)", self._index, len(frames))
                 continue
-            if self._incarnations.admit(*PAYLOAD_HEADER.unpack(frames[0])):
-                payloads.append(frames[1])
+            sender, run = PAYLOAD_HEADER.unpack(frames[0])
+            if self._incarnations.admit(sender, run):
+                payloads.append((sender, run, frames[1]))
         return payloads
 
     def wait(self, worker: int, bell: Bell, timeout: float) -> None:
         self._wait_poller.poll(timeout * 1000)
         bell.disarm()
 
-    def full_tasks(self, dest_worker: int) -> frozenset[int] | None:
-        if self._backlog.get(dest_worker):
-            return None  # it has not taken what was sent yet
-        return self._peer_backpressure.get(dest_worker)  # None: not heard from it yet
+    # -- credit (control thread) ------------------------------------------------------------
 
-    # -- backpressure (control thread) ------------------------------------------------------
+    def announce(self, worker: int) -> None:
+        if self.on_announce is not None:
+            self.on_announce()
 
-    @property
-    def published_backpressure(self) -> frozenset[int]:
-        """The tasks last announced as backpressured."""
-        return self._published
-
-    def publish_backpressure(self, full_tasks: frozenset[int]) -> None:
-        if not self._peers:
+    def publish_credit(self) -> None:
+        """Publish this worker's grants if they changed, or were last published 0.1 s ago."""
+        if not self._peers or self._grants is None:
             return  # a single worker: nobody to tell
         now = time.monotonic()
-        if full_tasks != self._published or now - self._published_at >= _REPUBLISH_SECS:
-            self._pub.send(schema.encode(schema.Backpressure(self._index, sorted(full_tasks))))
-            self._published, self._published_at = full_tasks, now
+        version = self._grants.version
+        if version != self._published_version or now - self._published_at >= _REPUBLISH_SECS:
+            grants = {peer: schema.CreditGrant(run, credit) for peer, (run, credit) in self._grants.state().items()}
+            self._pub.send(schema.encode(schema.Credit(self._index, self.run, grants)))
+            self._published_version, self._published_at = version, now
 
-    def read_backpressure(self) -> None:
+    def read_credit(self) -> None:
+        """Take the peers' announcements: their runs, and the credit they grant this worker."""
         while True:
             try:
                 data = self._sub.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
-                state = schema.decode(data, schema.Backpressure)
+                message = schema.decode(data, schema.Credit)
             except schema.MalformedMessage as e:
-                log.warning("worker %d dropped a malformed backpressure message: %s", self._index, e)
+                log.warning("worker %d dropped a malformed credit message: %s", self._index, e)
                 continue
-            if state.worker in self._peers:
-                self._peer_backpressure[state.worker] = frozenset(state.full)
+            if message.worker in self._peers and self._grants is not None and self._credits is not None:
+                self._grants.heard(message.worker, message.run)
+                mine = message.grants.get(self._index)
+                self._credits.update(message.worker, message.run, None if mine is None else (mine.run, mine.credit))
 
     @property
     def sub_socket(self) -> Any:

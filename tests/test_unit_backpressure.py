@@ -1,0 +1,172 @@
+"""Credit-based flow control, owner by owner and without a topology: the queue's reserved room
+and releases, what a worker grants (:class:`CreditGrants`) and what it may spend
+(:class:`Credits`), across restarts of either side."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from squall.api.config import Config
+from squall.runtime.assignment import Assignment, ExecutorAssignment, WorkerAssignment
+from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys
+from squall.runtime.messaging.tuple_batch import AckBatch, TupleGroup
+from squall.utils.batch_queue import BatchQueue
+
+pytestmark = pytest.mark.timeout(30)
+
+CAPACITY = 8
+WINDOW = 4  # two workers share each queue
+# worker 0 runs task 1 (a spout); worker 1 runs tasks 2 and 3 in one executor (key 2) and task 4
+ASSIGNMENT = Assignment(
+    component_tasks={"s": [1], "b": [2, 3], "a": [4]},
+    task_component={1: "s", 2: "b", 3: "b", 4: "a"},
+    workers=(WorkerAssignment(0, 0, (ExecutorAssignment("s", (1,)),)),
+             WorkerAssignment(1, 0, (ExecutorAssignment("b", (2, 3)), ExecutorAssignment("a", (4,))))),
+    task_worker={1: 0, 2: 1, 3: 1, 4: 1},
+    num_ackers=1,
+)
+
+
+def tuples(*tasks: int) -> TupleGroup:
+    return TupleGroup(1, "default", list(tasks), [[t] for t in tasks], None)
+
+
+class Pair:
+    """Worker 1's grants and worker 0's credits, announcements handed over by hand."""
+
+    def __init__(self) -> None:
+        self.b = BatchQueue(CAPACITY, "b")
+        self.a = BatchQueue(CAPACITY, "a")
+        self.wakes = 0
+        self.grants = CreditGrants({2: self.b, 4: self.a}, WINDOW, self._wake)
+        keys = queue_keys(ASSIGNMENT)
+        self.credits = Credits(0, 0, keys, ASSIGNMENT.task_worker, WINDOW, {1: BatchQueue(CAPACITY, "s")})
+
+    def _wake(self) -> None:
+        self.wakes += 1
+
+    def announce(self, receiver_run: int = 0) -> None:
+        self.credits.update(1, receiver_run, self.grants.state().get(0))
+
+    def arrive(self, q: BatchQueue, n: int, run: int = 0) -> bool:
+        return self.grants.deliver(0, run, [(q, list(range(n)))], {})
+
+
+def test_the_window_is_an_equal_share_and_a_queue_too_small_to_share_is_refused():
+    assert credit_window({Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE: 1024}, 3) == 341
+    with pytest.raises(ValueError, match="topology.executor.receive.buffer.size is 2: with 3 workers"):
+        credit_window({Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE: 2}, 3)
+    assert queue_keys(ASSIGNMENT) == {1: 1, 2: 2, 3: 2, 4: 4}
+
+
+def test_reserved_room_is_not_for_local_producers_and_arrivals_use_it_up():
+    q = BatchQueue(CAPACITY, "q")
+    q.reserve(5)
+    assert q.offer([0, 1, 2], 3)
+    assert not q.offer([3], 1), "the other 5 are reserved: a local batch would eat into them"
+    released = []
+    q.on_release = released.append
+    q.force_put([7, 7, 7], 3, origin=1)
+    assert not q.has_room() and released == []
+    assert q.take_all(0) == [[0, 1, 2], [7, 7, 7]]
+    q.done()
+    assert released == [{1: 3}], "the other worker's tuples are released once the consumer is done"
+    assert q.offer([4], 1)
+
+
+def test_a_sender_spends_only_what_was_granted_all_or_nothing():
+    pair = Pair()
+    assert not pair.credits.spend([tuples(2)]), "nothing is sent to a worker not heard from"
+    pair.grants.heard(0, 0)
+    assert pair.wakes == 1
+    pair.announce()
+    # tasks 2 and 3 share key 2's window
+    assert pair.credits.spend([tuples(2, 3, 2)])
+    assert not pair.credits.spend([tuples(4), tuples(3, 3)]), "key 2 has 1 left: nothing of it is spent"
+    assert pair.credits.spend([tuples(4, 4, 4), AckBatch(1, 4, [1], [1], [-1])])
+    assert not pair.credits.spend([tuples(4)])
+    assert pair.credits.load(4) == 1.0 and pair.credits.load(2) == 0.75
+    # the receiver keeps the windows out of local producers' reach
+    assert pair.b.offer(list(range(4)), 4) and not pair.b.offer([4], 1)
+
+
+def test_credit_comes_back_as_the_executor_is_done_with_the_tuples():
+    pair = Pair()
+    pair.grants.heard(0, 0)
+    pair.announce()
+    assert pair.credits.spend([tuples(2, 2, 2, 2)])
+    assert pair.arrive(pair.b, 4)
+    assert pair.grants.held() == 4
+    pair.announce()
+    assert not pair.credits.spend([tuples(2)]), "held by the receiver: not granted again yet"
+    pair.b.take_all(0)
+    assert not pair.credits.spend([tuples(2)]), "taken but still executing"
+    wakes = pair.wakes
+    pair.b.done()
+    assert pair.grants.held() == 0
+    assert pair.wakes == wakes + 1, "half a window or more granted: the peers hear at once"
+    pair.announce()
+    assert pair.credits.spend([tuples(2, 3, 3, 2)])
+
+
+def test_a_restarted_sender_gets_the_credit_of_its_dead_run_back_and_its_leftovers_are_dropped():
+    pair = Pair()
+    pair.grants.heard(0, 0)
+    pair.announce()
+    assert pair.credits.spend([tuples(2, 2, 2)])  # 2 of them die with run 0, unsent
+    assert pair.arrive(pair.b, 1)
+    pair.grants.heard(0, 1)
+    new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, WINDOW, {})
+    new_run.update(1, 0, pair.grants.state()[0])
+    assert not new_run.spend([tuples(2, 2, 2, 2)]), "one tuple of run 0 is still held"
+    assert new_run.spend([tuples(2, 2, 2)])
+    assert not pair.arrive(pair.b, 2, run=0), "what the dead run sent is not counted, nor put"
+    assert pair.b.take_all(0) == [[0]]
+    pair.b.done()
+    new_run.update(1, 0, pair.grants.state()[0])
+    assert new_run.spend([tuples(3)]), "the held tuple's credit went to the new run"
+    # the receiver never holds more than its capacity: what it reserves plus what it holds
+    assert pair.b._reserved == WINDOW
+
+
+def test_credit_from_a_dead_receiver_is_void():
+    pair = Pair()
+    pair.grants.heard(0, 0)
+    pair.announce()
+    pair.credits.update(1, 1, None)  # the receiver restarted and has not heard from us yet
+    assert not pair.credits.spend([tuples(4)])
+    pair.credits.update(1, 0, pair.grants.state()[0])  # a late announcement of the dead run
+    assert not pair.credits.spend([tuples(4)])
+
+
+def test_tuples_the_receiver_drops_are_granted_again():
+    pair = Pair()
+    pair.grants.heard(0, 0)
+    pair.announce()
+    assert pair.credits.spend([tuples(4, 4, 4, 4)])
+    assert pair.grants.deliver(0, 0, [(pair.a, [1, 2])], {pair.a: 2})  # two were malformed
+    pair.announce()
+    assert pair.credits.spend([tuples(4, 4)]) and not pair.credits.spend([tuples(4)])
+
+
+def test_a_blocked_sender_wakes_on_a_grant_and_watchers_are_rung():
+    pair = Pair()
+    rung = []
+    pair.credits.watch(lambda: rung.append(1))
+    pair.grants.heard(0, 0)
+    version = pair.credits.version
+    sent = threading.Event()
+
+    def blocked() -> None:
+        while not pair.credits.spend([tuples(2)]):
+            pair.credits.wait(version, 10)
+        sent.set()
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    pair.announce()
+    assert sent.wait(10), "the grant woke the blocked sender"
+    thread.join(10)
+    assert rung
