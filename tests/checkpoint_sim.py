@@ -138,9 +138,6 @@ class _SimTransport(Transport):
     def register(self, worker: int, grants: Any, credits: Any, bell: Any) -> None:
         pass
 
-    def announce(self, worker: int) -> None:
-        pass
-
     def send(self, dest_worker: int, payload: bytes, source_worker: int) -> None:
         self._sim.links.setdefault((self._index, self._run, dest_worker), deque()).append(payload)
 

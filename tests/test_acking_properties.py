@@ -199,6 +199,7 @@ TUNING = {
     "topology.producer.batch.size": st.sampled_from([100, 1, 3]),
     "topology.spout.max.batch.size": st.sampled_from([100, 1]),
     "topology.executor.receive.buffer.size": st.sampled_from([1024, 2]),
+    "topology.receiver.credit.size": st.sampled_from([8192, 2]),
     "topology.worker.cooperative": st.sampled_from([True, False]),
 }
 # payloads ZeroMQ buffers per link between worker processes (2 is the least the config takes)

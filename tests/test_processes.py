@@ -594,9 +594,9 @@ def test_slow_bolt_in_one_worker_throttles_fast_spout_in_the_other(pcluster, tmp
     builder = TopologyBuilder()
     builder.set_spout("a_fast", FastSpout(tmp_path))
     builder.set_bolt("b_slow", SlowBolt(tmp_path)).shuffle_grouping("a_fast")
-    capacity = 64
-    conf = pconf({"topology.acker.executors": 0, "topology.executor.receive.buffer.size": capacity,
-                  "topology.transfer.buffer.size": 64})
+    window = 32
+    conf = pconf({"topology.acker.executors": 0, "topology.executor.receive.buffer.size": 64,
+                  "topology.receiver.credit.size": window, "topology.transfer.buffer.size": 64})
     pcluster.submit_topology("bp", conf, builder.create_topology())
     assert worker_index(pcluster, "bp", "a_fast") != worker_index(pcluster, "bp", "b_slow")
     slow_pid = workers(pcluster, "bp")[worker_index(pcluster, "bp", "b_slow")]["pid"]
@@ -617,13 +617,12 @@ def test_slow_bolt_in_one_worker_throttles_fast_spout_in_the_other(pcluster, tmp
     backlog = [emitted - executed for emitted, executed in samples]
     slow_rate = (samples[-1][1] - samples[0][1]) / 3
     assert slow_rate * 3 > 500, f"the slow bolt hardly ran: {samples}"
-    # Tuples emitted and not executed, at any time: what the bolt's worker granted the spout's
-    # (its share of the bolt's queue: the queue, the batch the bolt executes and what is on the
-    # way), and on the spout's side one batch waiting for credit and one in the overflow (then
-    # the spout is not called). Batches are no larger than the window. The executed counter lags
-    # by up to 9; the emitted one only runs behind.
-    window = capacity // 2
-    assert max(backlog) <= window + 2 * window + 9, f"emitted - executed: {backlog}"
+    # Tuples emitted and not executed, at any time: the window the bolt's worker granted the
+    # spout's (what waits in the bolt's queue or is on the way), what the bolt took and executes
+    # (credit comes back as it takes: at most a window), and on the spout's side one batch
+    # waiting for credit and one in the overflow (then the spout is not called). Batches are no
+    # larger than the window. The executed counter lags by up to 9; the emitted one only runs behind.
+    assert max(backlog) <= 2 * window + 2 * window + 9, f"emitted - executed: {backlog}"
     assert rss_end - rss_start < 30_000, f"the slow worker's RSS grew from {rss_start} to {rss_end} kB"
     # the bolt recovers: so does the throughput
     (tmp_path / "fast").touch()
@@ -644,6 +643,7 @@ def test_no_deadlock_when_two_workers_send_to_each_other(pcluster):
     builder.set_bolt("c", Fanout(2)).shuffle_grouping("b")  # worker 0
     builder.set_bolt("d", Discard()).shuffle_grouping("c")  # worker 1
     conf = pconf({"topology.message.timeout.secs": 30, "topology.executor.receive.buffer.size": 16,
+                  "topology.receiver.credit.size": 16,
                   "topology.transfer.buffer.size": 16, "topology.producer.batch.size": 8})
     pcluster.submit_topology("two-way", conf, builder.create_topology())
     placement = [worker_index(pcluster, "two-way", cid) for cid in ("a_spout", "b", "c", "d")]

@@ -268,6 +268,7 @@ def _queues(cluster, name):
 def _small_queues(capacity, batch, conf=None):
     conf = Config() if conf is None else conf
     conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE] = capacity
+    conf[Config.TOPOLOGY_RECEIVER_CREDIT_SIZE] = capacity  # each other worker's window in a queue
     conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE] = batch
     return conf
 
@@ -295,9 +296,9 @@ def test_slow_bolt_backpressures_a_fast_spout_and_nothing_is_dropped(cluster, wo
     for _, q in queues:
         assert q.capacity == capacity
     # A queue counts tuples; a producer waits while it is full, so the batch that fills it
-    # overshoots by at most one batch. Between workers, what is already in the transfer
-    # path (the transfer queue and the payload being sent) may arrive on top of that.
-    cross_worker = 2 * (capacity + batch)
+    # overshoots by at most one batch. Between workers, the other worker's tuples stand on its
+    # credit on top of that: a window (capacity here), and what the consumer took of it.
+    cross_worker = 2 * capacity
     queue_bound = capacity + batch + (cross_worker if workers > 1 else 0) + 2
     # tuples anywhere between the spout and the sink: two queues, the batches the two bolts
     # took and are processing, the relay's blocked batch, the spout's overflow and partial

@@ -10,14 +10,13 @@ import pytest
 
 from squall.api.config import Config
 from squall.runtime.assignment import Assignment, ExecutorAssignment, WorkerAssignment
-from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys
+from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
 from squall.runtime.messaging.tuple_batch import AckBatch, TupleGroup
 from squall.utils.batch_queue import BatchQueue
 
 pytestmark = pytest.mark.timeout(30)
 
-CAPACITY = 8
-WINDOW = 4  # two workers share each queue
+CAPACITY = WINDOW = 4  # a queue's room for its own worker, and the window of each other worker
 # worker 0 runs task 1 (a spout); worker 1 runs tasks 2 and 3 in one executor (key 2) and task 4
 ASSIGNMENT = Assignment(
     component_tasks={"s": [1], "b": [2, 3], "a": [4]},
@@ -42,38 +41,41 @@ class Pair:
         self.wakes = 0
         self.grants = CreditGrants({2: self.b, 4: self.a}, WINDOW, self._wake)
         keys = queue_keys(ASSIGNMENT)
-        self.credits = Credits(0, 0, keys, ASSIGNMENT.task_worker, WINDOW, {1: BatchQueue(CAPACITY, "s")})
+        self.credits = Credits(0, 0, keys, ASSIGNMENT.task_worker, WINDOW, {1: BatchQueue(CAPACITY, "s")}, 2)
 
     def _wake(self) -> None:
         self.wakes += 1
 
     def announce(self, receiver_run: int = 0) -> None:
-        self.credits.update(1, receiver_run, self.grants.state().get(0))
+        """What worker 1's transfer path sends worker 0: the grants that changed."""
+        for peer, run, credit in self.grants.take_changes({0}):
+            assert peer == 0
+            self.credits.update(1, receiver_run, (run, credit))
 
     def arrive(self, q: BatchQueue, n: int, run: int = 0) -> bool:
         return self.grants.deliver(0, run, [(q, list(range(n)))], {})
 
 
-def test_the_window_is_an_equal_share_and_a_queue_too_small_to_share_is_refused():
-    assert credit_window({Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE: 1024}, 3) == 341
-    with pytest.raises(ValueError, match="topology.executor.receive.buffer.size is 2: with 3 workers"):
-        credit_window({Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE: 2}, 3)
+def test_the_window_is_the_credit_size_and_batches_fit_in_it():
+    conf = {Config.TOPOLOGY_RECEIVER_CREDIT_SIZE: 64, Config.TOPOLOGY_PRODUCER_BATCH_SIZE: 100,
+            Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE: 1024}
+    assert credit_window(conf) == 64 and send_batch_size(conf) == 64
     assert queue_keys(ASSIGNMENT) == {1: 1, 2: 2, 3: 2, 4: 4}
 
 
-def test_reserved_room_is_not_for_local_producers_and_arrivals_use_it_up():
+def test_other_workers_tuples_do_not_take_local_room_and_are_released_when_taken():
     q = BatchQueue(CAPACITY, "q")
-    q.reserve(5)
-    assert q.offer([0, 1, 2], 3)
-    assert not q.offer([3], 1), "the other 5 are reserved: a local batch would eat into them"
     released = []
     q.on_release = released.append
-    q.force_put([7, 7, 7], 3, origin=1)
-    assert not q.has_room() and released == []
-    assert q.take_all(0) == [[0, 1, 2], [7, 7, 7]]
+    q.force_put([7, 7, 7, 7, 7], 5, origin=1)
+    assert q.has_room() and q.held() == 5, "another worker's tuples stand on its credit, not on local room"
+    assert q.offer([0, 1, 2, 3], 4)
+    assert not q.offer([4], 1)
+    assert q.take_all(0) == [[7, 7, 7, 7, 7], [0, 1, 2, 3]]
+    assert released == [{1: 5}], "the other worker's tuples are released once the consumer takes them"
+    assert not q.has_room(), "what the consumer executes still counts for local producers"
     q.done()
-    assert released == [{1: 3}], "the other worker's tuples are released once the consumer is done"
-    assert q.offer([4], 1)
+    assert q.has_room() and q.held() == 0
 
 
 def test_a_sender_spends_only_what_was_granted_all_or_nothing():
@@ -82,13 +84,15 @@ def test_a_sender_spends_only_what_was_granted_all_or_nothing():
     pair.grants.heard(0, 0)
     assert pair.wakes == 1
     pair.announce()
+    assert pair.credits.load(2) == 0.0, "load-aware shuffle: empty while there is credit for a batch"
     # tasks 2 and 3 share key 2's window
     assert pair.credits.spend([tuples(2, 3, 2)])
     assert not pair.credits.spend([tuples(4), tuples(3, 3)]), "key 2 has 1 left: nothing of it is spent"
     assert pair.credits.spend([tuples(4, 4, 4), AckBatch(1, 4, [1], [1], [-1])])
     assert not pair.credits.spend([tuples(4)])
-    assert pair.credits.load(4) == 1.0 and pair.credits.load(2) == 0.75
-    # the receiver keeps the windows out of local producers' reach
+    # full with less credit than a batch (2 here); a local task's load is its queue's
+    assert pair.credits.load(4) == 1.0 and pair.credits.load(2) == 1.0 and pair.credits.load(1) == 0.0
+    # local producers have the queue's own room
     assert pair.b.offer(list(range(4)), 4) and not pair.b.offer([4], 1)
 
 
@@ -100,15 +104,13 @@ def test_credit_comes_back_as_the_executor_is_done_with_the_tuples():
     assert pair.arrive(pair.b, 4)
     assert pair.grants.held() == 4
     pair.announce()
-    assert not pair.credits.spend([tuples(2)]), "held by the receiver: not granted again yet"
-    pair.b.take_all(0)
-    assert not pair.credits.spend([tuples(2)]), "taken but still executing"
+    assert not pair.credits.spend([tuples(2)]), "queued at the receiver: not granted again yet"
     wakes = pair.wakes
-    pair.b.done()
+    pair.b.take_all(0)
     assert pair.grants.held() == 0
-    assert pair.wakes == wakes + 1, "half a window or more granted: the peers hear at once"
+    assert pair.wakes == wakes + 1, "the transfer path is woken to send the grant"
     pair.announce()
-    assert pair.credits.spend([tuples(2, 3, 3, 2)])
+    assert pair.credits.spend([tuples(2, 3, 3, 2)]), "taken: the sender refills the queue meanwhile"
 
 
 def test_a_restarted_sender_gets_the_credit_of_its_dead_run_back_and_its_leftovers_are_dropped():
@@ -118,17 +120,15 @@ def test_a_restarted_sender_gets_the_credit_of_its_dead_run_back_and_its_leftove
     assert pair.credits.spend([tuples(2, 2, 2)])  # 2 of them die with run 0, unsent
     assert pair.arrive(pair.b, 1)
     pair.grants.heard(0, 1)
-    new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, WINDOW, {})
-    new_run.update(1, 0, pair.grants.state()[0])
+    new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, WINDOW, {}, 2)
+    new_run.update(1, 0, pair.grants.state()[0])  # as a worker process publishes them
     assert not new_run.spend([tuples(2, 2, 2, 2)]), "one tuple of run 0 is still held"
     assert new_run.spend([tuples(2, 2, 2)])
     assert not pair.arrive(pair.b, 2, run=0), "what the dead run sent is not counted, nor put"
     assert pair.b.take_all(0) == [[0]]
-    pair.b.done()
     new_run.update(1, 0, pair.grants.state()[0])
     assert new_run.spend([tuples(3)]), "the held tuple's credit went to the new run"
-    # the receiver never holds more than its capacity: what it reserves plus what it holds
-    assert pair.b._reserved == WINDOW
+    assert pair.grants.held() == 0 and not new_run.spend([tuples(2, 2)])
 
 
 def test_credit_from_a_dead_receiver_is_void():

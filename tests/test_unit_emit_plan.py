@@ -239,8 +239,11 @@ class World:
         w0 = self.workers[0]
         local = {e: e.queue.take_all(0) for e in w0.executors}
         w0.transfer.send_queued()
-        payloads = self.transport.receive(1, 0)
-        return Sent(self, local, [group for _, _, payload in payloads for group in tuple_batch.decode(payload)])
+        groups = [group for _, _, payload in self.transport.receive(1, 0) for group in tuple_batch.decode(payload)]
+        # the credit worker 0 grants goes on to worker 1 at once: flow control, not what was emitted
+        if grants := [g for g in groups if g.__class__ is tuple_batch.CreditGrant]:
+            self.workers[1].receive.deliver(tuple_batch.encode(grants), 0, 0)
+        return Sent(self, local, [g for g in groups if g.__class__ is not tuple_batch.CreditGrant])
 
     def deliver(self, sent: Sent, data: bool) -> None:
         """Give back what :meth:`take_sent` took: the data tuples (``data``) or the acker messages."""

@@ -53,7 +53,7 @@ from squall.runtime.worker import Worker
 
 log = logging.getLogger("squall.worker")
 
-# How often the control thread publishes changed grants and looks at its peers' messages.
+# How often the control thread looks at its peers' grants and publishes its own when due.
 _CONTROL_TICK_SECS = 0.005
 
 
@@ -200,9 +200,6 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         room_read, room_write = os.pipe()  # closed once no executor can signal on it
         os.set_blocking(room_write, False)
         worker.on_failure = lambda: _wake(room_write)
-        # credit granted in bulk (half a window) is published at once: senders elsewhere wait for
-        # it; smaller grants go out at the next tick
-        transport.on_announce = worker.on_failure
         code = _serve(control, worker, transport, state, conf, parent, room_read)
     if started:
         worker.stop()
@@ -218,7 +215,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
 
 
 def _wake(room_write: int) -> None:
-    """Wake the control thread (grants to publish, or the worker failed)."""
+    """Wake the control thread (the worker failed)."""
     try:
         os.write(room_write, b"r")
     except BlockingIOError:

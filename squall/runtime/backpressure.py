@@ -6,26 +6,33 @@ granted it, one unit per tuple (an ack or completion batch counts as one). So wh
 holds from others never exceeds the room it granted, and a sender that has no credit waits for
 a grant instead of sending and hoping. The rules, in the order a tuple meets them:
 
-1. **Windows.** Each executor's incoming queue (``topology.executor.receive.buffer.size``
-   tuples, :class:`~squall.utils.batch_queue.BatchQueue`) gives every other worker of the
-   topology a window of ``size // workers`` tuples (:func:`credit_window`); the worker's own
-   executors use what is left, at least one window. A queue counts the room it granted and
-   that has not arrived yet as taken (``BatchQueue.reserve``), so local senders never eat into it.
+1. **Windows.** Each executor's incoming queue (:class:`~squall.utils.batch_queue.BatchQueue`)
+   holds ``topology.executor.receive.buffer.size`` tuples of its own worker's executors, and
+   gives every other worker of the topology a window of its own,
+   ``topology.receiver.credit.size`` tuples (:func:`credit_window`; as Flink gives each input
+   channel buffers of its own): a slow peer or a busy local producer never takes another's
+   room, and what a queue holds is bounded by its size plus a window per other worker.
 2. **Grants** (:class:`CreditGrants`, the receiving side): a window is granted to each run of
    each peer worker once that run is heard from, and every tuple it sent is granted again when
-   the executor is done with it (``BatchQueue.on_release``): credit the peer holds plus its
-   tuples this worker holds never exceed the window. A peer that restarts gets back the credit
-   its dead run held; what a dead run sent after that is dropped (it would not fit).
+   the executor takes it off the queue (``BatchQueue.on_release``; as Flink recycles a buffer
+   once its records are read): credit the peer holds plus its tuples waiting in this worker's
+   queue never exceed the window, and the sender refills the queue while the executor works
+   through what it took (one take at most: the executor takes no more until it is done). A
+   peer that restarts gets back the credit its dead run held; what a dead run sent after that
+   is dropped (it would not fit).
 3. **Credit** (:class:`Credits`, the sending side): a worker's send path spends credit when it
    hands a batch to the worker's transfer (all of the batch's tasks at once, or nothing) and,
    without it, keeps the batch waiting: a blocking sender waits on :meth:`Credits.wait`, a
    non-blocking one is woken by a grant (``watch``). Nobody polls. Credit is also what load-aware
    shuffle reads as another worker's task load.
 4. **Announcements.** Grants are cumulative counts per (peer run, queue), so an announcement
-   repeated, lost or out of date does no harm: worker processes publish theirs on their
-   backpressure port when they change and every 0.1 s
-   (:mod:`squall.runtime.messaging.zmq_transport`); in-process workers hand them over directly
-   (:mod:`squall.runtime.messaging.local`).
+   repeated, lost or out of date does no harm. Changed grants ride to the peer with the
+   payloads going back, as a :class:`~squall.runtime.messaging.tuple_batch.CreditGrant` group
+   sent by the worker's transfer path (:mod:`squall.runtime.worker_transfer`); a quarter of a
+   window or more goes in a payload of its own if nothing else is going. Worker processes also
+   publish their grants on their backpressure port within a few milliseconds of a change, at
+   once when they hear of a new peer run (that is how runs find each other), and every 0.1 s
+   (:mod:`squall.runtime.messaging.zmq_transport`).
 
 Queues are named, in grants, by their executor's first task (:func:`queue_keys`).
 """
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
 from squall.api.config import Config
@@ -47,15 +54,18 @@ from squall.utils.batch_queue import BatchQueue
 GrantState = dict[int, tuple[int, dict[int, int]]]
 
 
-def credit_window(conf: Mapping[str, Any], workers: int) -> int:
-    """The credit each other worker gets per executor queue: an equal share of the queue,
-    one share kept for the queue's own worker. A send path's batches for other workers are
-    never larger (see :mod:`squall.runtime.executor.transfer`)."""
-    size = conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE]
-    if size < workers:
-        raise ValueError(f"{Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE} is {size}: with {workers} workers it must "
-                         f"be at least {workers} (each worker gets a share of every queue)")
-    return size // max(1, workers)
+def credit_window(conf: Mapping[str, Any]) -> int:
+    """The credit each other worker gets per executor queue (``topology.receiver.credit.size``;
+    a window of its own, as Flink gives every input channel buffers of its own)."""
+    return conf[Config.TOPOLOGY_RECEIVER_CREDIT_SIZE]
+
+
+def send_batch_size(conf: Mapping[str, Any]) -> int:
+    """How many tuples a send path gathers for one destination before handing them on: the
+    producer batch, never more than the send buffer nor a credit window (or no credit would
+    ever be enough for it)."""
+    return min(conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE], conf[Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE],
+               credit_window(conf))
 
 
 def queue_keys(assignment: Assignment) -> dict[int, int]:
@@ -67,8 +77,8 @@ class CreditGrants:
     """What one worker lets each peer worker send to each of its executors' queues.
 
     ``queues`` maps a queue key to the queue; ``wake()`` is called (never under a lock of this
-    object) when grants changed enough that the peers should hear now; ``unlimited``: no
-    credit is kept (a transport that needs none). Thread-safe: the receive
+    object) when grants changed and :meth:`take_changes` has something new (the transfer
+    path's wake-up); ``unlimited``: no credit is kept (a transport that needs none). Thread-safe: the receive
     path calls :meth:`deliver`, executors' threads release through their queues, the thread
     that reads the peers' announcements calls :meth:`heard`.
     """
@@ -82,11 +92,16 @@ class CreditGrants:
         self._wake = wake
         self._lock = threading.Lock()
         self._runs: dict[int, int] = {}  # peer -> the run granted to
-        # per peer, per queue key: [granted to its run, arrived from its run, held (queued or executing)]
+        # per peer, per queue key: [granted to its run, arrived from its run, held (queued)]
         self._ledger: dict[int, dict[int, list[int]]] = {}
-        self._unannounced: dict[int, int] = {}  # peer -> tuples granted since the last announcement
+        self._changed: set[int] = set()  # peers whose grants changed since take_changes
+        self._unsent: dict[int, int] = {}  # peer -> tuples granted since take_changes took its grants
         #: grows with every change of the grants
         self.version = 0
+        #: grows with every peer run heard of
+        self.heard_version = 0
+        #: called after every change, out of the lock (any thread; must not block)
+        self.on_change: Callable[[], None] | None = None
         if not unlimited:
             for key, q in self._queues.items():
                 q.on_release = self._releaser(key)
@@ -103,13 +118,12 @@ class CreditGrants:
                 return
             self._runs[peer] = run
             ledger = self._ledger.setdefault(peer, {})
-            for key, q in self._queues.items():
+            for key in self._queues:
                 entry = ledger.setdefault(key, [0, 0, 0])
-                fresh = self._window - entry[2]
-                q.reserve(fresh - (entry[0] - entry[1]))
-                entry[0], entry[1] = fresh, 0
-            self.version += 1
-        self._wake()
+                entry[0], entry[1] = self._window - entry[2], 0
+            self.heard_version += 1
+            wake = self._changed_for(peer, self._window)
+        self._changed_after(wake)
 
     def deliver(self, sender: int, run: int, puts: Iterable[tuple[BatchQueue, list[Any]]],
                 dropped: Mapping[BatchQueue, int]) -> bool:
@@ -131,40 +145,65 @@ class CreditGrants:
                 entry[1] += n
                 entry[2] += n
                 q.force_put(batch, n, sender)
+            wake = False
             for q, n in dropped.items():
                 entry = ledger[key_of[id(q)]]
                 entry[0] += n
                 entry[1] += n
-                self._unannounced[sender] = self._unannounced.get(sender, 0) + n
-            if dropped:
-                self.version += 1
+                wake = self._changed_for(sender, n) or wake
+        self._changed_after(wake)
         return True
 
     def _release(self, key: int, origins: dict[int, int]) -> None:
-        """The executor of queue ``key`` is done with tuples of these peers: grant them again."""
-        q = self._queues[key]
+        """The executor of queue ``key`` took tuples of these peers: grant them again."""
         wake = False
         with self._lock:
             for peer, n in origins.items():
                 entry = self._ledger[peer][key]
                 entry[2] -= n
                 entry[0] += n
-                q.reserve(n)
-                due = self._unannounced[peer] = self._unannounced.get(peer, 0) + n
-                wake = wake or due * 2 >= self._window
-            self.version += 1
+                wake = self._changed_for(peer, n) or wake
+        self._changed_after(wake)
+
+    def _changed_after(self, wake: bool) -> None:
+        """After a change, out of the lock: wake the transfer path if it has a grant worth sending
+        alone; tell ``on_change`` (an in-process transport hands the grants over itself)."""
         if wake:
             self._wake()
+        if self.on_change is not None:
+            self.on_change()
+
+    def _changed_for(self, peer: int, n: int) -> bool:
+        """``n`` more tuples granted to ``peer`` (under the lock); whether that makes a quarter
+        window unsent, worth a payload of its own."""
+        self.version += 1
+        self._changed.add(peer)
+        unsent = self._unsent[peer] = self._unsent.get(peer, 0) + n
+        return (unsent - n) * 4 < self._window <= unsent * 4
+
+    def take_changes(self, going: Container[int]) -> list[tuple[int, int, dict[int, int]]]:
+        """(peer, its run, queue key -> granted) for the peers whose grants changed since the
+        last call and that something is ``going`` to anyway, or that were granted a quarter
+        window or more since: what the transfer path sends them."""
+        if not self._changed:  # read without the lock: a change racing with it is taken next time
+            return []
+        out = []
+        with self._lock:
+            for peer in list(self._changed):
+                if peer in going or self._unsent[peer] * 4 >= self._window:
+                    self._changed.discard(peer)
+                    self._unsent[peer] = 0
+                    out.append((peer, self._runs[peer], {key: entry[0] for key, entry in self._ledger[peer].items()}))
+        return out
 
     def state(self) -> GrantState:
-        """The grants as announced: every peer run heard from, and what it was granted per queue."""
+        """Every grant: every peer run heard from, and what it was granted per queue."""
         with self._lock:
-            self._unannounced.clear()
             return {peer: (run, {key: entry[0] for key, entry in self._ledger[peer].items()})
                     for peer, run in self._runs.items()}
 
     def held(self) -> int:
-        """Tuples of other workers this worker holds (queued or executing)."""
+        """Tuples of other workers waiting in this worker's queues."""
         with self._lock:
             return sum(entry[2] for ledger in self._ledger.values() for entry in ledger.values())
 
@@ -173,14 +212,16 @@ class Credits:
     """The credit one worker holds to send to the executors of the others.
 
     ``keys`` maps each task to its queue key, ``task_worker`` each task to its worker,
-    ``local_queues`` this worker's tasks to their queues (for :meth:`load`). :meth:`spend` is
+    ``local_queues`` this worker's tasks to their queues, ``batch`` the send paths' batch size
+    (both for :meth:`load`). :meth:`spend` is
     called by executors' send paths (any thread), :meth:`update` by whoever reads the peers'
     announcements; ``unlimited``: every spend succeeds (a transport that keeps no credit).
     """
 
     def __init__(self, index: int, run: int, keys: Mapping[int, int], task_worker: Mapping[int, int],
-                 window: int, local_queues: Mapping[int, BatchQueue], unlimited: bool = False) -> None:
+                 window: int, local_queues: Mapping[int, BatchQueue], batch: int, unlimited: bool = False) -> None:
         self.run = run
+        self._batch = batch
         self._local_queues = local_queues
         self._key = {t: k for t, k in keys.items() if task_worker[t] != index}
         self._key_worker = {k: task_worker[k] for k in self._key.values()}
@@ -255,12 +296,12 @@ class Credits:
 
     def load(self, task: int) -> float:
         """How full ``task``'s queue looks from here, 0 to 1 (load-aware shuffle): measured for
-        this worker's tasks; for the others', the share of the window this worker spent and
-        did not get back."""
+        this worker's tasks; another worker's is full while this worker has less credit for it
+        than a batch, else empty (credit in flight says little of the queue itself)."""
         q = self._local_queues.get(task)
         if q is not None:
             return q.load()
         if self.unlimited:
             return 0.0
         k = self._key[task]
-        return 1.0 - min(self._window, max(0, self._granted.get(k, 0) - self._spent.get(k, 0))) / self._window
+        return 1.0 if self._granted.get(k, 0) - self._spent.get(k, 0) < self._batch else 0.0

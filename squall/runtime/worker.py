@@ -33,7 +33,7 @@ from squall.api.tuple import StreamSource, system_sources
 from squall.runtime.ack_ledger import RoundAcks
 from squall.runtime.acker_executor import AckerExecutor
 from squall.runtime.assignment import Assignment, ExecutorAssignment
-from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys
+from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.executor.bolt_executor import BoltExecutor
 from squall.runtime.executor.executor import Control, Executor
@@ -83,19 +83,21 @@ class Worker:
         blocking = {ea: self._is_blocking(ea.component) for ea in assigned}
         cooperative = not all(blocking.values())
         single_task_queues = self._make_queues(assigned, blocking, bell)
-        keys, window = queue_keys(assignment), credit_window(conf, len(assignment.workers))
+        keys, window = queue_keys(assignment), credit_window(conf)
         #: what this worker lets the others send it, and what it may send them
         self.grants = CreditGrants({keys[t]: q for t, q in self.task_queues.items()}, window,
-                                   lambda: transport.announce(index), not transport.credit_based)
+                                   lambda: self.transfer.queue.wake(), not transport.credit_based)
         self.credits = Credits(index, transport.run, keys, assignment.task_worker, window, self.task_queues,
-                               not transport.credit_based)
-        self.transfer = WorkerTransfer(index, conf, transport, self.credits, bell if cooperative else None)
+                               send_batch_size(conf), not transport.credit_based)
+        self.transfer = WorkerTransfer(index, conf, transport, self.grants, self.credits,
+                                       bell if cooperative else None)
         self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,
                                      single_task_queues, self.sources, state, self.transfer.transfer,
                                      restarted, self.credits)
         spout_tasks = frozenset(t for c in topology.spouts for t in assignment.component_tasks[c.id])
         self.receive = WorkerReceive(index, conf, assignment, self.sources, self.task_queues,
-                                     self.context.is_single_task, transport, state, spout_tasks, self.grants)
+                                     self.context.is_single_task, transport, state, spout_tasks, self.grants,
+                                     self.credits)
         # topology order: a batch a spout emits is executed by the next bolts in the same round
         order = {cid: i for i, cid in enumerate(topology.components)}
         assigned = sorted(assigned, key=lambda ea: order.get(ea.component, len(order)))

@@ -6,7 +6,7 @@ from squall.api.tuple cimport StreamSource, Tuple
 @cython.final
 cdef class WorkerReceive:
     cdef public object index
-    cdef object _assignment, _transport, _state, _serializer, _grants
+    cdef object _assignment, _transport, _state, _serializer, _grants, _credits
     cdef dict _task_streams, _dispatch
     cdef set _local_ackers
     cdef object _spout_tasks

@@ -27,7 +27,7 @@ from typing import Any
 from squall.api.system_ids import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT, CHECKPOINT_STREAM
 from squall.api.tuple import StreamSource, Tuple
 from squall.runtime.assignment import Assignment
-from squall.runtime.backpressure import CreditGrants
+from squall.runtime.backpressure import CreditGrants, Credits
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.schema import MalformedMessage
@@ -45,9 +45,10 @@ class WorkerReceive:
     def __init__(self, index: int, conf: dict[str, Any], assignment: Assignment,
                  sources: dict[tuple[str, str], StreamSource], task_queues: dict[int, BatchQueue],
                  is_single_task: Callable[[BatchQueue], bool], transport: Transport, state: TopologyState,
-                 spout_tasks: frozenset[int], grants: CreditGrants) -> None:
+                 spout_tasks: frozenset[int], grants: CreditGrants, credits: Credits) -> None:
         self.index = index
         self._grants = grants
+        self._credits = credits
         self._assignment = assignment
         self._transport = transport
         self._state = state
@@ -80,7 +81,7 @@ class WorkerReceive:
 
     def deliver(self, payload: bytes, sender: int, run: int) -> None:
         """Check the groups of ``payload`` (from ``run`` of worker ``sender``) and put their
-        tuples on the executors' queues."""
+        tuples on the executors' queues; the credit it grants goes to this worker's credits."""
         batches: dict[BatchQueue, list[Any]] = {}
         puts: list[tuple[BatchQueue, list[Any]]] = []  # cut before a barrier, in order
         dropped: dict[BatchQueue, int] = {}  # tuples for this worker's queues that were not put
@@ -94,6 +95,8 @@ class WorkerReceive:
             try:
                 if group.__class__ is tuple_batch.TupleGroup:
                     self._deliver_tuples(group, batches, puts, dropped, malformed)
+                elif group.__class__ is tuple_batch.CreditGrant:
+                    self._credits.update(sender, run, (group.run, group.credit))
                 else:
                     self._deliver_acks(group, batches, dropped, malformed)
             except Exception as e:  # noqa: BLE001 - a forged group must not stop the receive path

@@ -9,7 +9,9 @@ between rounds, or a transfer thread of its own when the worker has none.
 
 Backpressure: groups are queued only against the credit their worker granted (see
 :mod:`squall.runtime.backpressure`); a worker not heard from yet has granted none (no burst
-into a starting worker).
+into a starting worker). The grants this worker changed go to their peers with what is sent
+(a :class:`~squall.runtime.messaging.tuple_batch.CreditGrant` group), or alone once they are
+worth it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.api.config import Config
-from squall.runtime.backpressure import Credits
+from squall.runtime.backpressure import CreditGrants, Credits
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.transport import Transport
 from squall.utils.batch_queue import BatchQueue, Bell
@@ -35,10 +37,11 @@ BACKLOG_RETRY_SECS = 0.001
 class WorkerTransfer:
     """The transfer queue and what sends it; ``bell`` wakes the queue's consumer."""
 
-    def __init__(self, index: int, conf: dict[str, Any], transport: Transport, credits: Credits,
-                 bell: Bell | None = None) -> None:
+    def __init__(self, index: int, conf: dict[str, Any], transport: Transport, grants: CreditGrants,
+                 credits: Credits, bell: Bell | None = None) -> None:
         self.index = index
         self.transport = transport
+        self.grants = grants
         self.credits = credits
         self.queue = BatchQueue(conf[Config.TOPOLOGY_TRANSFER_BUFFER_SIZE], f"worker-{index}-transfer", bell)
         #: whether a peer could not take everything sent to it yet (retry soon)
@@ -74,6 +77,8 @@ class WorkerTransfer:
         by_dest: dict[int, list[Any]] = {}
         for dest, groups in items:
             by_dest.setdefault(dest, []).extend(groups)
+        for peer, run, credit in self.grants.take_changes(by_dest):
+            by_dest.setdefault(peer, []).append(tuple_batch.CreditGrant(run, credit))
         for dest, groups in by_dest.items():
             try:
                 self.transport.send(dest, tuple_batch.encode(groups), self.index)
@@ -81,7 +86,7 @@ class WorkerTransfer:
                 log.exception("worker %s could not send %d groups to worker %s", self.index, len(groups), dest)
         if by_dest:
             self.backlog = self.transport.send_backlog()
-        return bool(items)
+        return bool(by_dest)
 
     def run(self, stopping: Callable[[], bool]) -> None:
         """The transfer thread's loop, for a worker without a cooperative thread."""

@@ -14,8 +14,8 @@ cdef class BatchQueue:
     cdef Py_ssize_t _size
     cdef list _local
     cdef Py_ssize_t _local_size, _taken
-    cdef readonly Py_ssize_t _reserved
-    cdef dict _arrived, _released
+    cdef Py_ssize_t _remote, _remote_taken
+    cdef dict _arrived
     cdef readonly object _lock
     cdef readonly Bell _bell
     cdef object _not_full

@@ -108,15 +108,16 @@ class BatchQueue:
     * :meth:`take_all` is for the single consumer: it returns every queued element,
       waiting up to ``timeout`` seconds for one to arrive.
     * ``bell`` wakes the consumer; a thread consuming several queues gives them one.
-    * Credit (see :mod:`squall.runtime.backpressure`): :meth:`reserve` keeps room for tuples
-      other workers may send, which local producers do not get; a :meth:`force_put` with an
-      ``origin`` (the sending worker) uses up reserved room, and once the consumer is done with
-      such tuples ``on_release`` is called with their count per origin (in the consumer's
-      thread, under no lock of the queue).
+    * Credit (see :mod:`squall.runtime.backpressure`): tuples other workers sent arrive by a
+      :meth:`force_put` with an ``origin`` (the sending worker). Their room is the credit their
+      worker was granted, on top of ``capacity``: the room local producers see counts their
+      own tuples only. Once the consumer takes such tuples ``on_release`` is called with their
+      count per origin (in the consumer's thread, under no lock of the queue), so that their
+      senders may send more while they execute.
     """
 
     __slots__ = ("capacity", "name", "on_release", "consumer", "_items", "_size", "_local", "_local_size",
-                 "_taken", "_reserved", "_arrived", "_released", "_lock", "_bell", "_not_full", "_producers_waiting")
+                 "_taken", "_remote", "_remote_taken", "_arrived", "_lock", "_bell", "_not_full", "_producers_waiting")
 
     def __init__(self, capacity: int, name: str = "", bell: Bell | None = None) -> None:
         if capacity < 1:
@@ -131,9 +132,9 @@ class BatchQueue:
         self._local: list[Any] = []  # batches from the consumer's own thread (no lock)
         self._local_size = 0
         self._taken = 0  # tuples the consumer took and is not done with (see done)
-        self._reserved = 0  # room granted to other workers, not arrived yet (see reserve)
+        self._remote = 0  # tuples of other workers queued (see force_put's origin)
+        self._remote_taken = 0  # and taken
         self._arrived: dict[int, int] = {}  # origin -> its tuples queued (under the lock)
-        self._released: dict[int, int] = {}  # origin -> its tuples taken (the consumer's)
         self._lock = threading.Lock()
         self._bell = bell if bell is not None else Bell()
         self._not_full = threading.Condition(self._lock)
@@ -155,12 +156,11 @@ class BatchQueue:
         return min(1.0, (self._size + self._local_size + self._taken) / self.capacity)
 
     def has_room(self) -> bool:
-        return self._size + self._local_size + self._taken + self._reserved < self.capacity
+        return self._size + self._local_size + self._taken - self._remote - self._remote_taken < self.capacity
 
-    def reserve(self, n: int) -> None:
-        """Keep ``n`` more tuples' room (less, if negative) for other workers' tuples."""
-        with self._lock:
-            self._reserved += n
+    def held(self) -> int:
+        """Tuples queued and taken, other workers' included (any thread; a racy read)."""
+        return self._size + self._local_size + self._taken
 
     def is_empty(self) -> bool:
         """Nothing queued (lock-free; exact from the consumer's thread once its bell is armed)."""
@@ -185,12 +185,12 @@ class BatchQueue:
 
     def force_put(self, item: Any, size: int = 1, origin: int = -1) -> None:
         """Append ``item`` (``size`` tuples) even if the queue is full; an ``origin`` >= 0 (the
-        worker that sent them) puts them in room reserved for it."""
+        worker that sent them) puts them in the room its credit stands for."""
         if origin >= 0:
             with self._lock:
                 self._items.append(item)
                 self._size += size
-                self._reserved -= size
+                self._remote += size
                 self._arrived[origin] = self._arrived.get(origin, 0) + size
             if self._bell.waiting:
                 self._bell.ring()
@@ -233,10 +233,7 @@ class BatchQueue:
         if not self._taken:
             return
         was_full = not self.has_room()
-        if self._released:  # granted again before the room shows: local producers do not take it
-            released, self._released = self._released, {}
-            self.on_release(released)
-        self._taken = 0
+        self._taken = self._remote_taken = 0
         if was_full and self.has_room() and self._producers_waiting:
             with self._lock:
                 self._not_full.notify_all()
@@ -248,6 +245,7 @@ class BatchQueue:
         if items:
             self._local = []
             self._local_size = 0
+        released = None
         # _items is read without the lock: an append racing with the read is taken next time
         if self._items:
             with self._lock:
@@ -257,12 +255,12 @@ class BatchQueue:
                 self._items.clear()
                 taken += self._size
                 self._size = 0
-                if self._arrived:  # taken now: released once the consumer is done with them
-                    released = self._released
-                    for origin, n in self._arrived.items():
-                        released[origin] = released.get(origin, 0) + n
-                    self._arrived = {}
+                if self._arrived:  # taken: their senders get the credit back (see on_release)
+                    released, self._arrived = self._arrived, {}
+                    self._remote_taken, self._remote = self._remote, 0
         self._taken = taken
+        if released is not None:
+            self.on_release(released)
         return items
 
     def wake(self) -> None:

@@ -34,10 +34,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from squall.api.config import Config
 from squall.api.errors import SerializationError
 from squall.api.tuple import StreamSource, Tuple
-from squall.runtime.backpressure import credit_window
+from squall.runtime.backpressure import send_batch_size
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.messaging.tuple_batch import TupleGroup
 from squall.runtime.messaging.wire_values import wire_values
@@ -128,11 +127,8 @@ class ExecutorTransfer:
         self._tracker = worker.state.tracker
         self._credits = worker.credits
         self._credit_version = -1  # the credits' version when a hand-off to another worker last failed
-        #: a destination's batch is handed on at this many tuples: never more than another
-        #: worker's credit window, or no credit would ever be enough for it
-        self.batch_size = min(conf[Config.TOPOLOGY_PRODUCER_BATCH_SIZE],
-                              conf[Config.TOPOLOGY_EXECUTOR_SEND_BUFFER_SIZE],
-                              credit_window(conf, len(worker.assignment.workers)))
+        #: a destination's batch is handed on at this many tuples
+        self.batch_size = send_batch_size(conf)
         self._serializer = Serializer.for_config(conf)
         #: per destination (by id), the batches it could not take yet (non-blocking send paths):
         #: [outbox, [(items, count), ...] oldest first, tuples in all]

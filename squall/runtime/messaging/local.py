@@ -2,7 +2,7 @@
 
 Payloads are still serialized bytes, so an in-process run catches what a multi-process
 run would (a value that cannot be serialized fails the same way). Grants are handed to the
-peers' credits directly, in the thread that changed them.
+peers' credits directly, in the thread that changed them (no payload carries them).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ class LocalTransport(Transport):
     def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None:
         self._inboxes[worker] = BatchQueue(1, f"worker-{worker}-inbox", bell)
         self._flows[worker] = (grants, credits)
+        grants.on_change = lambda: self._announce(worker)
         for peer, (peer_grants, _) in self._flows.items():
             if peer != worker:  # in one process, every worker has one run
                 peer_grants.heard(worker, 0)
                 grants.heard(peer, 0)
 
-    def announce(self, worker: int) -> None:
+    def _announce(self, worker: int) -> None:
         state = self._flows[worker][0].state()
         for peer, (_, credits) in self._flows.items():
             if peer != worker:

@@ -25,10 +25,9 @@ class Transport(ABC):
     * :meth:`register` is called by each worker before it sends or receives, with its
       grants (what it lets the others send it), its credits (what it may send them) and the
       bell of the thread that will read its payloads. From then on the transport tells the
-      worker's grants which run of each peer it hears from (``grants.heard``), and hands each
-      peer's announced grants to the worker's credits (``credits.update``).
-    * :meth:`announce` may be called from any thread, must not block: the worker's grants
-      changed, its peers should hear soon.
+      worker's grants which run of each peer it hears of (``grants.heard``) and hands the
+      grants that peer announced to the worker's credits (``credits.update``); grants that
+      changed later travel in payloads (see :mod:`squall.runtime.backpressure`).
     * :meth:`send` is called only from a worker's transfer thread; it must not block
       for long (the receiving side never blocks on its executors, so it always drains);
       what it cannot hand over yet it keeps for :meth:`send_backlog`. Senders send only what
@@ -47,9 +46,6 @@ class Transport(ABC):
 
     @abstractmethod
     def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None: ...
-
-    @abstractmethod
-    def announce(self, worker: int) -> None: ...
 
     @abstractmethod
     def send(self, dest_worker: int, payload: bytes, source_worker: int) -> None: ...

@@ -3,7 +3,7 @@
 A payload is a list of groups, in the order they were made, encoded as msgpack by msgspec
 (``array_like`` Structs, so no field names travel) and decoded against these schemas in C:
 a payload that does not fit (truncated, a wrong type anywhere, an unknown group tag) is
-rejected whole with :class:`~squall.runtime.messaging.schema.MalformedMessage`. Three kinds of group:
+rejected whole with :class:`~squall.runtime.messaging.schema.MalformedMessage`. Four kinds of group:
 
 * :class:`TupleGroup`: consecutive tuples of one source task on one stream, column by
   column: the target task, the values and (for tracked tuples) the tree ids of each. A
@@ -15,14 +15,15 @@ rejected whole with :class:`~squall.runtime.messaging.schema.MalformedMessage`. 
 * :class:`AckBatch`: an executor's inits and acks for one acker task since its last flush
   (what a local acker gets as one ``__ack_batch`` tuple);
 * :class:`CompletedBatch`: an acker's completed trees for one spout task (a local spout
-  gets them as one ``__ack_acked`` tuple).
+  gets them as one ``__ack_acked`` tuple);
+* :class:`CreditGrant`: the credit the sending worker grants the receiving one (see
+  :mod:`squall.runtime.backpressure`), riding with the tuples going back.
 
 Nothing here is pickled: a peer's payload can only ever decode to these types.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Annotated, Any, Union
 
 import msgspec
@@ -68,7 +69,15 @@ class CompletedBatch(msgspec.Struct, array_like=True, forbid_unknown_fields=True
     roots: list[U64]
 
 
-Group = Union[TupleGroup, AckBatch, CompletedBatch]
+class CreditGrant(msgspec.Struct, array_like=True, forbid_unknown_fields=True, tag=3):
+    """What the sending worker has granted run ``run`` of the receiving one so far: queue key
+    -> tuples."""
+
+    run: NonNegative
+    credit: dict[NonNegative, NonNegative]
+
+
+Group = Union[TupleGroup, AckBatch, CompletedBatch, CreditGrant]
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[Group])
 
@@ -85,11 +94,3 @@ def decode(payload: bytes) -> list[Group]:
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise MalformedMessage(f"{e} ({len(payload)} bytes)") from None
 
-
-def target_tasks(groups: list[Group]) -> Iterator[int]:
-    """The tasks ``groups`` are for."""
-    for group in groups:
-        if group.__class__ is TupleGroup:
-            yield from group.tasks
-        else:
-            yield group.acker_task if group.__class__ is AckBatch else group.spout_task

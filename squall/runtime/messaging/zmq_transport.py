@@ -13,8 +13,9 @@ and a SUB socket to every other worker's PUB (read by its control thread only). 
 of them is secured by the worker's :class:`~squall.runtime.messaging.security.LinkSecurity`: only the
 topology's own workers get through (another topology's traffic on a re-used port included),
 and a credit message that does not fit its schema is logged and dropped. Nothing is sent to
-a worker before it grants credit (workers republish their grants when they change and every
-0.1 s), so a worker that starts or restarts is not flooded. ZeroMQ
+a worker before it grants credit (workers publish their grants every 0.1 s and when they
+hear of a new peer run; grants that change in between travel with the tuples), so a worker
+that starts or restarts is not flooded. ZeroMQ
 reconnects by itself when a peer restarts on the same port and queues what is sent
 meanwhile (up to its high-water mark); a peer that comes back on another port is
 reconnected when the master announces the new address.
@@ -32,7 +33,6 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -52,6 +52,9 @@ LOOPBACK = "127.0.0.1"
 # How often a worker republishes its grants even when they did not change (a subscriber that
 # just connected misses earlier messages).
 _REPUBLISH_SECS = 0.1
+# How soon changed grants are published (those the transfer path keeps until it has something to
+# send with them, or a quarter window: a peer waiting for a few tuples' credit gets them then).
+_CHANGED_SECS = 0.005
 # The kernel's buffers of a link, each side: what a peer sends while this worker's thread is
 # busy elsewhere waits there (and in ZeroMQ's high-water marks); credit bounds it, and they are
 # kept small (the kernel's default on loopback grows to megabytes).
@@ -100,10 +103,8 @@ class ZmqTransport(Transport):
         self._sub_endpoints: dict[int, str] = {}  # control thread only
         self._grants: CreditGrants | None = None
         self._credits: Credits | None = None
-        self._published_version = -1
+        self._published_version = (-1, -1)  # the grants' heard_version and version
         self._published_at = 0.0
-        #: called (any thread) when the grants should be published now: the control thread's wake-up
-        self.on_announce: Callable[[], None] | None = None
 
     # -- set-up (worker process main thread / control thread) -------------------------
 
@@ -230,20 +231,20 @@ class ZmqTransport(Transport):
 
     # -- credit (control thread) ------------------------------------------------------------
 
-    def announce(self, worker: int) -> None:
-        if self.on_announce is not None:
-            self.on_announce()
-
     def publish_credit(self) -> None:
-        """Publish this worker's grants if they changed, or were last published 0.1 s ago."""
+        """Publish this worker's grants (control thread, every few milliseconds): at once if it
+        heard of a new peer run, else if they changed and were not published for a tick (what
+        the transfer path did not send yet), else every 0.1 s."""
         if not self._peers or self._grants is None:
             return  # a single worker: nobody to tell
         now = time.monotonic()
-        version = self._grants.version
-        if version != self._published_version or now - self._published_at >= _REPUBLISH_SECS:
+        versions = (self._grants.heard_version, self._grants.version)
+        since = now - self._published_at
+        if (versions[0] != self._published_version[0] or since >= _REPUBLISH_SECS
+                or (versions[1] != self._published_version[1] and since >= _CHANGED_SECS)):
             grants = {peer: schema.CreditGrant(run, credit) for peer, (run, credit) in self._grants.state().items()}
             self._pub.send(schema.encode(schema.Credit(self._index, self.run, grants)))
-            self._published_version, self._published_at = version, now
+            self._published_version, self._published_at = versions, now
 
     def read_credit(self) -> None:
         """Take the peers' announcements: their runs, and the credit they grant this worker."""
