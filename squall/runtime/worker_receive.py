@@ -103,8 +103,9 @@ class WorkerReceive:
                 malformed.append(f"a group from task {group.source_task}: {e!r}")
         puts.extend(batches.items())
         if not self._grants.deliver(sender, run, puts, dropped):
-            log.info("worker %d dropped a payload from run %d of worker %d, which is not current", self.index, run,
-                     sender)
+            # a dead run's leftovers, or a sender never granted anything: lost as with a dead process
+            log.debug("worker %d dropped a payload from run %d of worker %d, which is not current", self.index, run,
+                      sender)
         if malformed:
             self._report_malformed(len(payload), malformed)
 
