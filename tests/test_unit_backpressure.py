@@ -41,7 +41,7 @@ class Pair:
         self.wakes = 0
         self.grants = CreditGrants({2: self.b, 4: self.a}, WINDOW, self._wake)
         keys = queue_keys(ASSIGNMENT)
-        self.credits = Credits(0, 0, keys, ASSIGNMENT.task_worker, WINDOW, {1: BatchQueue(CAPACITY, "s")}, 2)
+        self.credits = Credits(0, 0, keys, ASSIGNMENT.task_worker, {1: BatchQueue(CAPACITY, "s")}, 2)
 
     def _wake(self) -> None:
         self.wakes += 1
@@ -120,7 +120,7 @@ def test_a_restarted_sender_gets_the_credit_of_its_dead_run_back_and_its_leftove
     assert pair.credits.spend([tuples(2, 2, 2)])  # 2 of them die with run 0, unsent
     assert pair.arrive(pair.b, 1)
     pair.grants.heard(0, 1)
-    new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, WINDOW, {}, 2)
+    new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, {}, 2)
     new_run.update(1, 0, pair.grants.state()[0])  # as a worker process publishes them
     assert not new_run.spend([tuples(2, 2, 2, 2)]), "one tuple of run 0 is still held"
     assert new_run.spend([tuples(2, 2, 2)])

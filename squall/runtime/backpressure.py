@@ -219,13 +219,12 @@ class Credits:
     """
 
     def __init__(self, index: int, run: int, keys: Mapping[int, int], task_worker: Mapping[int, int],
-                 window: int, local_queues: Mapping[int, BatchQueue], batch: int, unlimited: bool = False) -> None:
+                 local_queues: Mapping[int, BatchQueue], batch: int, unlimited: bool = False) -> None:
         self.run = run
         self._batch = batch
         self._local_queues = local_queues
         self._key = {t: k for t, k in keys.items() if task_worker[t] != index}
         self._key_worker = {k: task_worker[k] for k in self._key.values()}
-        self._window = window
         self.unlimited = unlimited
         self._cond = threading.Condition()
         self._runs: dict[int, int] = {}  # peer -> its run the credit is from

@@ -87,7 +87,7 @@ class Worker:
         #: what this worker lets the others send it, and what it may send them
         self.grants = CreditGrants({keys[t]: q for t, q in self.task_queues.items()}, window,
                                    lambda: self.transfer.queue.wake(), not transport.credit_based)
-        self.credits = Credits(index, transport.run, keys, assignment.task_worker, window, self.task_queues,
+        self.credits = Credits(index, transport.run, keys, assignment.task_worker, self.task_queues,
                                send_batch_size(conf), not transport.credit_based)
         self.transfer = WorkerTransfer(index, conf, transport, self.grants, self.credits,
                                        bell if cooperative else None)
