@@ -463,6 +463,9 @@ def test_user_metrics_consumers_and_prometheus_from_worker_processes():
         wait_until(lambda: metered()["user_metrics"]["work"]["count"] == 200, timeout=10,
                    message="every input timed, as the heartbeats say")
         tasks = tasks_of(cluster, "t", "metered")
+        # load-aware shuffling may send every input to the spout's worker, which can finish them
+        # before the other worker's first heartbeat
+        wait_until(lambda: sorted(metered()["tasks"]) == tasks, timeout=10, message="every task's worker reporting")
         per_task = {t: metered()["tasks"][t]["user_metrics"] for t in tasks}
         assert sum(m["processed"]["count"] for m in per_task.values()) == 200
         assert all(m["work"]["count"] == m["processed"]["count"] for m in per_task.values())
