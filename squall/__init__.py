@@ -40,6 +40,7 @@ _EXPORTS = {
     "StormTopology": "squall.api.storm_topology",
     "TopologyBuilder": "squall.api.topology",
     **dict.fromkeys(["Fields", "Tuple", "Values"], "squall.api.tuple"),
+    **dict.fromkeys(["TwoPhaseCommitSink", "WriteAheadSink"], "squall.api.two_phase_commit"),
     **dict.fromkeys(["BaseWindowedBolt", "Count", "Duration", "StatefulWindowedBolt", "TupleWindow"],
                     "squall.api.windowing"),
 }
@@ -51,7 +52,7 @@ __all__ = [
     "OutputFieldsDeclarer", "SecurityError", "SerializationError", "ShellBolt", "ShellSpout", "Spout",
     "SpoutOutputCollector", "StatefulBolt", "StatefulComponent", "StatefulSpout", "StatefulWindowedBolt",
     "StormTopology", "Topology", "TopologyBuilder", "TopologyContext", "TopologySetupError", "Tuple", "TupleWindow",
-    "Values", "__version__",
+    "TwoPhaseCommitSink", "Values", "WriteAheadSink", "__version__",
 ]
 
 # what type checkers and IDEs see; tests/test_api.py checks that it, __all__ and _EXPORTS agree
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from squall.api.storm_topology import StormTopology
     from squall.api.topology import TopologyBuilder
     from squall.api.tuple import Fields, Tuple, Values
+    from squall.api.two_phase_commit import TwoPhaseCommitSink, WriteAheadSink
     from squall.api.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
     from squall.cluster.local_cluster import LocalCluster
     from squall.multilang import ShellBolt, ShellSpout

@@ -105,7 +105,6 @@ class _Harness:
         self.failed: list[Any] = []
         self.errors: list[BaseException] = []
         self._states: TaskStates | None = None
-        self._txid = 0
 
     def context(self) -> TopologyContext:
         """A new context for the component's task, as its executor makes one."""
@@ -149,23 +148,40 @@ class _Harness:
         return self._require_states().states[self._task_id()]
 
     def checkpoint(self) -> int:
-        """Take the next checkpoint: ``pre_prepare`` and write the state, then ``pre_commit`` and
-        commit it, as a checkpoint's two barriers do. Returns its txid; raises what a hook or the
-        store raised (the error is recorded too)."""
+        """Take the next checkpoint: :meth:`prepare_checkpoint` then :meth:`commit_checkpoint`,
+        as a checkpoint's two barriers do. Returns its txid; raises what a hook or the store
+        raised (the error is recorded too)."""
+        txid = self.prepare_checkpoint()
+        self.commit_checkpoint(txid)
+        return txid
+
+    def prepare_checkpoint(self) -> int:
+        """The PREPARE barrier of the next checkpoint: ``pre_prepare``, then the state written.
+        Returns its txid (one past the last commit)."""
         states = self._require_states()
-        self._txid += 1
-        for action in (PREPARE, COMMIT):
-            if not states.act([self._task_id()], self._txid, action):
-                raise self.errors[-1]
-        states.provider.set_committed(self._txid)  # what the checkpoint spout does once all tasks committed
-        return self._txid
+        txid = (states.provider.committed() or 0) + 1
+        self._act(states, txid, PREPARE)
+        return txid
+
+    def commit_checkpoint(self, txid: int, barrier: bool = True) -> None:
+        """Record ``txid`` (prepared) as committed, the commit point, as the checkpoint spout does
+        once every task prepared it; then its COMMIT barrier: ``pre_commit`` and the state
+        folded. ``barrier=False`` stops after the commit point: what a task sees when its worker
+        dies before the COMMIT barrier reaches it."""
+        states = self._require_states()
+        states.provider.set_committed(txid)
+        if barrier:
+            self._act(states, txid, COMMIT)
+
+    def _act(self, states: TaskStates, txid: int | None, action: str) -> None:
+        if not states.act([self._task_id()], txid, action):
+            raise self.errors[-1]
 
     def rollback(self) -> None:
         """Return to the last committed checkpoint: ``pre_rollback``, the state reloaded, then
         ``init_state`` with it, as after a failed checkpoint or a crash."""
         states = self._require_states()
-        if not states.act([self._task_id()], states.provider.committed(), ROLLBACK):
-            raise self.errors[-1]
+        self._act(states, states.provider.committed(), ROLLBACK)
 
     def _require_states(self) -> TaskStates:
         if self._states is None:
