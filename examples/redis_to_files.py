@@ -32,7 +32,7 @@ from typing import Any
 from squall import Config, TopologyBuilder
 from squall.connectors.files import FileBolt, SizeRotation
 from squall.connectors.redis import RedisStreamSpout
-from squall.api.stateful import StatefulBolt
+from stateful_wordcount import RunningCount  # examples/stateful_wordcount.py's: emits (word, count)
 from wordcount import SplitSentence  # examples/wordcount.py's: one tuple per word
 
 STREAM, GROUP = "sentences", "wordcount"
@@ -42,25 +42,6 @@ OUTPUT_DIR = os.environ.get("SQUALL_OUTPUT_DIR", "/tmp/squall-redis-to-files")
 def sentence_of(entry_id: str, fields: dict[str, str]) -> list[str]:
     """An entry's values: its ``sentence`` field (a KeyError sends it to the spout's error stream)."""
     return [fields["sentence"]]
-
-
-class RunningCount(StatefulBolt):
-    """Running counts in the state; emits ``(word, count)`` anchored to the input."""
-
-    outputs = ["word", "count"]
-
-    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
-        self.collector = collector
-
-    def init_state(self, state: Any) -> None:
-        self.counts = state
-
-    def execute(self, tup: Any) -> None:
-        word = tup.values[0]
-        count = self.counts.get(word, 0) + 1
-        self.counts.put(word, count)
-        self.collector.emit([word, count], anchors=tup)
-        self.collector.ack(tup)
 
 
 def build(host: str, port: int, output_dir: str) -> Any:

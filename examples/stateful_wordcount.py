@@ -115,6 +115,20 @@ class WordCount(StatefulBolt):
         self.collector.ack(tup)
 
 
+class RunningCount(WordCount):
+    """:class:`WordCount` emitting ``(word, count)`` at each change, anchored to the input (a
+    sink downstream sees ``(word, n)`` for the n-th occurrence of ``word``)."""
+
+    outputs = ["word", "count"]
+
+    def execute(self, tup: Any) -> None:
+        word = tup.values[0]
+        count = self.counts.get(word, 0) + 1
+        self.counts.put(word, count)
+        self.collector.emit([word, count], anchors=tup)
+        self.collector.ack(tup)
+
+
 def build(path: str, splitters: int = 2, counters: int = 2, lines_per_sec: float | None = None) -> Any:
     builder = TopologyBuilder()
     builder.set_spout("lines", FileSpout(path, lines_per_sec))

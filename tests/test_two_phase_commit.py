@@ -10,7 +10,10 @@ import uuid
 
 import pytest
 
-from squall import TwoPhaseCommitSink, WriteAheadSink
+from squall import (
+    BasicBolt, InvalidTopologyError, LocalCluster, Spout, StatefulSpout, TopologyBuilder, TwoPhaseCommitSink,
+    WriteAheadSink,
+)
 from squall.api.two_phase_commit import PENDING_KEY
 from squall.testing import BoltHarness
 
@@ -253,3 +256,38 @@ def test_a_write_ahead_sink_keeps_the_epochs_records_in_the_checkpoint_and_skips
     h.rollback()
     assert PUBLISHED[name]["records"] == ["A", "B", "C"] and PUBLISHED[name]["skipped"] == [txid]
     del PUBLISHED[name]
+
+
+class Words(Spout):
+    outputs = ["word"]
+
+    def next_tuple(self):
+        pass
+
+
+class Upper(BasicBolt):
+    outputs = ["word"]
+
+    def execute(self, tup, collector):
+        collector.emit([tup.values[0].upper()])
+
+
+class StatefulWords(StatefulSpout):
+    outputs = ["word"]
+
+    def next_tuple(self):
+        pass
+
+
+def test_an_exactly_once_sink_fed_by_a_spout_whose_position_is_not_checkpointed_is_refused_at_submit(store):
+    name, _ = store
+    builder = TopologyBuilder()
+    builder.set_spout("kept", StatefulWords())
+    builder.set_spout("words", Words())
+    builder.set_bolt("upper", Upper()).shuffle_grouping("words")
+    builder.set_bolt("out", PartSink(name)).shuffle_grouping("upper").shuffle_grouping("kept")
+    with LocalCluster() as cluster, pytest.raises(InvalidTopologyError) as refused:
+        cluster.submit_topology("t", {}, builder.create_topology())
+    message = str(refused.value)
+    assert "exactly-once sink 'out' is fed by spout 'words'" in message and "make it a StatefulSpout" in message
+    assert "'kept'" not in message

@@ -40,6 +40,7 @@ class ComponentSpec:
     outputs: types.MappingProxyType  # stream id -> StreamSpec
     stateful: bool = False  # a StatefulComponent: its tasks have state in each checkpoint
     keeps_position: bool = False  # a spout that resumes where its input was committed (Spout.keeps_position)
+    exactly_once: bool = False  # a sink whose output commits with the checkpoints (TwoPhaseCommitSink)
 
     @property
     def is_spout(self) -> bool:

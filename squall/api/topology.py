@@ -218,6 +218,7 @@ class TopologyBuilder:
                 outputs=types.MappingProxyType(outputs[cid]),
                 stateful=isinstance(entry.obj, StatefulComponent),
                 keeps_position=bool(getattr(entry.obj, "keeps_position", False)),
+                exactly_once=bool(getattr(entry.obj, "exactly_once", False)),
             )
         return StormTopology(types.MappingProxyType(specs))
 

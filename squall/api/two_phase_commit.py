@@ -24,8 +24,9 @@ implementers: **``commit_transaction`` is idempotent**: it may be called again f
 already committed (in this run or an earlier one), and must then change nothing.
 
 When each hook is called: on the executor's thread, never concurrently with ``execute`` or with
-each other. ``prepare_transaction`` and ``commit_transaction`` may block (I/O) for as long as
-the checkpoint may take (``topology.message.timeout.secs``); ``write`` should not block for long.
+each other (``prepare``, as for any bolt, may run on another thread). A two-phase sink is a
+blocking component (a thread of its own): ``prepare_transaction`` and ``commit_transaction``
+may block (I/O) for as long as the checkpoint may take (``topology.message.timeout.secs``).
 An exception from ``write`` fails that tuple, with the error reported for the component; one
 from ``prepare_transaction`` fails the checkpoint (the topology rolls back and goes on); one from
 ``commit_transaction`` or ``recover`` is reported, and the handle stays pending: the next
@@ -75,8 +76,9 @@ class TwoPhaseCommitSink(StatefulBolt, Generic[Transaction, Handle]):
     base class's method. It declares no stream (override ``declare_output_fields`` to emit).
     """
 
-    #: read by ``create_topology``: every spout upstream must keep its position in the checkpoints
+    #: read at submit: every spout upstream must keep its position in the checkpoints
     exactly_once = True
+    blocking = True  # commits do I/O: a thread of its own, never the worker's cooperative one
 
     # -- what an implementation provides -------------------------------------------------------
 

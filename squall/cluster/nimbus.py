@@ -19,6 +19,7 @@ import time
 import types
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Self
 
 from squall.api.config import Config, checked_config
@@ -26,7 +27,7 @@ from squall.api.dsl import Topology, as_storm_topology
 from squall.api.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from squall.api.state.provider import StateProviderError, provider_for
 from squall.api.system_ids import CHECKPOINT_COMPONENT
-from squall.api.storm_topology import StormTopology
+from squall.api.storm_topology import ComponentSpec, StormTopology
 from squall.api.windowing.checks import check_topology_windows
 from squall.cluster.monitor import TopologyMonitor
 from squall.cluster.runner import TopologyRunner
@@ -343,8 +344,14 @@ def _rebalanced(running: _Running, num_workers: int | None,
 def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_process: bool) -> None:
     """A checkpointed topology needs ackers and an interval below the message timeout (a
     checkpoint is a tracked tuple), and a state provider every worker can reach, whose location
-    holds no other topology's state. A stateful bolt fed by a spout that keeps no position gets
-    a warning (``squall.nimbus``)."""
+    holds no other topology's state. An exactly-once sink fed by a spout whose position is not
+    in the checkpoints is refused; a stateful bolt fed by a spout that keeps no position gets a
+    warning (``squall.nimbus``)."""
+    for sink, spout in _upstream_spouts(topology, lambda spec: spec.exactly_once, lambda spout: not spout.stateful):
+        raise InvalidTopologyError(
+            f"topology {name!r}: exactly-once sink {sink!r} is fed by spout {spout!r}, whose position is not in the "
+            "checkpoints, so after a crash it would emit again what the sink already wrote; make it a StatefulSpout "
+            "(StatefulKafkaSpout, StatefulDirectorySpout, ...), or drop exactly_once")
     where = f"topology {name!r} has stateful components {sorted(topology.state_layout)}"
     if conf[Config.TOPOLOGY_ACKER_EXECUTORS] == 0:
         raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so 'topology.acker.executors' "
@@ -365,18 +372,20 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
         provider.check(topology.state_layout)
     finally:
         provider.close()
-    for bolt, spout in _inputs_read_again(topology):
+    for bolt, spout in _upstream_spouts(topology, lambda spec: spec.stateful, lambda spout: not spout.keeps_position):
         log.warning("topology %r: stateful bolt %r is fed by spout %r, which keeps no position (Spout.keeps_position): "
                     "after a restart it reads its input again, on top of the state the bolt restores; make it a "
                     "StatefulSpout, or read from a broker", name, bolt, spout)
 
 
-def _inputs_read_again(topology: StormTopology) -> list[tuple[str, str]]:
-    """(stateful bolt, spout upstream of it that keeps no position), for each such pair."""
+def _upstream_spouts(topology: StormTopology, bolts: Callable[[ComponentSpec], bool],
+                     spouts: Callable[[ComponentSpec], bool]) -> list[tuple[str, str]]:
+    """(bolt, spout upstream of it), for each bolt and spout such that ``bolts(bolt)`` and
+    ``spouts(spout)`` hold, sorted."""
     components = topology.components
     pairs = []
     for bolt, spec in components.items():
-        if not spec.stateful or spec.is_spout:
+        if spec.is_spout or not bolts(spec):
             continue
         seen, todo = set(), [source for source, _ in spec.inputs]
         while todo:
@@ -386,7 +395,7 @@ def _inputs_read_again(topology: StormTopology) -> list[tuple[str, str]]:
             seen.add(source)
             upstream = components[source]
             if upstream.is_spout:
-                if not upstream.keeps_position:
+                if spouts(upstream):
                     pairs.append((bolt, source))
             else:
                 todo.extend(s for s, _ in upstream.inputs)

@@ -103,3 +103,19 @@ class Backoff:
         was = self.down
         self.delay = self.until = 0.0
         return was
+
+
+class ExactlyOnceOption:
+    """Gives a sink bolt an exactly-once mode: ``Sink(..., exactly_once=True)`` makes its
+    ``exactly_once_form``, a subclass that is a
+    :class:`~squall.api.two_phase_commit.TwoPhaseCommitSink` (a stateful bolt: the topology is
+    checkpointed, and its output commits with the checkpoints). Both forms' ``__init__`` take the
+    ``exactly_once`` keyword."""
+
+    exactly_once_form: type | None = None  # set once the subclass is defined
+
+    def __new__(cls, *args: Any, exactly_once: bool = False, **kwargs: Any) -> Any:
+        form = cls.exactly_once_form
+        if exactly_once and form is not None and not issubclass(cls, form):
+            cls = form
+        return super().__new__(cls)

@@ -92,6 +92,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,7 +102,8 @@ from squall.api.bolt import Bolt
 from squall.api.config import Config
 from squall.api.spout import Spout
 from squall.api.stateful import StatefulSpout
-from squall.connectors import Route, SpoutStreams, require
+from squall.api.two_phase_commit import WriteAheadSink
+from squall.connectors import ExactlyOnceOption, Route, SpoutStreams, require
 
 if TYPE_CHECKING:
     from squall.api.collector import IOutputCollector, ISpoutOutputCollector
@@ -114,7 +116,7 @@ log = logging.getLogger("squall.connectors.kafka")
 
 __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "EARLIEST", "LATEST", "NO_GUARANTEE", "UNCOMMITTED_EARLIEST",
            "UNCOMMITTED_LATEST", "KafkaBolt", "KafkaConnectorError", "KafkaMessageId", "KafkaRecord", "KafkaSpout",
-           "KafkaSpoutConfig", "RetryPolicy", "Route", "StatefulKafkaSpout"]
+           "KafkaSpoutConfig", "RetryPolicy", "Route", "StatefulKafkaSpout", "ExactlyOnceKafkaBolt"]
 
 AT_LEAST_ONCE, AT_MOST_ONCE, NO_GUARANTEE = "AT_LEAST_ONCE", "AT_MOST_ONCE", "NO_GUARANTEE"
 EARLIEST, LATEST = "EARLIEST", "LATEST"
@@ -215,10 +217,14 @@ def _check_reachable(client: Any, servers: str, where: str, timeout_ms: float) -
     try:
         return client.list_topics(timeout=timeout_ms / 1000)
     except KafkaException as e:
-        error = e.args[0] if e.args else e
         raise KafkaConnectorError(f"{where}: cannot reach Kafka at {servers} within {timeout_ms:g} ms "
-                                  f"({getattr(error, 'str', error.__str__)()}): check bootstrap_servers, and "
-                                  f"that the brokers run") from e
+                                  f"({_reason(e)}): check bootstrap_servers, and that the brokers run") from e
+
+
+def _reason(error: BaseException) -> str:
+    """librdkafka's description of ``error`` (a KafkaException)."""
+    inner = error.args[0] if error.args else error
+    return getattr(inner, "str", inner.__str__)()
 
 
 def _missing(metadata: Any, topic: str) -> Any:
@@ -827,8 +833,9 @@ def _default_mapper(tup: Tuple) -> tuple[Any, Any]:
     return tup.get_value_by_field("key"), tup.get_value_by_field("message")
 
 
-class KafkaBolt(Bolt):
-    """Writes every input tuple to Kafka (storm-kafka-client's ``KafkaBolt``).
+class KafkaBolt(ExactlyOnceOption, Bolt):
+    """Writes every input tuple to Kafka (storm-kafka-client's ``KafkaBolt``); with
+    ``exactly_once=True``, an :class:`ExactlyOnceKafkaBolt`.
 
     * ``topic_selector``: the topic, or a callable of the tuple giving it.
     * ``mapper(tup) -> (key, value)`` (str, bytes or None), or ``(key, value, partition)``
@@ -854,7 +861,8 @@ class KafkaBolt(Bolt):
     def __init__(self, bootstrap_servers: str, topic_selector: str | Callable[[Tuple], str],
                  mapper: Callable[[Tuple], tuple[Any, Any]] | None = None,
                  producer_config: dict[str, Any] | None = None, *, tick_secs: float = 0.1,
-                 open_timeout_ms: int = 5_000, queue_wait_ms: int = 1_000, flush_timeout_ms: int = 30_000) -> None:
+                 open_timeout_ms: int = 5_000, queue_wait_ms: int = 1_000, flush_timeout_ms: int = 30_000,
+                 exactly_once: bool = False) -> None:
         require("confluent_kafka", "kafka", "KafkaBolt")
         self.bootstrap_servers, self.topic_selector = bootstrap_servers, topic_selector
         self.mapper = mapper or _default_mapper
@@ -911,34 +919,47 @@ class KafkaBolt(Bolt):
         else:
             self._failed(tup, "the broker did not confirm writing", error)
 
+    def _map(self, tup: Tuple) -> list[Any]:
+        """``[topic, key, value, partition]`` (partition None: the partitioner's) for ``tup``;
+        ValueError (or what the selector or the mapper raised) when it cannot be mapped."""
+        topic = self.topic_selector(tup) if callable(self.topic_selector) else self.topic_selector
+        mapped = tuple(self.mapper(tup))
+        if len(mapped) not in (2, 3):
+            raise ValueError(f"the mapper must give (key, value) or (key, value, partition), got {mapped!r}")
+        return [topic, *mapped] if len(mapped) == 3 else [topic, *mapped, None]
+
+    def _produce(self, record: list[Any], **report: Any) -> None:
+        """Hand ``record`` (see :meth:`_map`) to the producer, waiting up to ``queue_wait_ms`` for
+        room in its queue (BufferError past that); ``report``: ``on_delivery``, if any."""
+        topic, key, value, partition = record
+        where = {} if partition is None else {"partition": partition}
+        deadline = time.monotonic() + self.queue_wait_ms / 1000
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, **where, **report)
+                return
+            except BufferError:  # librdkafka's queue is full: let it drain a little
+                if time.monotonic() >= deadline:
+                    raise
+                self._producer.poll(0.05)
+
     def execute(self, tup: Tuple) -> None:
         self._producer.poll(0)  # delivers the reports due: acks and fails of earlier inputs
         if tup.is_tick():
             return
         try:
-            topic = self.topic_selector(tup) if callable(self.topic_selector) else self.topic_selector
-            mapped = tuple(self.mapper(tup))
-            if len(mapped) not in (2, 3):
-                raise ValueError(f"the mapper must give (key, value) or (key, value, partition), got {mapped!r}")
+            record = self._map(tup)
         except Exception as e:
             self._failed(tup, "cannot map", e)
             return
-        key, value, partition = mapped if len(mapped) == 3 else (*mapped, None)
-        where = {} if partition is None else {"partition": partition}
-        deadline = time.monotonic() + self.queue_wait_ms / 1000
-        while True:
-            try:
-                self._producer.produce(topic, value=value, key=key, **where,
-                                       on_delivery=lambda err, msg, tup=tup: self._report(tup, err, msg))
-                break
-            except BufferError as e:  # librdkafka's queue is full: let it drain a little
-                if time.monotonic() >= deadline:
-                    self._failed(tup, "the producer's queue is full, cannot write", e)
-                    return
-                self._producer.poll(0.05)
-            except Exception as e:  # noqa: BLE001  (bad types, unknown topic...)
-                self._failed(tup, "cannot write", e)
-                return
+        try:
+            self._produce(record, on_delivery=lambda err, msg, tup=tup: self._report(tup, err, msg))
+        except BufferError as e:
+            self._failed(tup, "the producer's queue is full, cannot write", e)
+            return
+        except Exception as e:  # noqa: BLE001  (bad types, unknown topic...)
+            self._failed(tup, "cannot write", e)
+            return
         self.metrics["produced"] += 1
 
     def finish_batch(self) -> None:
@@ -946,3 +967,178 @@ class KafkaBolt(Bolt):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass
+
+
+class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
+    """A :class:`KafkaBolt` whose records become visible to ``read_committed`` consumers once,
+    after the checkpoint covering them commits (``KafkaBolt(..., exactly_once=True)``; a
+    :class:`~squall.api.two_phase_commit.WriteAheadSink`).
+
+    * **Epochs.** An input is mapped as by :class:`KafkaBolt` (a tuple that cannot be mapped is
+      failed, with the reason reported) and acked; the epoch's records are kept in memory and,
+      at the checkpoint's PREPARE, in the task's state. librdkafka cannot resume a transaction
+      another producer opened, so nothing is produced before the checkpoint commits.
+    * **Publishing.** Once the checkpoint commits, the epoch's records go out in one Kafka
+      transaction, with a *marker* in that same transaction: a record of ``marker_topic``
+      (default ``squall.exactly-once.markers``; make it compacted, ``cleanup.policy=compact``,
+      so that it keeps one record per task), key the task's transactional id, value the
+      epoch's txid. ``prepare`` reads the task's last marker back (``read_committed``); an epoch
+      at or below it is skipped, so a commit repeated after a crash between the transaction's
+      commit and the checkpoint state saying so publishes nothing twice.
+    * **Fencing.** Each task's producer has the stable ``transactional.id``
+      ``<transactional_id_prefix>.<topology>.<component>.<task>``; ``prepare`` calls
+      ``init_transactions`` (before reading the marker), which aborts what an earlier instance
+      of the task left open and fences it: a zombie (a worker paused past its timeout and
+      replaced) fails its next transaction and publishes nothing. A fenced producer stays
+      fenced: its task's commits fail (reported) until its worker is stopped.
+    * **Failures.** An abortable error aborts the transaction and raises: the epoch stays
+      pending and the next commit, or the recovery after a restart, publishes it again whole.
+    * **Costs.** Records are visible one checkpoint interval after they arrive; each task holds
+      an epoch's records in memory and writes them into its state at each checkpoint; one
+      marker record per task and epoch.
+    * Consumers must read with ``isolation.level=read_committed`` to see exactly once.
+      (librdkafka's mock cluster, :class:`squall.testing.KafkaMockCluster`, does not filter
+      aborted transactions nor fence: it runs this bolt, but shows exactly once only where
+      no transaction is aborted.)
+    """
+
+    def __init__(self, bootstrap_servers: str, topic_selector: str | Callable[[Tuple], str],
+                 mapper: Callable[[Tuple], tuple[Any, Any]] | None = None,
+                 producer_config: dict[str, Any] | None = None, *,
+                 marker_topic: str = "squall.exactly-once.markers", transactional_id_prefix: str = "squall",
+                 transaction_timeout_ms: int = 30_000, open_timeout_ms: int = 10_000, queue_wait_ms: int = 1_000,
+                 flush_timeout_ms: int = 30_000, exactly_once: bool = True) -> None:
+        super().__init__(bootstrap_servers, topic_selector, mapper, producer_config, open_timeout_ms=open_timeout_ms,
+                         queue_wait_ms=queue_wait_ms, flush_timeout_ms=flush_timeout_ms)
+        self.marker_topic = marker_topic
+        self.transactional_id_prefix = transactional_id_prefix
+        self.transaction_timeout_ms = transaction_timeout_ms
+
+    @staticmethod
+    def _zero_metrics() -> dict[str, int]:
+        return dict.fromkeys(("produced", "transactions", "skipped", "failed", "errors"), 0)
+
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        return None  # no ticks: nothing is produced between commits
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        WriteAheadSink.prepare(self, conf, context, collector)
+        self._component = context.get_this_component_id()
+        self.transactional_id = (f"{self.transactional_id_prefix}.{context.topology_name}.{self._component}."
+                                 f"{context.get_this_task_id()}")
+        self._where = f"KafkaBolt {self._component!r} (exactly once, {self.transactional_id}) at {self.bootstrap_servers}"
+        self.metrics = self._zero_metrics()
+        self._outage = _Outage(self._where, self.metrics)
+        settings = {"bootstrap.servers": self.bootstrap_servers, "logger": _LIBRDKAFKA_LOG,
+                    "error_cb": self._outage.error, **self.producer_config,
+                    "transactional.id": self.transactional_id,
+                    "transaction.timeout.ms": self.transaction_timeout_ms}
+        self._producer = Producer(settings)
+        timeout = self.open_timeout_ms / 1000
+        try:
+            metadata = _check_reachable(self._producer, self.bootstrap_servers, self._where, self.open_timeout_ms)
+            self._producer.init_transactions(timeout)  # fences earlier instances, aborts what they left open
+            self.marker_partition = self._marker_partition(metadata)
+            #: the txid of the last epoch published (the marker; -1: none)
+            self.published = self._read_marker(timeout)
+            self._topics = {name for name, topic in metadata.topics.items() if topic.error is None}
+        except KafkaException as e:
+            self.cleanup()
+            raise KafkaConnectorError(f"{self._where}: cannot start its transactions: {_reason(e)}") from e
+        except Exception:
+            self.cleanup()
+            raise
+        self._outage.opened = True
+
+    def _marker_partition(self, metadata: Any) -> int:
+        """The partition of the marker topic holding this task's markers (by its transactional
+        id); KafkaConnectorError naming the topic if the cluster lacks it."""
+        topic = metadata.topics.get(self.marker_topic)
+        if topic is None or topic.error is not None:  # asking for it creates it where topics auto-create
+            topic = self._producer.list_topics(self.marker_topic, timeout=self.open_timeout_ms / 1000) \
+                .topics.get(self.marker_topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise KafkaConnectorError(
+                f"{self._where}: the marker topic {self.marker_topic!r} is not in the cluster "
+                f"({getattr(topic, 'error', None) or 'no partitions'}); create it (compacted: cleanup.policy=compact) "
+                "or name another with marker_topic")
+        return zlib.crc32(self.transactional_id.encode()) % len(topic.partitions)
+
+    def _read_marker(self, timeout: float) -> int:
+        """The last txid this task's markers say was published (-1: none), reading its marker
+        partition to its end with ``read_committed``."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": self.transactional_id,
+                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                             "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG})
+        try:
+            consumer.assign([TopicPartition(self.marker_topic, self.marker_partition, OFFSET_BEGINNING)])
+            last, key = -1, self.transactional_id.encode()
+            deadline = time.monotonic() + timeout
+            while True:
+                if time.monotonic() > deadline:
+                    raise KafkaConnectorError(f"{self._where}: reading its marker from {self.marker_topic!r} "
+                                              f"partition {self.marker_partition} took over {timeout:g} s")
+                for message in consumer.consume(1000, timeout=0.1):
+                    error = message.error()
+                    if error is None and message.key() == key:
+                        last = max(last, int(message.value()))
+                    elif error is not None and error.code() == KafkaError._PARTITION_EOF:
+                        return last  # the end (of what is committed)
+        finally:
+            consumer.close()
+
+    def record(self, tup: Tuple) -> list[Any]:
+        # checked now: a record the producer refuses at the commit would fail its epoch each time
+        record = topic, key, value, partition = self._map(tup)
+        for what, part in (("key", key), ("value", value)):
+            if part is not None and not isinstance(part, (str, bytes)):
+                raise TypeError(f"its {what} must be str, bytes or None, got {type(part).__name__} {part!r}")
+        if partition is not None and not isinstance(partition, int):
+            raise TypeError(f"its partition must be an int, got {partition!r}")
+        if topic not in self._topics:
+            found = self._producer.list_topics(topic, timeout=self.open_timeout_ms / 1000).topics.get(topic)
+            if found is None or found.error is not None:
+                raise ValueError(f"topic {topic!r} is not in the cluster ({getattr(found, 'error', None)})")
+            self._topics.add(topic)
+        return record
+
+    def publish(self, txid: int, records: list[Any]) -> None:
+        from confluent_kafka import KafkaException
+
+        if txid <= self.published:
+            self.metrics["skipped"] += 1
+            return
+        timeout = self.transaction_timeout_ms / 1000
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for record in records:
+                self._produce(record)
+            self._produce([self.marker_topic, self.transactional_id, str(txid), self.marker_partition])
+            producer.commit_transaction(timeout)
+        except (KafkaException, BufferError) as e:
+            self.metrics["errors"] += 1
+            error = e.args[0] if isinstance(e, KafkaException) and e.args else None
+            if error is not None and error.fatal():
+                raise KafkaConnectorError(f"{self._where}: epoch {txid} not published, and this producer is done "
+                                          f"(fenced by a newer instance of the task?): {_reason(e)}") from e
+            try:
+                producer.abort_transaction(timeout)
+            except KafkaException as abort_error:
+                log.warning("%s: aborting epoch %d's transaction failed: %s", self._where, txid, _reason(abort_error))
+            raise KafkaConnectorError(f"{self._where}: epoch {txid} not published (it will be again): "
+                                      f"{_reason(e) if error is not None else e}") from e
+        self.published = txid
+        self.metrics["transactions"] += 1
+        self.metrics["produced"] += len(records)
+        self._outage.fine()
+
+    def finish_batch(self) -> None:
+        pass  # nothing is produced until the checkpoint commits
+
+
+KafkaBolt.exactly_once_form = ExactlyOnceKafkaBolt
