@@ -177,7 +177,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
             transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
         worker.start()
         started = True
-        failures = worker.wait_ready(conf[Config.SUPERVISOR_WORKER_START_TIMEOUT_SECS])
+        failures = _wait_ready(worker, transport, conf[Config.SUPERVISOR_WORKER_START_TIMEOUT_SECS])
         if failures:
             executor, error = failures[0]
             raise _ComponentStartError(
@@ -212,6 +212,18 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         control.send(schema.Stopped(_figures(worker), state.take_unsent()))
     control.close()
     return code
+
+
+def _wait_ready(worker: Worker, transport: ZmqTransport, timeout: float) -> list[tuple[Any, BaseException]]:
+    """:meth:`Worker.wait_ready`, trading credit with the peers meanwhile: an executor starting
+    up may send and wait for credit (a blocking executor's request for a rollback, when its
+    worker restarted), which only comes once the peers heard of this run."""
+    deadline = time.monotonic() + timeout
+    while not all(e.ready.is_set() for e in worker.executors) and time.monotonic() < deadline:
+        transport.publish_credit()
+        if transport.sub_socket.poll(_CONTROL_TICK_SECS * 1000):
+            transport.read_credit()
+    return worker.wait_ready(0)
 
 
 def _wake(room_write: int) -> None:
