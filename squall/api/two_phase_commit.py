@@ -122,6 +122,7 @@ class TwoPhaseCommitSink(StatefulBolt, Generic[Transaction, Handle]):
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         self.collector = collector
+        self._component = context.get_this_component_id()
         self._open: Any = None  # the epoch's transaction, until its PREPARE
         self._has_open = False
         self._prepared: list[list[Any]] = []  # [txid, handle] prepared, not known to be committed
@@ -154,8 +155,10 @@ class TwoPhaseCommitSink(StatefulBolt, Generic[Transaction, Handle]):
         try:
             self.write(self._open, tup)
         except Exception as e:  # noqa: BLE001 - the tuple fails, named; the epoch goes on
-            self.collector.report_error(type(e)(f"sink {type(self).__name__}: cannot write {tup.values!r} from "
-                                                f"component {tup.source_component!r}: {e}"))
+            error = RuntimeError(f"component {self._component!r} ({type(self).__name__}): cannot write "
+                                 f"{tup.values!r} from component {tup.source_component!r}: {type(e).__name__}: {e}")
+            error.__cause__ = e
+            self.collector.report_error(error)
             self.collector.fail(tup)
             return
         self.collector.ack(tup)

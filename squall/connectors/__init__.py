@@ -117,5 +117,8 @@ class ExactlyOnceOption:
     def __new__(cls, *args: Any, exactly_once: bool = False, **kwargs: Any) -> Any:
         form = cls.exactly_once_form
         if exactly_once and form is not None and not issubclass(cls, form):
+            if not issubclass(form, cls):  # a user's subclass: made as the form, it would lose its overrides
+                raise TypeError(f"{cls.__name__}(exactly_once=True): {cls.__name__} has no exactly-once form; "
+                                f"derive it from {form.__name__} instead")
             cls = form
         return super().__new__(cls)

@@ -1,6 +1,7 @@
 """Files: a spout that consumes a directory (Storm's ``HdfsSpout``), its stateful form (its
 position in the topology's checkpoints: effectively once) and a bolt that writes rotated files
-(Storm's ``HdfsBolt``), on a local or mounted path.
+(Storm's ``HdfsBolt``), or, in its exactly-once mode, one part per checkpoint that becomes
+visible when the checkpoint commits; on a local or mounted path.
 
 :class:`DirectorySpout` contract
 --------------------------------
@@ -85,7 +86,8 @@ records after the last commit again after a rollback.
   by ``topology.max.spout.pending`` until these acks come, and then no more input arrives);
   the file is flushed and ``os.fsync``-ed, then the buffered inputs are acked. A Parquet
   file is readable only once closed (its footer), so parquet inputs are acked when their
-  file is rotated or closed: give it a rotation shorter than ``topology.message.timeout.secs``.
+  file is rotated or closed (and ``fsync``-ed): give it a rotation shorter than
+  ``topology.message.timeout.secs``.
 * **Failing.** An input that cannot be written (not JSON-serializable, a value CSV/Parquet
   cannot hold, a missing field) is failed with ``report_error`` naming the component and the
   reason; a write or sync error fails every input not yet synced.
@@ -93,9 +95,51 @@ records after the last commit again after a rollback.
   task left behind is completed at the next ``prepare`` (jsonl/csv: up to its last whole line;
   parquet: unreadable without its footer, so removed - its inputs were never acked).
 
+FileBolt exactly-once mode
+--------------------------
+
+``FileBolt(output_dir, ..., exactly_once=True)`` makes :class:`ExactlyOnceFileBolt`, a
+:class:`~squall.api.two_phase_commit.TwoPhaseCommitSink`: its files commit with the topology's
+checkpoints (which it turns on), and every spout upstream must be a stateful spout (such as
+:class:`StatefulDirectorySpout`: its position in the same checkpoints).
+
+* **Parts.** Each task writes the inputs of a checkpoint epoch (those between two PREPARE
+  barriers), if it has any, into one part: same formats, records and refusals as above, created
+  as ``<output_dir>/.<prefix><component>-<task>-<token><ext>.pending`` (``token``: 12 random hex
+  digits, new for each attempt: a txid rolled back is written again into another part). A reader
+  that skips names starting with ``.`` (as :class:`DirectorySpout` does) sees none of it.
+* **Prepare.** At the PREPARE barrier of checkpoint ``txid`` the part is completed (flushed and
+  ``fsync``-ed; Parquet: its footer written), its directory ``fsync``-ed, and ``[pending name,
+  final name]`` kept in the task's state in that checkpoint.
+* **Commit.** Once checkpoint ``txid`` commits (its COMMIT barrier), the part is renamed
+  (``os.replace``: it appears whole) to ``<prefix><component>-<txid>-<task>-<token><ext>``,
+  ``txid`` zero-padded to 12 digits so that names sort by epoch, and the directory is
+  ``fsync``-ed. Committing again is harmless: a pending part gone with its final name there was
+  committed already. The inputs' acks reach the spouts at that commit.
+* **Rollback and restart.** The open part is closed and removed, and so are the prepared parts
+  of checkpoints that did not commit; the parts the committed checkpoint holds are renamed into
+  place, if they are not yet (a crash between the checkpoint's commit and the bolt's); then
+  every other pending part of this task in ``output_dir`` (a crashed run's) is removed. The
+  spouts replay what the removed parts held, from their committed positions. ``cleanup``
+  removes the open part; prepared parts wait for the next start.
+* **Guarantee.** The committed parts hold every input exactly once, across ``kill -9`` of any
+  worker, failed checkpoints, and a resubmission under the same name (the state kept). The
+  parts are recognised by prefix, component and task id: topologies sharing ``output_dir``
+  need distinct component names or ``prefix``.
+* **Failing.** A record that cannot be written fails its input (reported, naming the
+  component). An I/O error fails the input, and the checkpoint at its PREPARE: the topology
+  rolls back and the epoch is written again.
+* **Options.** ``rotation`` is refused (ValueError): the checkpoints roll the parts, so
+  ``topology.state.checkpoint.interval.ms`` is the rotation. ``sync_every`` is the records per
+  Parquet row group (held in memory until then); ``sync_secs`` and ``sync_on_idle`` do nothing.
+* **Cost.** A record is visible about one checkpoint interval after it arrives (up to an
+  interval plus the checkpoint's round trip); one part per task per checkpoint with input (many
+  small files at short intervals), each with one ``fsync`` of its file and two of the directory.
+
 Both keep counters in ``self.metrics`` (a dict): the spouts ``records_read``, ``files_done``,
 ``bad_files``, ``errors``, ``replayed``, ``locks_taken_over``, ``locks_lost``; the bolt
-``records_written``, ``files_done``, ``syncs``, ``errors``.
+``records_written``, ``files_done``, ``syncs``, ``errors`` (exactly-once: ``syncs`` counts the
+parts prepared, ``files_done`` those committed).
 """
 
 from __future__ import annotations
@@ -106,6 +150,7 @@ import io
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -115,13 +160,16 @@ from squall.api.bolt import Bolt
 from squall.api.config import Config
 from squall.api.spout import Spout
 from squall.api.stateful import StatefulSpout
+from squall.api.two_phase_commit import TwoPhaseCommitSink
+from squall.connectors import ExactlyOnceOption
 
 if TYPE_CHECKING:
     from squall.api.state import KeyValueState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DirectorySpout", "FileBolt", "SizeRotation", "StatefulDirectorySpout", "TimeRotation"]
+__all__ = ["DirectorySpout", "ExactlyOnceFileBolt", "FileBolt", "SizeRotation", "StatefulDirectorySpout",
+           "TimeRotation"]
 
 _READERS = ("text", "jsonl", "csv")
 
@@ -727,14 +775,169 @@ def _make_dirs(connector: str, **settings: str) -> None:
             raise type(e)(f"{connector}: cannot create {setting} {path!r}: {e.strerror}") from e
 
 
-class FileBolt(Bolt):
-    """Writes its inputs to rotated files; acks them once synced (see the module docstring)."""
+class _Unwritable(ValueError):
+    """A record a part cannot hold (the message says why); nothing of it was written."""
+
+
+def _fsync_dir(path: str) -> None:
+    """Make the files created and renamed in directory ``path`` durable (their entries)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: str) -> bool:
+    """Remove ``path`` if it is there; whether it was."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class _Part:
+    """One file :class:`FileBolt` writes, in ``format``, at ``path``: what both of its forms
+    share (the checks that refuse one record, writing, syncing, completing).
+
+    The file is created by the first record it takes (Parquet: by its first row group), so a
+    part whose records were all refused leaves nothing on disk (``created``). :meth:`write`
+    raises :class:`_Unwritable` for a record it refuses, having written nothing of it; any other
+    error of :meth:`write`, :meth:`sync` or :meth:`close` is an I/O failure, after which the part
+    is only good to :meth:`abandon`.
+    """
+
+    def __init__(self, path: str, format: str) -> None:
+        self.path = path
+        self.format = format
+        self.created = False
+        self.fields: list[str] | None = None  # the first record's: the CSV header, the Parquet columns
+        self.schema: Any = None  # Parquet: the first record's
+        self.rows: list[dict[str, Any]] = []  # Parquet: records not in a row group yet
+        self.out: Any = None  # JSON lines, CSV: the open text file
+        self.writer: Any = None  # a csv.writer over ``out``, or pyarrow's ParquetWriter
+        self.written = 0  # characters written to ``out``: a text file's tell() costs too much per record
+
+    @property
+    def size(self) -> int:
+        """What was written (JSON lines, CSV: characters, which are bytes for ASCII text)."""
+        if self.format == "parquet":
+            return os.path.getsize(self.path) if self.created else 0
+        return self.written
+
+    @property
+    def buffered(self) -> int:
+        """Parquet records held in memory, not in a row group yet (always 0 for text formats)."""
+        return len(self.rows)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Add ``record`` (field -> value), or raise :class:`_Unwritable` saying why it cannot be."""
+        if self.format == "jsonl":
+            try:
+                line = json.dumps(record, allow_nan=False) + "\n"
+            except (TypeError, ValueError) as e:
+                raise _Unwritable(f"not JSON-serializable: {e}") from None
+            self.written += self._text(record).write(line)  # json.dumps writes ASCII: characters are bytes
+        elif self.format == "csv":
+            bad = [f for f, v in record.items() if not isinstance(v, _CSV_TYPES)]
+            if bad:
+                raise _Unwritable(f"fields {bad} are not CSV values (str, int, float, bool, None)")
+            self._check_fields(record)
+            self._text(record)
+            try:  # the row is built, then written in one call: these leave nothing of it in the file
+                self.written += self.writer.writerow(record.values())
+            except (UnicodeEncodeError, csv.Error) as e:
+                raise _Unwritable(f"not a CSV row: {e}") from None
+        else:
+            import pyarrow as pa
+
+            self._check_fields(record)
+            try:  # against the part's schema (its first record's), to refuse this record alone
+                row = pa.Table.from_pylist([record], schema=self.schema)
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds
+                raise _Unwritable(f"does not fit the Parquet schema {self.schema}: {e}") from None
+            if self.schema is None:
+                self.schema, self.fields = row.schema, list(record)
+            self.rows.append(record)
+
+    def _check_fields(self, record: dict[str, Any]) -> None:
+        if self.fields is not None and list(record) != self.fields:
+            raise _Unwritable(f"its fields {list(record)} differ from the file's {self.fields}")
+
+    def _text(self, first: dict[str, Any]) -> Any:
+        """The open text file, created for ``first``, the first record (CSV: its header)."""
+        if self.out is None:
+            self.out = open(self.path, "w", newline="", encoding="utf-8")
+            self.created = True
+            if self.format == "csv":
+                self.fields = list(first)
+                self.writer = csv.writer(self.out)
+                self.written += self.writer.writerow(self.fields)
+        return self.out
+
+    def sync(self) -> None:
+        """JSON lines, CSV: make what was written durable (flushed, ``fsync``-ed). Parquet: write
+        the buffered records as a row group (the file is readable, and durable, once closed)."""
+        if self.format == "parquet":
+            self._write_row_group()
+        elif self.out is not None:
+            self.out.flush()
+            os.fsync(self.out.fileno())
+
+    def close(self) -> None:
+        """Complete the file durably: synced and closed (Parquet: the last row group and the
+        footer written, then ``fsync``-ed)."""
+        if self.format != "parquet":
+            if self.out is not None:
+                self.sync()
+                self.out.close()
+            return
+        self._write_row_group()
+        if self.writer is not None:
+            self.writer.close()
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def abandon(self) -> None:
+        """Close what is open, ignoring errors: the part is given up (after a failure)."""
+        self.rows = []
+        for f in (self.out, self.writer if self.format == "parquet" else None):
+            try:
+                if f is not None:
+                    f.close()
+            except Exception:  # noqa: BLE001 - given up: its own error was reported, or it is discarded
+                pass
+
+    def _write_row_group(self) -> None:
+        if not self.rows:
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(self.rows, schema=self.schema)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, self.schema)
+            self.created = True
+        self.writer.write_table(table)
+        self.rows = []
+
+
+class FileBolt(ExactlyOnceOption, Bolt):
+    """Writes its inputs to rotated files; acks them once synced. ``exactly_once=True`` makes
+    :class:`ExactlyOnceFileBolt` instead: one part per task and checkpoint, visible once the
+    checkpoint commits (see the module docstring for both contracts)."""
 
     blocking = True  # fsync: an executor thread of its own, not the worker's cooperative one
 
     def __init__(self, output_dir: str, *, format: str = "jsonl", fields: list[str] | None = None,
                  rotation: SizeRotation | TimeRotation | None = None, sync_every: int = 1000,
-                 sync_secs: float | None = 1.0, sync_on_idle: bool = True, prefix: str = "") -> None:
+                 sync_secs: float | None = 1.0, sync_on_idle: bool = True, prefix: str = "",
+                 exactly_once: bool = False) -> None:
+        # exactly_once is ExactlyOnceOption.__new__'s: it chose the class
         if format not in _EXTENSIONS:
             raise ValueError(f"FileBolt: format must be one of {sorted(_EXTENSIONS)}, got {format!r}")
         if format == "parquet":
@@ -755,16 +958,21 @@ class FileBolt(Bolt):
         return {Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS: min(ticks)} if ticks else None
 
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self._start(context, collector)
+        self.rotation_count = 0
+        self.part: _Part | None = None  # the file being written
+        self.opened = 0.0  # when it was opened (monotonic): TimeRotation
+        self.unsynced: list[Any] = []  # inputs written, not yet acked
+        self._recover()
+
+    def _start(self, context: Any, collector: Any) -> None:
+        """What both forms do at ``prepare``."""
         _make_dirs("FileBolt", output_dir=self.output_dir)
         self.collector = collector
         self.component = context.get_this_component_id()
-        self.base = f"{self.prefix}{self.component}-{context.get_this_task_id()}-"
+        self.task = context.get_this_task_id()
+        self.base = f"{self.prefix}{self.component}-{self.task}-"
         self.metrics = {"records_written": 0, "files_done": 0, "syncs": 0, "errors": 0}
-        self.rotation_count = 0
-        self.path: str | None = None
-        self.unsynced: list[Any] = []  # inputs written, not yet acked
-        self.rows: list[dict[str, Any]] = []  # parquet: rows not yet in a row group
-        self._recover()
 
     def _recover(self) -> None:
         """Complete (or, parquet, remove) the ``.tmp`` files an earlier run of this task left."""
@@ -780,40 +988,39 @@ class FileBolt(Bolt):
                 f.truncate(data.rfind(b"\n") + 1)
             os.replace(path, path[: -len(".tmp")])
 
+    def _record(self, tup: Any) -> dict[str, Any]:
+        """What is written for ``tup``: ``fields`` (or the tuple's own) -> its values; raises
+        :class:`_Unwritable` when it lacks one of ``fields``."""
+        fields = self.fields or list(tup.fields)
+        try:
+            return {f: tup.get_value_by_field(f) for f in fields} if self.fields else dict(zip(fields, tup.values))
+        except (KeyError, ValueError, IndexError) as e:
+            raise _Unwritable(f"it lacks a field of {fields}: {e}") from None
+
     # -- files ------------------------------------------------------------------------------------
 
-    def _open(self, fields: list[str]) -> None:
+    def _open_part(self) -> _Part:
         self.rotation_count += 1
         name = f"{self.base}{self.rotation_count}-{int(time.time() * 1000)}{_EXTENSIONS[self.format]}"
-        self.path = os.path.join(self.output_dir, name + ".tmp")
+        self.part = _Part(os.path.join(self.output_dir, name + ".tmp"), self.format)
         self.opened = time.monotonic()
-        self.file_fields = fields
-        self.writer: Any = None
-        self.schema: Any = None
-        if self.format == "parquet":
-            self.out = None
-            return
-        self.out = open(self.path, "w", newline="", encoding="utf-8")
-        self.written = 0  # what was written to it: a text file's tell() costs too much per tuple
-        if self.format == "csv":
-            self.writer = csv.writer(self.out)
-            self.written += self.writer.writerow(fields)
+        return self.part
 
     def _close(self) -> None:
-        """Sync, complete the current file (rename without ``.tmp``) and ack what it holds."""
-        if self.path is None:
+        """Complete the current file (synced, renamed without ``.tmp``) and ack what it holds."""
+        part = self.part
+        if part is None:
             return
-        self._sync(final=True)
-        if self.path is None:  # the sync failed
+        try:
+            part.close()
+        except Exception as e:  # noqa: BLE001
+            self._fail_all(e)
             return
-        if self.out is not None:
-            self.out.close()
-        if self.writer is not None and self.format == "parquet":
-            self.writer.close()
-        if os.path.exists(self.path):
-            os.replace(self.path, self.path[: -len(".tmp")])
+        self.metrics["syncs"] += 1
+        if part.created:
+            os.replace(part.path, part.path[: -len(".tmp")])
             self.metrics["files_done"] += 1
-        self.path = None
+        self.part = None
         self._ack_all()
 
     def _ack_all(self) -> None:
@@ -823,56 +1030,32 @@ class FileBolt(Bolt):
 
     def _fail_all(self, error: BaseException) -> None:
         self.metrics["errors"] += 1
-        self.collector.report_error(OSError(f"FileBolt {self.component!r}: writing {self.path!r} failed: {error}"))
+        path = self.part.path if self.part is not None else None
+        self.collector.report_error(OSError(f"FileBolt {self.component!r}: writing {path!r} failed: {error}"))
         for tup in self.unsynced:
             self.collector.fail(tup)
         self.unsynced = []
-        self.rows = []
-        for f in (self.out, self.writer if self.format == "parquet" else None):
-            try:
-                if f is not None:
-                    f.close()
-            except Exception:  # noqa: BLE001
-                pass
-        self.path = None  # the next input opens a new file; the broken one stays .tmp
+        if self.part is not None:
+            self.part.abandon()
+        self.part = None  # the next input opens a new file; the broken one stays .tmp
 
-    def _sync(self, final: bool = False) -> None:
-        if self.path is None:
+    def _sync(self) -> None:
+        if self.part is None:
             return
         try:
-            if self.format == "parquet":
-                if self.rows:
-                    self._write_row_group()
-            elif self.out is not None:
-                self.out.flush()
-                os.fsync(self.out.fileno())
+            self.part.sync()
         except Exception as e:  # noqa: BLE001
             self._fail_all(e)
             return
         self.metrics["syncs"] += 1
-        if self.format != "parquet":
+        if self.format != "parquet":  # a Parquet file is readable once closed only
             self._ack_all()
 
-    def _write_row_group(self) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pa.Table.from_pylist(self.rows, schema=self.schema)
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.path, self.schema)
-        self.writer.write_table(table)
-        self.rows = []
-
-    def _size(self) -> int:
-        if self.format == "parquet":
-            return os.path.getsize(self.path) if self.path and os.path.exists(self.path) else 0
-        return self.written if self.out is not None else 0
-
     def _rotate_if_due(self) -> None:
-        if self.path is None or self.rotation is None:
+        if self.part is None or self.rotation is None:
             return
         if isinstance(self.rotation, SizeRotation):
-            due = self._size() >= self.rotation.bytes
+            due = self.part.size >= self.rotation.bytes
         else:
             due = time.monotonic() - self.opened >= self.rotation.secs
         if due:
@@ -885,61 +1068,30 @@ class FileBolt(Bolt):
         self.collector.report_error(ValueError(f"FileBolt {self.component!r}: cannot write {tup.values!r}: {reason}"))
         self.collector.fail(tup)
 
+    def _waiting(self) -> int:
+        """What a sync would settle: Parquet records not in a row group, or inputs not acked."""
+        return (self.part.buffered if self.part is not None else 0) if self.format == "parquet" else len(self.unsynced)
+
     def execute(self, tup: Any) -> None:
         if tup.is_tick():
-            if self.path is not None:
-                if self.sync_secs and (self.rows if self.format == "parquet" else self.unsynced):
+            if self.part is not None:
+                if self.sync_secs and self._waiting():
                     self._sync()
                 self._rotate_if_due()
             return
-        fields = self.fields or list(tup.fields)
         try:
-            record = {f: tup.get_value_by_field(f) for f in fields} if self.fields else dict(zip(fields, tup.values))
-        except (KeyError, ValueError, IndexError) as e:
-            self._reject(tup, f"it lacks a field of {fields}: {e}")
+            record = self._record(tup)
+            (self.part or self._open_part()).write(record)
+        except _Unwritable as e:
+            self._reject(tup, str(e))
             return
-        if self.format == "jsonl":
-            try:
-                line = json.dumps(record, allow_nan=False) + "\n"
-            except (TypeError, ValueError) as e:
-                self._reject(tup, f"not JSON-serializable: {e}")
-                return
-        elif self.format == "csv":
-            bad = [f for f, v in record.items() if not isinstance(v, _CSV_TYPES)]
-            if bad:
-                self._reject(tup, f"fields {bad} are not CSV values (str, int, float, bool, None)")
-                return
-        elif self.format == "parquet" and self.path is not None and list(record) != self.file_fields:
-            self._reject(tup, f"its fields {list(record)} differ from the file's {self.file_fields}")
-            return
-        if self.path is None:
-            self._open(fields)
-        try:
-            if self.format == "jsonl":
-                self.written += self.out.write(line)  # json.dumps writes ASCII: characters are bytes
-            elif self.format == "csv":
-                if list(record) != self.file_fields:
-                    self._reject(tup, f"its fields {list(record)} differ from the file's {self.file_fields}")
-                    return
-                self.written += self.writer.writerow(record.values())
-            else:
-                import pyarrow as pa
-
-                try:  # check the row against the file's schema (its first row's) to fail this input alone
-                    row = pa.Table.from_pylist([record], schema=self.schema)
-                except Exception as e:  # noqa: BLE001
-                    self._reject(tup, f"does not fit the Parquet schema {self.schema}: {e}")
-                    return
-                if self.schema is None:
-                    self.schema = row.schema
-                self.rows.append(record)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - the file is broken: what it holds unsynced fails
             self.unsynced.append(tup)
             self._fail_all(e)
             return
         self.unsynced.append(tup)
         self.metrics["records_written"] += 1
-        if len(self.unsynced if self.format != "parquet" else self.rows) >= self.sync_every:
+        if self._waiting() >= self.sync_every:
             self._sync()
         self._rotate_if_due()
 
@@ -951,3 +1103,157 @@ class FileBolt(Bolt):
 
     def cleanup(self) -> None:
         self._close()
+
+
+# -- FileBolt's exactly-once form ------------------------------------------------------------------
+
+_TOKEN_DIGITS = 12  # hex digits of the token naming one attempt at an epoch's part
+_TXID_DIGITS = 12  # a final name's txid, zero-padded: the names sort by epoch
+
+
+@dataclass
+class _Epoch:
+    """The transaction of :class:`ExactlyOnceFileBolt`: one epoch's pending part."""
+
+    part: _Part
+    token: str  # in the part's pending and final names: unique to this attempt at the epoch
+    error: BaseException | None = None  # the I/O failure that broke the part: its checkpoint fails
+
+
+class ExactlyOnceFileBolt(FileBolt, TwoPhaseCommitSink[_Epoch, "list[str] | None"]):
+    """:class:`FileBolt`'s exactly-once form, made by ``FileBolt(..., exactly_once=True)``: each
+    task writes the inputs of each checkpoint epoch into a pending part, renamed into place once
+    the checkpoint commits (the module docstring's *FileBolt exactly-once mode*).
+
+    Takes FileBolt's options but ``rotation`` (a ValueError: the checkpoints roll the parts).
+    ``sync_every`` is the records per Parquet row group; ``sync_secs`` and ``sync_on_idle`` do
+    nothing (the checkpoint's PREPARE syncs). ``metrics``: ``records_written``, ``syncs``
+    (parts prepared), ``files_done`` (parts committed), ``errors``.
+    """
+
+    def __init__(self, output_dir: str, **options: Any) -> None:
+        if options.get("rotation") is not None:
+            raise ValueError("FileBolt(exactly_once=True): rotation= does not apply: a part is completed at "
+                             "each checkpoint, so topology.state.checkpoint.interval.ms is the rotation; "
+                             "leave rotation unset")
+        super().__init__(output_dir, **options)
+
+    # FileBolt comes first in the MRO: its execute would run; the two-phase contract's runs
+    # instead (it acks, and the runtime holds the acks until the checkpoint commits)
+    execute = TwoPhaseCommitSink.execute
+
+    def get_component_configuration(self) -> dict[str, Any] | None:
+        return None  # no tick tuples: the checkpoints sync
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        TwoPhaseCommitSink.prepare(self, conf, context, collector)
+        self._start(context, collector)
+        self._writing: _Epoch | None = None  # the open transaction, for cleanup
+        # this task's pending parts, and no other component's or task's ("a-1-" is a prefix of
+        # component "a-1"'s names, but a token of hex digits never holds a "-")
+        self._pending_name = re.compile(re.escape(f".{self.base}") + f"[0-9a-f]{{{_TOKEN_DIGITS}}}"
+                                        + re.escape(f"{_EXTENSIONS[self.format]}.pending"))
+
+    # nothing to sync at the end of a batch (the PREPARE syncs): Bolt's, which the executor skips
+    finish_batch = Bolt.finish_batch
+
+    def cleanup(self) -> None:
+        # the open part is in no checkpoint: the spouts replay its inputs from their committed
+        # positions. Prepared parts stay: a committed checkpoint may hold them (the next start commits them)
+        writing = getattr(self, "_writing", None)  # None too if prepare never ran
+        if writing is not None:
+            self.abort_transaction(writing)
+
+    # -- the two-phase contract --------------------------------------------------------------------
+
+    def begin_transaction(self) -> _Epoch:
+        token = uuid.uuid4().hex[:_TOKEN_DIGITS]
+        path = os.path.join(self.output_dir, f".{self.base}{token}{_EXTENSIONS[self.format]}.pending")
+        self._writing = _Epoch(_Part(path, self.format), token)
+        return self._writing
+
+    def write(self, transaction: _Epoch, tup: Any) -> None:
+        """Write ``tup``'s record into the epoch's pending part. A record the format refuses
+        raises ValueError naming the component; an I/O error raises OSError and breaks the
+        part: the checkpoint fails at its PREPARE, and the epoch is written again."""
+        part = transaction.part
+        if transaction.error is not None:
+            raise OSError(f"FileBolt {self.component!r}: {part.path!r} failed earlier in this epoch "
+                          f"({transaction.error}): its checkpoint fails, and the epoch is written again")
+        try:
+            part.write(self._record(tup))
+            if part.buffered >= self.sync_every:
+                part.sync()  # a Parquet row group: bounds the records held in memory
+        except _Unwritable as e:
+            self.metrics["errors"] += 1
+            raise _Unwritable(f"FileBolt {self.component!r}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - any failure of the file breaks the part
+            transaction.error = e
+            self.metrics["errors"] += 1
+            raise OSError(f"FileBolt {self.component!r}: writing {part.path!r} failed: {e}") from e
+        self.metrics["records_written"] += 1
+
+    def prepare_transaction(self, transaction: _Epoch, txid: int) -> list[str] | None:
+        """Complete the pending part durably (the file and its directory entry ``fsync``-ed).
+        The handle: ``[pending name, final name]`` in ``output_dir``; None when the epoch's
+        records were all refused (no part)."""
+        part = transaction.part
+        if transaction.error is not None:
+            raise OSError(f"FileBolt {self.component!r}: cannot prepare {part.path!r} for checkpoint {txid}: "
+                          f"a write failed: {transaction.error}")
+        try:
+            part.close()
+            if part.created:
+                _fsync_dir(self.output_dir)
+        except Exception as e:  # noqa: BLE001 - named; the rollback removes the part
+            raise OSError(f"FileBolt {self.component!r}: cannot complete {part.path!r} for checkpoint {txid}: "
+                          f"{e}") from e
+        self._writing = None
+        if not part.created:
+            return None
+        self.metrics["syncs"] += 1
+        final = (f"{self.prefix}{self.component}-{txid:0{_TXID_DIGITS}d}-{self.task}-{transaction.token}"
+                 f"{_EXTENSIONS[self.format]}")
+        return [os.path.basename(part.path), final]
+
+    def commit_transaction(self, handle: list[str] | None, txid: int) -> None:
+        """Rename the pending part to its final name (atomic), then ``fsync`` the directory.
+        Idempotent: a pending part already gone, its final name there, was committed before."""
+        if handle is None:
+            return
+        pending, final = (os.path.join(self.output_dir, name) for name in handle)
+        try:
+            os.replace(pending, final)
+        except FileNotFoundError:
+            if not os.path.exists(final):  # not ours to re-create: a reader took it, or it was removed
+                log.warning("FileBolt %r: the part of checkpoint %d is neither pending (%r) nor in place (%r): "
+                            "moved or removed after its commit?", self.component, txid, pending, final)
+            return
+        _fsync_dir(self.output_dir)
+        self.metrics["files_done"] += 1
+
+    def abort_transaction(self, transaction: _Epoch) -> None:
+        transaction.part.abandon()
+        _remove(transaction.part.path)
+        if self._writing is transaction:
+            self._writing = None
+
+    def abort_prepared(self, handle: list[str] | None) -> None:
+        if handle is not None:
+            _remove(os.path.join(self.output_dir, handle[0]))
+
+    def recover(self, pending: list[tuple[int, list[str] | None]]) -> None:
+        """Commit the parts the committed checkpoint holds, then remove this task's other
+        pending parts: a crashed run's, which no committed checkpoint covers."""
+        keep = {handle[0] for _, handle in pending if handle is not None}
+        try:
+            super().recover(pending)
+        finally:
+            for name in os.listdir(self.output_dir):
+                if name not in keep and self._pending_name.fullmatch(name):
+                    _remove(os.path.join(self.output_dir, name))
+                    log.info("FileBolt %r: removed %r, a part no committed checkpoint holds (its inputs are "
+                             "replayed)", self.component, name)
+
+
+FileBolt.exactly_once_form = ExactlyOnceFileBolt

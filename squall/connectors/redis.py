@@ -53,7 +53,8 @@ cannot be reached fails the submission with an error naming the component and ``
   taken back by the next ``XAUTOCLAIM`` once ``claim_idle_ms`` old. Use ``appendonly yes`` for
   the stream and its pending entries to survive a restart of Redis.
 * **Threads.** The three connectors are blocking components (``blocking = True``): each
-  executor has a thread of its own, so a slow Redis never stalls the worker's other executors.
+  executor has a thread of its own, so a slow Redis never stalls the worker's other executors
+  (not the exactly-once form of the store bolt, which talks to Redis once per checkpoint).
 * **Guarantee: at-least-once.** Every entry is processed at least once; an entry whose
   processing completed is not emitted again unless its ``XACK`` was lost with a Redis restart
   without persistence or it was taken over by another consumer while in flight.
@@ -61,31 +62,82 @@ cannot be reached fails the submission with an error naming the component and ``
   re-deliveries included), ``emitted``, ``acked``, ``failed``, ``replayed``, ``claimed``
   (taken over from other consumers), ``errors`` (entries on the error stream, deleted entries),
   ``given_up``, ``skipped``, ``reconnects`` (times Redis became unreachable).
+
+:class:`RedisStoreBolt` in exactly-once mode — the contract
+------------------------------------------------------------
+
+``RedisStoreBolt(mapper, ..., exactly_once=True)`` makes an :class:`ExactlyOnceRedisStoreBolt`,
+a :class:`~squall.api.two_phase_commit.WriteAheadSink` (the topology is checkpointed; every
+spout upstream must be a stateful spout):
+
+* **Epochs.** Each input is mapped and checked when it arrives, as in the plain bolt (a tuple
+  that cannot be mapped, or whose values Redis cannot take, fails alone, with the reason reported
+  for the component), and acked; its command is kept with its checkpoint epoch's, in memory, and
+  written into the task's state at the epoch's PREPARE. Nothing reaches Redis before the
+  checkpoint covering the epoch is committed.
+* **Atomic publish with a marker.** Once the checkpoint is committed, the epoch's commands go to
+  Redis in one Lua script (``EVALSHA``; Redis runs a script alone, nothing else in between) that
+  first reads the task's *marker* key, a hash ``{txid, run}``: when it already names this epoch
+  or a later one of the same ``run``, the script changes nothing (the epoch was published before
+  a crash, and is skipped); otherwise it applies every command, in arrival order, and sets the
+  marker to this epoch. The commands and the marker change together or not at all: the script
+  checks the type of every key it writes before it writes any (a script that fails halfway is
+  not rolled back).
+* **The marker key** is ``marker_key`` formatted with the topology's name, the component id and
+  the task id: by default ``squall:eo:{topology}:{component}:{task}``. A template must hold the
+  three fields, so that no two tasks share a marker (their epochs have the same txids). ``run``
+  is a random id kept in the task's state from its first start: a topology whose state was
+  dropped (``squall run --fresh``) counts its txids from 1 again under a new ``run``, and is
+  not mistaken for one already published. Delete the marker keys with the data they cover.
+* **Failures.** Redis unreachable, or a command it refuses (a key of another type: the whole
+  epoch is refused, nothing written) at the commit: reported for the component, naming
+  ``host:port`` and the cause; the epoch stays pending, in the state, and the next commit (or
+  the recovery after a restart) publishes it, before the later epochs. A crash between the
+  checkpoint's commit and the publish: the recovery publishes the epochs the committed
+  checkpoint holds; a crash before the commit: the epoch is dropped, the spouts replay it.
+* **Threads.** A blocking component, as every two-phase sink: a thread of its own, which a
+  Redis that does not answer holds up to ``timeout`` per commit.
+* **Guarantee: exactly once.** Every record of a committed epoch is written to Redis once, even
+  ``list`` and ``stream`` writes (not idempotent), whatever worker dies when; a Redis that
+  restarts may lose what it had not persisted, markers included: use ``appendonly yes``
+  (``appendfsync everysec`` loses up to a second).
+* **Costs.** Records reach Redis one checkpoint interval after they arrive
+  (``topology.state.checkpoint.interval.ms``); each task holds one epoch's commands in memory
+  and in its state; Redis runs an epoch's script alone, so keep epochs moderate (a script past
+  ``lua-time-limit``, 5 s, makes Redis answer BUSY to others until it ends). Standalone Redis,
+  or a cluster with every key and the marker in one hash slot (``{...}`` hash tags).
+* **Metrics.** ``bolt.metrics``: ``published`` (epochs applied), ``skipped`` (epochs the marker
+  said were applied), ``written`` (commands applied), ``errors`` (publishes that failed).
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import string
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from squall.api.bolt import Bolt
 from squall.api.spout import Spout
-from squall.connectors import Backoff, Route, SpoutStreams, require
+from squall.api.two_phase_commit import TwoPhaseCommitSink, WriteAheadSink
+from squall.connectors import Backoff, ExactlyOnceOption, Route, SpoutStreams, require
 from squall.connectors.redis_client import connect_failure, redis_address, redis_settings
 
 if TYPE_CHECKING:
     from squall.api.collector import IOutputCollector, ISpoutOutputCollector
     from squall.api.component import OutputFieldsDeclarer
     from squall.api.context import TopologyContext
+    from squall.api.state import KeyValueState
     from squall.api.tuple import Tuple
 
 log = logging.getLogger("squall.connectors.redis")
 
-__all__ = ["RedisConnectorError", "RedisLookupBolt", "RedisStoreBolt", "RedisStreamSpout", "Route", "by_fields"]
+__all__ = ["ExactlyOnceRedisStoreBolt", "RedisConnectorError", "RedisLookupBolt", "RedisStoreBolt", "RedisStreamSpout",
+           "Route", "by_fields"]
 
 
 class RedisConnectorError(RuntimeError):
@@ -418,7 +470,7 @@ class _StoreBoltBase(Bolt):
         self.collector.fail(tup)
 
 
-class RedisStoreBolt(_StoreBoltBase):
+class RedisStoreBolt(ExactlyOnceOption, _StoreBoltBase):
     """Writes every input tuple to Redis (Storm's storm-redis ``RedisStoreBolt``), acking it
     once Redis confirmed the write; failing it (and recording why for the component) when
     ``mapper`` cannot map it or Redis refuses or cannot be reached.
@@ -440,6 +492,10 @@ class RedisStoreBolt(_StoreBoltBase):
     some values twice (the same values: idempotent for all but ``list`` and ``stream``).
 
     :func:`by_fields` makes a mapper picking the tuple's fields by name. Declares no stream.
+
+    ``exactly_once=True`` makes the exactly-once form instead, :class:`ExactlyOnceRedisStoreBolt`
+    (``marker_key`` is its option): each checkpoint epoch's writes applied once, after the
+    checkpoint commits, atomically with the task's marker (see the module's documentation).
     """
 
     _connector = "RedisStoreBolt"
@@ -448,17 +504,18 @@ class RedisStoreBolt(_StoreBoltBase):
     def __init__(self, mapper: Callable[[Tuple], Any], *, data_type: str = "hash",
                  key: str | Callable[[Tuple], Any] | None = None, host: str = "127.0.0.1", port: int = 6379,
                  db: int = 0, password: str | None = None, unix_socket_path: str | None = None,
-                 timeout: float = 2000, max_pipeline: int = 1000) -> None:
+                 timeout: float = 2000, max_pipeline: int = 1000, exactly_once: bool = False) -> None:
         super().__init__(mapper, data_type, key, host, port, db, password, unix_socket_path, timeout)
         self.max_pipeline = max(1, int(max_pipeline))
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
         super().prepare(conf, context, collector)
         self._encode = self._redis.get_encoder().encode  # raises DataError for a value Redis cannot take
-        self._batch: list[tuple[Tuple, str, tuple[Any, ...]]] = []  # (input, command, arguments) to write
+        self._batch: list[tuple[Tuple, str, list[bytes]]] = []  # (input, command, arguments) to write
 
     def _command(self, tup: Tuple) -> tuple[str, tuple[Any, ...]]:
-        """The write of ``tup`` as (command, arguments); mapping errors raise here."""
+        """The write of ``tup`` as (command, arguments); mapping errors raise here (the key is
+        the first argument of every command)."""
         mapped, kind = self.mapper(tup), self.data_type
         key = self._key_of(tup)
         if kind == "string":
@@ -478,11 +535,15 @@ class RedisStoreBolt(_StoreBoltBase):
             raise TypeError(f"a stream entry must be a non-empty dict of fields, got {mapped!r}")
         return "XADD", (key, "*", *(part for item in mapped.items() for part in item))
 
+    def _write_of(self, tup: Tuple) -> tuple[str, list[bytes]]:
+        """The write of ``tup``: the command and its arguments as the bytes Redis receives; what
+        the mapper raised, or ``DataError`` for a value Redis cannot take."""
+        command, args = self._command(tup)
+        return command, [self._encode(arg) for arg in args]
+
     def execute(self, tup: Tuple) -> None:
         try:
-            command, args = self._command(tup)
-            for arg in args:
-                self._encode(arg)
+            command, args = self._write_of(tup)
         except Exception as e:
             self._failed(tup, "cannot map", e)
             return
@@ -518,6 +579,140 @@ class RedisStoreBolt(_StoreBoltBase):
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         pass
+
+
+#: the key type each command of RedisStoreBolt writes ("": any, SET replaces whatever is there)
+_KEY_TYPES = {"SET": "", "HSET": "hash", "SADD": "set", "ZADD": "zset", "RPUSH": "list", "XADD": "stream"}
+
+#: Publishes one epoch: KEYS[1] the task's marker, KEYS[k] (k >= 2) the key of command k - 1;
+#: ARGV[1] txid, ARGV[2] run, then per command its name, the key type it needs and its argument
+#: count n, then its n arguments after the key. Returns 1 if applied, 0 if the marker says it
+#: was. Types are checked before anything is written: Redis does not roll back a script that
+#: fails halfway, and a half-applied epoch would be applied again (twice) by the retry.
+_PUBLISH_SCRIPT = """
+local txid, run = tonumber(ARGV[1]), ARGV[2]
+local last = redis.call('HMGET', KEYS[1], 'txid', 'run')
+if last[2] == run and last[1] and tonumber(last[1]) >= txid then
+  return 0
+end
+local types, i = {}, 3
+for k = 2, #KEYS do
+  local want = ARGV[i + 1]
+  local key = KEYS[k]
+  local got = types[key] or redis.call('TYPE', key)['ok']
+  if want == '' then
+    types[key] = 'string'
+  elseif got == 'none' or got == want then
+    types[key] = want
+  else
+    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. got .. ', ' .. ARGV[i] .. ' needs a ' ..
+                             want .. ': nothing of epoch ' .. ARGV[1] .. ' written')
+  end
+  i = i + 3 + tonumber(ARGV[i + 2])
+end
+i = 3
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[i + 2])
+  redis.call(ARGV[i], KEYS[k], unpack(ARGV, i + 3, i + 2 + n))
+  i = i + 3 + n
+end
+redis.call('HSET', KEYS[1], 'txid', ARGV[1], 'run', run)
+return 1
+"""
+
+#: the key of the task's state holding its run id (see the module's documentation)
+RUN_KEY = "$redis-store.run"
+
+DEFAULT_MARKER_KEY = "squall:eo:{topology}:{component}:{task}"
+
+
+class ExactlyOnceRedisStoreBolt(WriteAheadSink, RedisStoreBolt):
+    """:class:`RedisStoreBolt` in exactly-once mode (``RedisStoreBolt(..., exactly_once=True)``):
+    the same mapping, data types and checks, each checkpoint epoch's commands published after the
+    checkpoint commits, in one Lua script with the task's marker (see the module's documentation
+    for the contract). ``marker_key``: the marker's name, a template with the fields
+    ``{topology}``, ``{component}`` and ``{task}``. ``max_pipeline`` is unused: an epoch is one
+    script."""
+
+    def __init__(self, mapper: Callable[[Tuple], Any], *, marker_key: str = DEFAULT_MARKER_KEY,
+                 **options: Any) -> None:
+        try:
+            marker_key.format(topology="t", component="c", task=1)
+            fields = {name for _, name, _, _ in string.Formatter().parse(marker_key) if name}
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"RedisStoreBolt: marker_key {marker_key!r} is not a template of the fields "
+                             f"topology, component and task: {e!r}") from None
+        missing = sorted({"topology", "component", "task"} - fields)
+        if missing:  # a marker shared by tasks would skip a sibling's epochs of the same txid
+            raise ValueError(f"RedisStoreBolt: marker_key {marker_key!r} lacks the field(s) {', '.join(missing)}: "
+                             "each task of each component of each topology needs a marker of its own")
+        RedisStoreBolt.__init__(self, mapper, **options)
+        self.marker_key = marker_key
+        self.metrics = self._zero_metrics()
+
+    @staticmethod
+    def _zero_metrics() -> dict[str, int]:
+        return dict.fromkeys(("published", "skipped", "written", "errors"), 0)
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: IOutputCollector) -> None:
+        # both: the contract's bookkeeping, and the connection (neither calls the other)
+        TwoPhaseCommitSink.prepare(self, conf, context, collector)
+        RedisStoreBolt.prepare(self, conf, context, collector)
+        self.marker = self.marker_key.format(topology=context.topology_name, component=self._component,
+                                             task=context.get_this_task_id())
+        self._script = self._redis.register_script(_PUBLISH_SCRIPT)  # EVALSHA, loaded again after NOSCRIPT
+        self.metrics = self._zero_metrics()
+
+    def init_state(self, state: KeyValueState) -> None:
+        self._run = state.get(RUN_KEY)
+        if self._run is None:  # a first start, or the state dropped: a run of txids of its own
+            self._run = uuid.uuid4().hex
+            state.put(RUN_KEY, self._run)  # in the state before any epoch it publishes (at its PREPARE)
+        super().init_state(state)  # may publish (a recovery): after the run is known
+
+    # execute is the contract's (TwoPhaseCommitSink.execute, first in the MRO): record, then ack
+
+    def finish_batch(self) -> None:
+        """Nothing to write: an epoch is written once its checkpoint commits (publish)."""
+
+    def record(self, tup: Tuple) -> list[Any]:
+        """``[command, key, *arguments]``, as bytes (msgpack takes them, and Redis gets them
+        unchanged); a ``ValueError`` naming the component for a tuple that cannot be mapped."""
+        try:
+            command, args = self._write_of(tup)
+        except Exception as e:
+            raise ValueError(f"{self._where}: cannot map: {type(e).__name__}: {e}") from e
+        return [command, *args]
+
+    def publish(self, txid: int, records: list[Any]) -> bool:
+        """Apply ``records`` (epoch ``txid``'s) and set the marker, in one script; True if
+        applied, False if the marker says it was. ``RedisConnectorError`` naming the component
+        and ``host:port`` if Redis is unreachable or refuses it: then nothing was written, or
+        (a reply lost) all of it with the marker, which the retry finds."""
+        import redis
+
+        keys: list[Any] = [self.marker]
+        args: list[Any] = [txid, self._run]
+        for command, key, *rest in records:
+            keys.append(key)
+            args += [command, _KEY_TYPES[command], len(rest), *rest]
+        try:
+            applied = bool(self._script(keys=keys, args=args))
+        except redis.RedisError as e:
+            # a timeout may have come after the script ran: the marker makes the retry a no-op
+            self.metrics["errors"] += 1
+            raise RedisConnectorError(f"{self._where}: publishing epoch {txid} ({len(records)} writes) failed, kept "
+                                      f"for the next commit: {type(e).__name__}: {e}") from e
+        if applied:
+            self.metrics["published"] += 1
+            self.metrics["written"] += len(records)
+        else:
+            self.metrics["skipped"] += 1
+            log.info("%s: epoch %d was published before (marker %s): skipped", self._where, txid, self.marker)
+        return applied
+
+
+RedisStoreBolt.exactly_once_form = ExactlyOnceRedisStoreBolt
 
 
 class RedisLookupBolt(_StoreBoltBase):
