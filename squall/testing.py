@@ -51,7 +51,7 @@ from squall.runtime.serialization import Serializer
 from squall.utils.time import advance_time, simulated_time
 
 __all__ = [
-    "BoltHarness", "Emit", "SpoutHarness", "FeederSpout", "KafkaMockCluster", "RedisServer", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
+    "BoltHarness", "Emit", "SpoutHarness", "FeederSpout", "KafkaBroker", "KafkaMockCluster", "RedisServer", "advance_time", "committed_state", "complete_topology", "multiset_eq", "read_tuples", "simulated_time",
     "wait_until",
 ]
 
@@ -372,6 +372,75 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+            self._process = None
+
+
+class KafkaBroker:
+    """A Kafka-protocol broker process of its own on 127.0.0.1 whose transactions are real, for
+    exactly-once tests and benchmarks: ``read_committed`` consumers do not see aborted records,
+    and ``init_transactions`` fences an older producer of the same ``transactional.id`` and
+    aborts its open transaction (librdkafka's mock cluster, :class:`KafkaMockCluster`, does
+    neither). It is ``noida-db``'s binary (``pip install noida-db==0.2.3``, in the test extra),
+    a reimplementation of Kafka's protocol, not Apache Kafka; single node, data under
+    ``directory``; it does not enforce ``transaction.timeout.ms``. A topic used before it exists
+    is made with one partition: :meth:`create_topics` makes them with more.
+
+    Started on entering the ``with`` block (which waits until it accepts connections, up to
+    ``start_timeout`` seconds; ``RuntimeError`` with its log otherwise), killed by its pid on
+    leaving it; :attr:`bootstrap_servers` is its address."""
+
+    def __init__(self, directory: str | os.PathLike[str], start_timeout: float = 20.0) -> None:
+        self.directory = Path(directory)
+        self._start_timeout = start_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self.bootstrap_servers = ""
+
+    @staticmethod
+    def executable() -> str | None:
+        """The broker's binary, or None without the ``noida-db`` package."""
+        spec = importlib.util.find_spec("noida_db")
+        if spec is None or spec.origin is None:
+            return None
+        return os.path.join(os.path.dirname(spec.origin), "noida-db")
+
+    def __enter__(self) -> KafkaBroker:
+        executable = self.executable()
+        if executable is None:
+            raise RuntimeError("no Kafka broker: pip install noida-db==0.2.3")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        log_path = self.directory / "broker.log"
+        with open(log_path, "wb") as log:
+            # the binary itself: the noida-db script runs it as a child that a kill would orphan
+            self._process = subprocess.Popen([executable, "start", "--only", "kafka", "--host", "127.0.0.1",
+                                              "--kafka-port", str(port), "--data-dir", str(self.directory)],
+                                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self._start_timeout
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"the Kafka broker ({executable}) did not start: "
+                                   f"{log_path.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+        self.bootstrap_servers = f"127.0.0.1:{port}"
+        return self
+
+    def create_topics(self, *names: str, partitions: int = 4) -> None:
+        """Create ``names`` with ``partitions`` partitions each."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        for future in admin.create_topics([NewTopic(name, partitions, 1) for name in names]).values():
+            future.result(10)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
             self._process = None
 
 

@@ -143,13 +143,16 @@ class Source(ABC):
 
 class KafkaSource(Source):
     """``lines`` produced to a new topic before the topology starts (line ``i`` on partition
-    ``i % PARTITIONS``); where each landed is taken from the delivery reports."""
+    ``i % PARTITIONS``); where each landed is taken from the delivery reports. ``make_topic``
+    creates the topic first, where the broker would not make it with PARTITIONS partitions."""
 
-    def __init__(self, servers: str, lines: list[str]) -> None:
+    def __init__(self, servers: str, lines: list[str], make_topic: Callable[[str], None] | None = None) -> None:
         from confluent_kafka import Producer
 
         tag = uuid.uuid4().hex[:12]
         self.servers, self.topic, self.group = servers, f"kill9-{tag}", f"kill9-{tag}"
+        if make_topic is not None:  # a broker that does not make it with PARTITIONS partitions on first use
+            make_topic(self.topic)
         self.whole = words_of(lines)
         placed: dict[int, dict[int, str]] = {p: {} for p in range(PARTITIONS)}
         errors: list[Any] = []

@@ -1028,7 +1028,8 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
         self._component = context.get_this_component_id()
         self.transactional_id = (f"{self.transactional_id_prefix}.{context.topology_name}.{self._component}."
                                  f"{context.get_this_task_id()}")
-        self._where = f"KafkaBolt {self._component!r} (exactly once, {self.transactional_id}) at {self.bootstrap_servers}"
+        self._where = (f"KafkaBolt {self._component!r} (exactly once, {self.transactional_id}) "
+                       f"at {self.bootstrap_servers}")
         self.metrics = self._zero_metrics()
         self._outage = _Outage(self._where, self.metrics)
         settings = {"bootstrap.servers": self.bootstrap_servers, "logger": _LIBRDKAFKA_LOG,
