@@ -33,6 +33,14 @@ spout, one list of lines per task, all there from the start: a backlog) -> ``spl
 ``count`` (a stateful bolt), ``topology.workers`` 3. :meth:`Simulation.check` asserts the
 invariant: the committed counts are the word counts of exactly the lines below the committed
 positions of the spout's tasks.
+
+``Simulation(..., sink=True)`` adds ``out``, an exactly-once sink (:class:`WordSink`, a
+:class:`~squall.api.two_phase_commit.TwoPhaseCommitSink`) fed by ``split`` (fields grouping on
+the word): each epoch's words go into a pending part of an outside store
+(:class:`SinkStore`, which survives kills), made visible at commit. :meth:`Simulation.check`
+then also asserts that the visible words never exceed the words of the lines below the
+committed positions, and that no part was made visible twice; :meth:`Simulation.drain` that
+in the end the visible words are all the words, exactly.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ from squall.runtime.assignment import assign
 from squall.runtime.serialization import Serializer
 from squall.api.state.provider import InMemoryStateProvider
 from squall.api.stateful import StatefulSpout
+from squall.api.two_phase_commit import TwoPhaseCommitSink
 from squall.utils import rand
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -68,6 +77,9 @@ import stateful_wordcount as swc  # noqa: E402 - the example's split and count
 #: topology name -> per task index of ``lines``, the lines that task reads
 SOURCES: dict[str, list[list[str]]] = {}
 _names = itertools.count()
+
+#: topology name -> the exactly-once sink's outside store (outside the workers: kills spare it)
+STORES: dict[str, SinkStore] = {}
 
 Link = tuple[int, int, int]  # (sending worker, its incarnation, receiving worker)
 
@@ -125,6 +137,98 @@ class LineSpout(StatefulSpout):
             self.state.put("position", position + 1)
 
 
+class SinkStore:
+    """The outside store :class:`WordSink` writes into, as a directory of part files is: parts
+    pending (prepared, invisible) and the words made visible, in order."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, list[str]] = {}  # part -> its words
+        self.txids: dict[str, int] = {}  # part -> the checkpoint it was prepared for
+        self.visible: list[str] = []
+        self.visible_parts: list[str] = []  # the parts made visible, in order (each once)
+        self.parts = itertools.count()  # part names are never reused, across runs too
+        #: sink task ids whose next commit crashes: the part made visible, then the process dies
+        self.crash_in_commit: set[int] = set()
+        self.log: list[tuple[Any, ...]] = []  # (what, task, part or txid): for messages
+
+
+class Crash(BaseException):
+    """The process dies inside a call (``kill -9`` there): no part of the worker catches it (a
+    BaseException), it leaves the step, and the test kills the worker."""
+
+
+class WordSink(TwoPhaseCommitSink):
+    """Writes each epoch's words into a pending part of its :class:`SinkStore` at PREPARE (the
+    handle is the part's name), moved to the visible words at commit (a part no longer pending:
+    nothing to do, so commits are idempotent); ``abort_prepared`` drops a pending part,
+    ``recover`` commits the committed handles, then drops this task's other pending parts (a
+    crashed run's leftovers).
+
+    Blocking, as the contract declares it (``TwoPhaseCommitSink.blocking``): in a real worker
+    its executor has a thread of its own; here the scheduler runs it like any other, one
+    ``run_once(0)`` per step (its queue never fills and the simulated transport is not
+    credit-based, so its blocking send path never waits). Unlike a cooperative executor's, its
+    acks are sent at the end of each of its runs, not combined with the round's.
+    :class:`CooperativeWordSink` is the same sink on the worker's cooperative thread."""
+
+    def __init__(self, store: str) -> None:
+        self.store_name = store
+
+    def prepare(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        super().prepare(conf, context, collector)
+        self.store = STORES[self.store_name]
+        self.task = context.get_this_task_id()
+        self.prefix = f"task{self.task}-"
+        self.open: dict[str, Any] | None = None  # the epoch's transaction, until its PREPARE or abort
+
+    def begin_transaction(self) -> dict[str, Any]:
+        self.open = {"words": []}
+        return self.open
+
+    def write(self, transaction: dict[str, Any], tup: Any) -> None:
+        transaction["words"].append(tup.values[0])
+
+    def prepare_transaction(self, transaction: dict[str, Any], txid: int) -> str:
+        part = f"{self.prefix}{next(self.store.parts)}"
+        self.store.pending[part] = list(transaction["words"])
+        self.store.txids[part] = txid
+        self.open = None
+        self.store.log.append(("prepare", self.task, part, txid))
+        return part
+
+    def commit_transaction(self, handle: str, txid: int) -> None:
+        words = self.store.pending.pop(handle, None)
+        self.store.log.append(("commit", self.task, handle, txid, words is not None))
+        if words is None:  # visible already (or never prepared): nothing to do
+            return
+        self.store.visible.extend(words)
+        self.store.visible_parts.append(handle)
+        if self.task in self.store.crash_in_commit:
+            self.store.crash_in_commit.discard(self.task)
+            raise Crash(f"sink task {self.task} died inside the commit of {handle} (txid {txid})")
+
+    def abort_transaction(self, transaction: dict[str, Any]) -> None:
+        self.open = None
+
+    def abort_prepared(self, handle: str) -> None:
+        self.store.log.append(("abort", self.task, handle))
+        self.store.pending.pop(handle, None)
+
+    def recover(self, pending: list[tuple[int, str]]) -> None:
+        self.store.log.append(("recover", self.task, [list(p) for p in pending]))
+        super().recover(pending)
+        for part in [p for p in self.store.pending if p.startswith(self.prefix)]:
+            self.store.log.append(("leftover", self.task, part))
+            del self.store.pending[part]
+
+
+class CooperativeWordSink(WordSink):
+    """:class:`WordSink` declared non-blocking: on the worker's cooperative round, its acks
+    combined with the round's."""
+
+    blocking = False
+
+
 class _SimTransport(Transport):
     """One run's end of the simulated network: what it sends joins its links."""
 
@@ -163,9 +267,11 @@ class _Run:
 
 class Simulation:
     """The word count on simulated workers; ``lines``: per spout task, its lines; ``seed``:
-    of the runtime's randomness (see squall.utils.rand)."""
+    of the runtime's randomness (see squall.utils.rand); ``sink``: with the exactly-once sink
+    ``out`` (see the module; ``sink_class``: a :class:`WordSink` subclass)."""
 
-    def __init__(self, lines: list[list[str]], drop_stale: bool = True, workers: int = 3, seed: int = 0) -> None:
+    def __init__(self, lines: list[list[str]], drop_stale: bool = True, workers: int = 3, seed: int = 0,
+                 sink: bool = False, sink_class: type[WordSink] | None = None) -> None:
         rand.seed(seed)  # tree ids and shuffles: the same steps take the same course
         CLOCK.ns = 10**18
         self.name = f"sim-{next(_names)}"
@@ -176,6 +282,10 @@ class Simulation:
         builder.set_spout("lines", LineSpout(self.name), len(lines))
         builder.set_bolt("split", swc.SplitLine(), 2).shuffle_grouping("lines")
         builder.set_bolt("count", swc.WordCount(), 2).fields_grouping("split", Fields("word"))
+        self.sink = sink
+        if sink:
+            self.store = STORES[self.name] = SinkStore()
+            builder.set_bolt("out", (sink_class or WordSink)(self.name), 2).fields_grouping("split", Fields("word"))
         self.topology = builder.create_topology()
         conf = {
             "topology.workers": workers,
@@ -189,7 +299,10 @@ class Simulation:
         self.conf = checked_config(self.name, conf, {cid: c.conf for cid, c in self.topology.components.items()})
         self.assignment = assign(self.topology, self.conf)
         self.provider = InMemoryStateProvider(self.name, {})
-        self.provider.check({"lines": len(lines), "count": len(self.assignment.component_tasks["count"])})
+        layout = {"lines": len(lines), "count": len(self.assignment.component_tasks["count"])}
+        if sink:
+            layout["out"] = len(self.assignment.component_tasks["out"])
+        self.provider.check(layout)
         self.serializer = Serializer.for_config(self.conf)
         self.state = TopologyState()
         self.links: dict[Link, deque[bytes]] = {}
@@ -304,8 +417,14 @@ class Simulation:
             counts.update(state("count", task))
         return txid, positions, counts
 
+    def task_state(self, component: str, task: int) -> dict[Any, Any]:
+        """The committed state of ``task`` of ``component``."""
+        raw = self.provider.task_store(component, task).read(self.provider.committed())
+        return {self.serializer.loads(k): self.serializer.loads(v) for k, v in raw.items()}
+
     def check(self) -> None:
-        """The invariant: committed counts == the counts of the lines below the committed positions."""
+        """The invariant: committed counts == the counts of the lines below the committed positions
+        (with the sink, its invariant too: :meth:`check_sink`)."""
         txid, positions, counts = self.committed()
         expected = Counter(word for i, position in positions.items() for line in self.lines[i][:position]
                            for word in line.split())
@@ -313,6 +432,32 @@ class Simulation:
             over, under = counts - expected, expected - counts
             raise AssertionError(f"committed txid {txid}, positions {positions}: counts are not those of the lines "
                                  f"below the positions; counted too often {dict(over)}, too rarely {dict(under)}")
+        if self.sink:
+            self.check_sink(txid, expected)
+
+    def all_words(self) -> Counter:
+        """The words of every line."""
+        return Counter(word for lines in self.lines for line in lines for word in line.split())
+
+    def check_sink(self, txid: int | None, expected: Counter) -> None:
+        """The sink's invariant: what is visible is covered by the committed state (the words of
+        the lines below the committed positions, ``expected``), and no part was made visible
+        twice."""
+        visible = Counter(self.store.visible)
+        if not visible <= expected:
+            raise AssertionError(f"committed txid {txid}: the sink made visible words the committed state does not "
+                                 f"cover (or visible twice): {dict(visible - expected)} beyond the words of the lines "
+                                 f"below the committed positions")
+        parts = Counter(self.store.visible_parts)
+        if any(n > 1 for n in parts.values()):
+            raise AssertionError(f"parts made visible twice: {[p for p, n in parts.items() if n > 1]}")
+
+    def sink_tasks(self, worker: int) -> list[WordSink]:
+        """The sink tasks of ``worker``'s live run (none if it is dead)."""
+        run = self.runs[worker]
+        if run is None:
+            return []
+        return [bolt for e in run.worker.executors if e.component == "out" for bolt in e.bolts.values()]
 
     def done(self) -> bool:
         """Whether every line is committed."""
@@ -325,18 +470,22 @@ class Simulation:
         links first (a new run's payloads before a dead run's leftovers, as ZeroMQ may take
         them). Checks the invariant each round; True as soon as every line is committed."""
         for n in range(n):
-            for index, run in enumerate(self.runs):
-                if n % timeout_every == timeout_every - 1:
-                    for i, executor in enumerate(run.worker.executors):
-                        if executor.kind in ("spout", "acker"):
-                            self.step(("timeout", index, i))
-                self.step(("round", index))
-            while deliveries := [a for a in self.actions() if a[0] == "deliver"]:
-                self.step(deliveries[0])
-            self.check()
+            self._fair_round(n % timeout_every == timeout_every - 1)
             if self.done():
                 return True
         return False
+
+    def _fair_round(self, timeout: bool) -> None:
+        """A fair round of :meth:`rounds` (with a timeout of the pending trees first)."""
+        for index, run in enumerate(self.runs):
+            if timeout:
+                for i, executor in enumerate(run.worker.executors):
+                    if executor.kind in ("spout", "acker"):
+                        self.step(("timeout", index, i))
+            self.step(("round", index))
+        while deliveries := [a for a in self.actions() if a[0] == "deliver"]:
+            self.step(deliveries[0])
+        self.check()
 
     def drain(self, rounds: int = 400) -> bool:
         """Restart the dead, then run fair rounds until every line is committed; whether that
@@ -344,4 +493,31 @@ class Simulation:
         for index, run in enumerate(self.runs):
             if run is None:
                 self.restart(index)
-        return self.rounds(rounds)
+        if not self.rounds(rounds):
+            return False
+        if self.sink:
+            self.settle_sink()
+        return True
+
+    def settle_sink(self, rounds: int = 100, timeout_every: int = 25) -> None:
+        """Every line committed: fair rounds until every sink task has recovered since its run
+        started (a restarted task's recovery commits, or drops, what its earlier run left) and
+        the last COMMIT reached the sink's tasks (up to ``rounds``); then the visible words
+        must be all the words, exactly."""
+        everything = self.all_words()
+        for n in range(rounds):
+            if Counter(self.store.visible) == everything and self.sink_recovered():
+                return
+            self._fair_round(n % timeout_every == timeout_every - 1)
+        visible = Counter(self.store.visible)
+        if visible != everything:
+            raise AssertionError(f"every line committed (txid {self.provider.committed()}), but after {rounds} more "
+                                 f"rounds the visible words are not all the words: missing {dict(everything - visible)}"
+                                 f", extra {dict(visible - everything)}; pending parts {self.store.pending}")
+        if not self.sink_recovered():
+            raise AssertionError(f"the sink's tasks have not all recovered after {rounds} more rounds")
+
+    def sink_recovered(self) -> bool:
+        """Whether every sink executor saw an INITSTATE or a ROLLBACK since its run started."""
+        return all(e.checkpointing.recovered for run in self.runs if run is not None
+                   for e in run.worker.executors if e.component == "out")

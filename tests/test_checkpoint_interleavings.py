@@ -20,6 +20,14 @@ is heard from, see squall.runtime.messaging.incarnation) the search finds the ov
 (:func:`test_without_the_incarnation_rule_the_search_finds_the_over_count`);
 :func:`test_a_dead_spout_workers_leftovers_after_its_next_runs_rollback` is that interleaving,
 written out.
+
+With the exactly-once sink (``Simulation(..., sink=True)``: a two-phase sink ``out`` fed by
+``split``, writing into an outside store) the output is checked too: after every step the
+visible words are covered by the committed state (never beyond the words of the lines below
+the committed positions, no part visible twice), and in the end they are all the words,
+exactly. :func:`test_a_sink_worker_killed_at_each_failure_point_of_the_two_phase_commit` kills
+a sink task's worker at each failure point of the protocol (issue 37);
+:func:`test_the_sinks_output_is_exact_in_every_interleaving` is the search with the sink.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
-from checkpoint_sim import Simulation, simulated_time
+from checkpoint_sim import CooperativeWordSink, Crash, Simulation, WordSink, simulated_time
+from squall.api.two_phase_commit import PENDING_KEY
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -61,8 +70,9 @@ def harness():
     logging.disable(logging.NOTSET)
 
 
-def explore(data: st.DataObject, drop_stale: bool) -> None:
-    sim = Simulation(data.draw(LINES, label="lines"), drop_stale=drop_stale, seed=data.draw(st.integers(0, 3)))
+def explore(data: st.DataObject, drop_stale: bool, sink: bool = False) -> None:
+    sim = Simulation(data.draw(LINES, label="lines"), drop_stale=drop_stale, seed=data.draw(st.integers(0, 3)),
+                     sink=sink)
     kills = data.draw(KILLS, label="kills: (phase, worker, steps into it)")
     random_kills = MAX_KILLS - len(kills)  # and kills whenever the search draws them
     held: dict[tuple[int, int], int] = {}  # a dead run -> steps until its leftovers may be read
@@ -179,3 +189,114 @@ def test_a_restarted_worker_asks_for_the_rollback_at_once():
     sim.step(("send", 2))
     assert sim.links.get((2, 1, 0)), "no request for a rollback reached the checkpoint spout's worker"
     assert sim.drain()
+
+
+# -- the exactly-once sink ----------------------------------------------------------------------
+
+# long enough for checkpoints 0, 1 and 2 on a fair schedule: the failure points of 1 are mid-stream
+SINK_LINES = [["a b", "c", "d a", "b b"] * 20, ["c d", "a", "b c"] * 20]
+FAILURE_POINTS = ("before PREPARE", "after PREPARE", "after the checkpoint's commit", "inside the sink's commit",
+                  "after the sink's commit")
+
+
+def _sink(sim: Simulation, index: int) -> tuple[int, int, WordSink | None]:
+    """(worker, task id, the live instance or None) of sink task ``index``."""
+    task = sim.assignment.component_tasks["out"][index]
+    worker = sim.assignment.task_worker[task]
+    return worker, task, next((s for s in sim.sink_tasks(worker) if s.task == task), None)
+
+
+def _at(sim: Simulation, point: str, index: int) -> bool:
+    """Whether sink task ``index`` is at ``point`` (one of :data:`FAILURE_POINTS` but "inside the
+    sink's commit", which a crash marks), with an earlier epoch of its already visible (what a
+    replay could make visible again)."""
+    _, task, sink = _sink(sim, index)
+    prefix = f"task{task}-"
+    committed = sim.provider.committed()
+    if sink is None or committed is None or not any(p.startswith(prefix) for p in sim.store.visible_parts):
+        return False
+    pending = [sim.store.txids[p] for p in sim.store.pending if p.startswith(prefix)]
+    if point == "before PREPARE":  # words in the open transaction, the PREPARE on its way to the task
+        return (sink.open is not None and bool(sink.open["words"]) and sim.phase() == "PREPARE"
+                and not any(txid > committed for txid in pending))
+    if point == "after PREPARE":  # a part prepared, its checkpoint not committed
+        return any(txid > committed for txid in pending)
+    if point == "after the checkpoint's commit":  # its checkpoint committed, the part still pending
+        return any(txid <= committed for txid in pending)
+    if point == "after the sink's commit":  # visible, but the committed state still lists its handle: the
+        # task ran the COMMIT, whose tree is not complete yet
+        return sim.phase() == "COMMIT" and any(handle in sim.store.visible_parts
+                                               for _, handle in sim.task_state("out", task).get(PENDING_KEY, ()))
+    raise ValueError(point)
+
+
+@pytest.mark.parametrize("sink_class", [WordSink, CooperativeWordSink], ids=["blocking sink", "cooperative sink"])
+@pytest.mark.parametrize("index", [0, 1], ids=["sink task 0", "sink task 1"])
+@pytest.mark.parametrize(("point", "steps_into", "killed"), [
+    (point, steps, killed) for point in FAILURE_POINTS
+    for steps in ([0] if point == "inside the sink's commit" else [0, 3])
+    for killed in (["its worker"] if point == "inside the sink's commit" else ["its worker", "another worker"])])
+def test_a_sink_worker_killed_at_each_failure_point_of_the_two_phase_commit(point, steps_into, killed, index,
+                                                                             sink_class):
+    """Issue 37: on a fair schedule, the worker of a sink task is killed (``kill -9``) at a
+    failure point of the two-phase commit (``steps_into``: at the first step there, or at the
+    fourth; a crash marks the one inside the commit), the others go on a little, it restarts;
+    the visible output never goes beyond the committed state, and ends up exactly every word once.
+    ``killed``: the sink task's worker, or worker 1 (a spout task, a split and a count task, no
+    sink task): then the sink task lives on, and the rollback the restart asks for recovers it
+    in place (``abort_prepared`` of its uncommitted part, ``recover`` of the committed ones).
+
+    * before PREPARE: the task's open transaction holds words (lost; the spout replays them);
+    * after PREPARE: a part of the task is pending, its checkpoint not committed (dropped by
+      the recovery, or committed by it if the checkpoint completed without the dead worker);
+    * after the checkpoint's commit: a part is pending though its checkpoint is committed
+      (the sink's executor has not run that COMMIT): the recovery commits it;
+    * inside the sink's commit: the commit makes the part visible, then the process dies in
+      it (:class:`~checkpoint_sim.Crash`): the recovery commits it again, which changes nothing;
+    * after the sink's commit: the part is visible, the committed state still lists its handle
+      (its removal is recorded with the next checkpoint): likewise.
+    """
+    sim = Simulation(SINK_LINES, sink=True, sink_class=sink_class)
+    worker, task, _ = _sink(sim, index)
+    if point == "inside the sink's commit":
+        fair_steps(sim, lambda: _at(sim, "after the checkpoint's commit", index))  # the next commit crashes
+        sim.store.crash_in_commit.add(task)
+        with pytest.raises(Crash):
+            fair_steps(sim, lambda: False)
+        assert sim.phase() == "COMMIT"
+        crashed = sim.store.visible_parts[-1]
+    else:
+        seen = []
+        fair_steps(sim, lambda: _at(sim, point, index) and len(seen.append(0) or seen) > steps_into)
+    prefix = f"task{task}-"
+    committed = sim.provider.committed()
+    pending = {p: sim.store.txids[p] for p in sim.store.pending if p.startswith(prefix)}
+    listed = [handle for _, handle in sim.task_state("out", task).get(PENDING_KEY, ())]
+    if killed == "another worker":
+        assert worker != 1 and not sim.sink_tasks(1)
+        worker = 1
+    sim.step(("kill", worker), keep=lambda n: n // 2)
+    sim.check()
+    taken = []
+    fair_steps(sim, lambda: len(taken.append(0) or taken) >= 20)  # the others go on a little first
+    assert sim.drain(), f"not everything committed: {sim.committed()}"  # and the output is exact
+    assert sim.store.pending == {}, f"parts left pending: {sim.store.pending}"
+    commits = [entry for entry in sim.store.log if entry[0] == "commit"]
+    if point == "after the checkpoint's commit":  # committed by the restarted task's recovery
+        for part in [p for p, txid in pending.items() if txid <= committed]:
+            assert part in sim.store.visible_parts
+    elif point in ("inside the sink's commit", "after the sink's commit"):
+        parts = [crashed] if point == "inside the sink's commit" else [
+            handle for handle in listed if handle in sim.store.visible_parts]
+        assert parts
+        for part in parts:  # committed again by the recovery: nothing changed
+            calls = [made_visible for _, _, handle, _, made_visible in commits if handle == part]
+            assert calls[0] and len(calls) >= 2 and not any(calls[1:]), (part, calls)
+
+
+@pytest.mark.slow
+@settings(SEARCH, max_examples=200)
+@given(st.data())
+def test_the_sinks_output_is_exact_in_every_interleaving(data):
+    """The search, with the exactly-once sink: its output checked after every step and at the end."""
+    explore(data, drop_stale=True, sink=True)
