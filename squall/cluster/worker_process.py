@@ -215,12 +215,13 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
 
 
 def _wait_ready(worker: Worker, transport: ZmqTransport, timeout: float) -> list[tuple[Any, BaseException]]:
-    """:meth:`Worker.wait_ready`, trading credit with the peers meanwhile: an executor starting
-    up may send and wait for credit (a blocking executor's request for a rollback, when its
-    worker restarted), which only comes once the peers heard of this run."""
+    """:meth:`Worker.wait_ready`, taking the peers' credit meanwhile: an executor starting up may
+    send and wait for credit (a blocking executor's request for a rollback, when its worker
+    restarted), which only comes once the peers heard of this run. It grants them none before
+    it is ready: no input reaches it while it starts."""
     deadline = time.monotonic() + timeout
     while not all(e.ready.is_set() for e in worker.executors) and time.monotonic() < deadline:
-        transport.publish_credit()
+        transport.announce()
         if transport.sub_socket.poll(_CONTROL_TICK_SECS * 1000):
             transport.read_credit()
     return worker.wait_ready(0)

@@ -246,6 +246,16 @@ class ZmqTransport(Transport):
             self._pub.send(schema.encode(schema.Credit(self._index, self.run, grants)))
             self._published_version, self._published_at = versions, now
 
+    def announce(self) -> None:
+        """Publish this run without granting anything (every 0.1 s; while the worker starts):
+        the peers learn of it and grant it credit, so that its executors may send as they start
+        up (a restarted worker's request for a rollback); nothing is sent to it before
+        :meth:`publish_credit` grants credit, once it is ready."""
+        now = time.monotonic()
+        if self._peers and now - self._published_at >= _REPUBLISH_SECS:
+            self._pub.send(schema.encode(schema.Credit(self._index, self.run, {})))
+            self._published_at = now
+
     def read_credit(self) -> None:
         """Take the peers' announcements: their runs, and the credit they grant this worker."""
         while True:
