@@ -303,7 +303,9 @@ class SparkTopologyMaster(TopologyMaster):
         self._sc.cancelJobGroup(self.job_group)
         self._healthy_since = None
         limit = self._conf[Config.TOPOLOGY_SPARK_MAX_RESTARTS]
-        if self.starting:
+        # every worker said ready: a failure of the running topology, though start() may not have
+        # seen them all ready yet (its thread takes the lock after this one)
+        if self.starting and not all(slot.ready for slot in self.slots):
             self.failure = f"its Spark job failed before every worker was ready: {cause}"
         elif self._restarts_in_row >= limit:
             self.failure = f"gave up after {limit} restarts of its Spark job in a row; the last failure: {cause}"
