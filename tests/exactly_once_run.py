@@ -26,6 +26,7 @@ from squall.api.spout import Spout
 from squall.api.storm_topology import StormTopology
 from squall.api.system_ids import CHECKPOINT_COMPONENT
 from squall.testing import wait_until
+from test_checkpoint_kill9 import all_up, layout
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's split and count; workers import it too
@@ -73,21 +74,10 @@ def conf(provider_config: dict[str, Any], ports: list[int], interval_ms: int = 2
     }
 
 
-def _pids(cluster: LocalCluster, name: str) -> list[tuple[int | None, set[str]]]:
-    return [(w["pid"], {e["component"] for e in w["executors"]}) for w in cluster.get_topology_info(name)["workers"]]
-
-
 def worker_of(cluster: LocalCluster, name: str, component: str) -> int:
     """The index of the first worker running ``component`` (``checkpoint``: the checkpoint spout)."""
     wanted = CHECKPOINT_COMPONENT if component == "checkpoint" else component
-    return next(i for i, (_, components) in enumerate(_pids(cluster, name)) if wanted in components)
-
-
-def _reporting(cluster: LocalCluster, name: str, index: int, not_pid: int | None) -> bool:
-    info = cluster.get_topology_info(name)
-    expected_executors = sum(1 for w in info["workers"] for e in w["executors"] if e["component"] in info["components"])
-    reported = sum(len(c["executors"]) for c in info["components"].values())
-    return info["workers"][index]["pid"] not in (not_pid, None) and reported == expected_executors
+    return next(i for i, (_, components) in enumerate(layout(cluster, name)) if wanted in components)
 
 
 def check(output: Sequence[Any], want: Counter) -> None:
@@ -123,16 +113,16 @@ def run(topology: StormTopology, topology_conf: dict[str, Any], read: Callable[[
 
     with LocalCluster(processes=True) as cluster:
         cluster.submit_topology(name, topology_conf, topology)
-        wait_until(lambda: _reporting(cluster, name, 0, None), timeout=60, message="every executor reporting")
+        wait_until(lambda: all_up(cluster, name, 0, None), timeout=60, message="every executor reporting")
         share = 0.0
         for component in kills:
             share += between
             wait_until(lambda: visible_at_least(share), timeout=timeout,  # noqa: B023
                        message=f"{share:.0%} of the output visible before killing {component!r}'s worker")
             index = worker_of(cluster, name, component)
-            pid = _pids(cluster, name)[index][0]
+            pid = layout(cluster, name)[index][0]
             os.kill(pid, signal.SIGKILL)
-            wait_until(lambda: _reporting(cluster, name, index, pid), timeout=60,  # noqa: B023
+            wait_until(lambda: all_up(cluster, name, index, pid), timeout=60,  # noqa: B023
                        message=f"worker {index} ({component}) restarted")
             report["kills"].append({"component": component, "worker": index, "visible": len(read()) / total})
         if stop_and_rerun:
