@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 #: public name -> the module that defines it
 _EXPORTS = {
     **dict.fromkeys(["BasicBolt", "Bolt"], "squall.api.bolt"),
-    **dict.fromkeys(["BasicOutputCollector", "OutputCollector", "SpoutOutputCollector"], "squall.runtime.collector"),
+    **dict.fromkeys(["BasicOutputCollector", "OutputCollector", "SpoutOutputCollector"], "squall.runtime.executor.collector"),
     "OutputFieldsDeclarer": "squall.api.component",
     "Config": "squall.api.config",
     "TopologyContext": "squall.api.context",
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from squall.api.windowing import BaseWindowedBolt, Count, Duration, StatefulWindowedBolt, TupleWindow
     from squall.cluster.local_cluster import LocalCluster
     from squall.multilang import ShellBolt, ShellSpout
-    from squall.runtime.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+    from squall.runtime.executor.collector import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 
 
 def __getattr__(name: str) -> Any:

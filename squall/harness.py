@@ -49,7 +49,7 @@ from squall.api.tuple import TICK_SOURCE, Fields, StreamSource, Tuple
 from squall.api.windowing.bolt import BaseWindowedBolt
 from squall.api.windowing.executor import windowed_executor
 from squall.runtime.assignment import assign
-from squall.runtime.state.checkpointing import TaskStates
+from squall.runtime.state.task_states import TaskStates
 
 __all__ = ["BoltHarness", "Emit", "SpoutHarness"]
 

@@ -33,7 +33,7 @@ from types import ModuleType
 
 #: old module path (and everything under it) -> new module path
 MOVED: dict[str, str] = {
-    "squall.ack_ledger": "squall.runtime.ack_ledger",
+    "squall.ack_ledger": "squall.runtime.executor.ack_ledger",
     "squall.acker": "squall.runtime.acker",
     "squall.acker_executor": "squall.runtime.acker_executor",
     "squall.assignment": "squall.runtime.assignment",
@@ -41,7 +41,7 @@ MOVED: dict[str, str] = {
     "squall.checkpoint_spout": "squall.api.checkpoint_spout",
     "squall.cli": "squall.ops.cli",
     "squall.cluster_state": "squall.runtime.cluster_state",
-    "squall.collector": "squall.runtime.collector",
+    "squall.collector": "squall.runtime.executor.collector",
     "squall.command": "squall.ops.command",
     "squall.command.spark_master": "squall.cluster.spark_master_url",
     "squall.component": "squall.api.component",
@@ -56,7 +56,6 @@ MOVED: dict[str, str] = {
     "squall.dsl": "squall.api.dsl",
     "squall.errors": "squall.api.errors",
     "squall.executor": "squall.runtime.executor",
-    "squall.executor.checkpointing": "squall.runtime.state.checkpointing",
     "squall.executor.scheduler": "squall.runtime.executor.threads",
     "squall.grouping": "squall.api.grouping",
     "squall.local_cluster": "squall.cluster.local_cluster",
@@ -65,6 +64,9 @@ MOVED: dict[str, str] = {
     "squall.metrics2": "squall.api.metrics2",
     "squall.metrics2.prometheus": "squall.ops.prometheus",
     "squall.registry": "squall.cluster.registry",
+    # the collectors (exported) went into the executor's package with the ack ledger, which the
+    # runtime's layers import downwards only
+    "squall.runtime.collector": "squall.runtime.executor.collector",
     "squall.scheduler": "squall.runtime.assignment",
     "squall.serialization": "squall.runtime.serialization",
     "squall.spark": "squall.cluster.spark",

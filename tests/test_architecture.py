@@ -1,7 +1,7 @@
-"""The architecture check: import-linter's contracts in pyproject.toml (no import cycles; the
-executors never import the worker that wires them) and importlinter-layers.ini (the layers api,
-runtime, cluster, ops, and no cycle inside api, counting type-only imports; connectors, multilang
-and streamparse on the API only)."""
+"""The architecture check: import-linter's contracts in pyproject.toml (no import cycles, counting
+type-only imports; the executors never import the worker that wires them) and
+importlinter-layers.ini (the layers api, runtime, cluster, ops; connectors, multilang and
+streamparse on the API only)."""
 
 import os
 import subprocess

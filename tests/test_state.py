@@ -1,4 +1,4 @@
-"""State and checkpoints (squall.api.stateful, squall.api.checkpoint_spout, squall.runtime.state.checkpointing)
+"""State and checkpoints (squall.api.stateful, squall.api.checkpoint_spout, squall.runtime.executor.checkpointing)
 in-process: effectively-once counts, rollbacks, Storm's hooks and acks, and the errors a
 checkpointed topology gets at submit. Crashes of worker processes and Spark are in
 tests/test_state_recovery.py.

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from squall.runtime.ack_ledger import RoundAcks
+from squall.runtime.executor.ack_ledger import RoundAcks
 from squall.runtime.acker import Acker, acker_for
 from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH
 

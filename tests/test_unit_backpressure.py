@@ -10,7 +10,7 @@ import pytest
 
 from squall.api.config import Config
 from squall.runtime.assignment import Assignment, ExecutorAssignment, WorkerAssignment
-from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
+from squall.runtime.messaging.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
 from squall.runtime.messaging.tuple_batch import AckBatch, TupleGroup
 from squall.utils.batch_queue import BatchQueue
 

@@ -1,5 +1,5 @@
 """The send path of one emit, for every kind of emit and every kind of destination: what the
-output collectors (squall.runtime.collector) and the executors' send path (squall.runtime.executor.transfer)
+output collectors (squall.runtime.executor.collector) and the executors' send path (squall.runtime.executor.transfer)
 hand on, and whether the acking adds up.
 
 Emit kinds: untracked (a spout emit without msg_id, a bolt emit without anchors), anchored (a
@@ -39,7 +39,7 @@ from squall import Bolt, Spout, TopologyBuilder
 from squall.runtime.acker import acker_for
 from squall.api.system_ids import ACKER_COMPONENT, ACK_BATCH
 from squall.runtime.cluster_state import TopologyState
-from squall.runtime.collector import BasicOutputCollector
+from squall.runtime.executor.collector import BasicOutputCollector
 from squall.api.component import OutputFieldsDeclarer
 from squall.api.config import merged_config
 from squall.api.context import TopologyContext

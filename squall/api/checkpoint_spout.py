@@ -5,7 +5,7 @@ stateful component. It emits barriers on the ``$checkpoint`` stream — fields `
 ``action``, ``id`` — to every spout task; each spout acts on them and passes them on to the
 bolts it feeds, and every bolt passes them on to the bolts it feeds once a barrier of the
 same ``id`` has arrived from every task upstream of it (see
-:mod:`squall.runtime.state.checkpointing`). A barrier is a tracked tuple: its tree completes once
+:mod:`squall.runtime.executor.checkpointing`). A barrier is a tracked tuple: its tree completes once
 every task has acted on it, and fails if any task could not. Stateful spouts send markers on
 the same stream (action ``MARK``, ``txid`` naming the spout task), which measure what they
 have in flight and never hold data back (see :mod:`squall.runtime.executor.inflight`).

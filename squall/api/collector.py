@@ -2,7 +2,7 @@
 ``IOutputCollector`` and ``IBasicOutputCollector``).
 
 The API is typed against these protocols; the runtime's collectors
-(:mod:`squall.runtime.collector`) implement them, and so does anything a test hands a component
+(:mod:`squall.runtime.executor.collector`) implement them, and so does anything a test hands a component
 (:mod:`squall.testing`'s harnesses). The contracts, common to all three:
 
 * ``emit`` returns the ids of the tasks the tuple was sent to, and raises

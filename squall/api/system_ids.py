@@ -9,10 +9,10 @@ for the user (the live line, the UI's topology totals) leave them out unless ask
 * ``__acker`` tasks (:mod:`squall.runtime.acker`) receive ``__ack_batch`` (inits and acks),
   ``__ack_fail`` and ``__ack_reset_timeout``, and send ``__ack_acked`` (completed trees),
   ``__ack_fail`` and ``__ack_reset_timeout``; what executors send there, and how they combine it
-  first, is :mod:`squall.runtime.ack_ledger`.
+  first, is :mod:`squall.runtime.executor.ack_ledger`.
 * ``$checkpointspout`` (:mod:`squall.api.checkpoint_spout`) sends barriers on ``$checkpoint``; a
   restarted task asks it for a rollback on ``__checkpoint_recover``
-  (:mod:`squall.runtime.state.checkpointing`), a system stream so that every component may send it.
+  (:mod:`squall.runtime.executor.checkpointing`), a system stream so that every component may send it.
 """
 
 from __future__ import annotations

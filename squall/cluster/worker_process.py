@@ -20,7 +20,7 @@ messages of :mod:`squall.runtime.messaging.schema`:
    with the final figures, and exit).
 
 Its control thread (the main thread) also publishes the credit the worker grants the others
-and reads theirs (:mod:`squall.runtime.backpressure`), and logs refused connections. A message from the master that
+and reads theirs (:mod:`squall.runtime.messaging.backpressure`), and logs refused connections. A message from the master that
 does not fit its schema is logged and dropped. It exits when its parent (the supervisor) is
 gone, and — fail-fast — with code 1 after a last heartbeat when a thread of its worker died
 (:attr:`Worker.failure`), so that it is restarted.

@@ -5,7 +5,7 @@ What comes in (streams towards component ``__acker``; their ids are in :mod:`squ
 * ``__ack_batch`` (roots, vals, spout-tasks): three columns; ``vals[i]`` is XOR-ed into tree
   ``roots[i]``, and ``spout_tasks[i]`` is the spout task of an init (the tree's new edges), -1
   for an ack. Every executor sends its inits and acks so, combined per tree
-  (:mod:`squall.runtime.ack_ledger`): as one tuple to an acker of its own worker, as a typed
+  (:mod:`squall.runtime.executor.ack_ledger`): as one tuple to an acker of its own worker, as a typed
   ``AckBatch`` with the same columns to another worker's;
 * ``__ack_fail`` (id) from a bolt failing a tuple of tree ``id``;
 * ``__ack_reset_timeout`` (id) from a bolt asking for more time.
@@ -43,7 +43,7 @@ class RootIds:
     ackers, which names one of the local acker tasks (picked by other bits of the id): the
     spout's init and the acker's completion never cross workers, and whoever acks a tuple of
     the tree finds the same acker with :func:`acker_for`. ``high_bit`` is OR-ed into every
-    id (see squall.runtime.state.checkpointing).
+    id (see squall.runtime.executor.checkpointing).
     """
 
     __slots__ = ("_count", "_local", "high_bit")

@@ -7,13 +7,12 @@ from typing import Any
 
 from squall.api.system_ids import ACKED_BATCH
 from squall.runtime.acker import Acker
-from squall.runtime.executor.bolt_executor import BoltExecutor
-from squall.runtime.executor.executor import Control
+from squall.runtime.executor.executor import Control, InputExecutor
 from squall.runtime.messaging.tuple_batch import CompletedBatch
 
 
-class AckerExecutor(BoltExecutor):
-    """A bolt executor whose tasks are :class:`Acker` objects; ``ROTATE`` controls (every
+class AckerExecutor(InputExecutor):
+    """Runs :class:`Acker` tasks (in Storm, a bolt); ``ROTATE`` controls (every
     ``topology.message.timeout.secs``) expire the trees that did not complete."""
 
     kind = "acker"
@@ -26,15 +25,12 @@ class AckerExecutor(BoltExecutor):
         sources = self.system_sources
         return lambda target, stream, values: self.send((target,), sources[stream], task, values)
 
-    def teardown(self) -> None:
-        pass
-
     def control(self, msg: Control) -> None:
         if msg.kind == Control.ROTATE:
             for acker in self.ackers.values():
                 acker.rotate()
-        elif msg.kind == Control.STOP:
-            self.stopping = True
+        else:
+            super().control(msg)
 
     def process_batch(self, batch: list[Any]) -> None:
         ackers = self.ackers

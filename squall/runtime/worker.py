@@ -30,10 +30,10 @@ from squall.api.config import Config
 from squall.api.system_ids import ACKER_COMPONENT
 from squall.api.storm_topology import StormTopology
 from squall.api.tuple import StreamSource, system_sources
-from squall.runtime.ack_ledger import RoundAcks
+from squall.runtime.executor.ack_ledger import RoundAcks
 from squall.runtime.acker_executor import AckerExecutor
 from squall.runtime.assignment import Assignment, ExecutorAssignment
-from squall.runtime.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
+from squall.runtime.messaging.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.executor.bolt_executor import BoltExecutor
 from squall.runtime.executor.executor import Control, Executor

@@ -9,7 +9,7 @@ ack batches go to acker tasks, completions to spout tasks — so that a forged g
 kill the executor (or acker) it would reach; what does not pass is dropped and recorded as
 an error. The tuples go straight into one batch per destination queue and payload (a
 checkpoint barrier cuts its queue's batch: it travels alone), put on the queues against the
-credit this worker granted their sender (:class:`~squall.runtime.backpressure.CreditGrants`;
+credit this worker granted their sender (:class:`~squall.runtime.messaging.backpressure.CreditGrants`;
 a dead run's leftovers are dropped). The receive path never blocks on a full queue (senders
 hold credit before they send), so two workers sending to each other cannot deadlock.
 
@@ -27,7 +27,7 @@ from typing import Any
 from squall.api.system_ids import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT, CHECKPOINT_STREAM
 from squall.api.tuple import StreamSource, Tuple
 from squall.runtime.assignment import Assignment
-from squall.runtime.backpressure import CreditGrants, Credits
+from squall.runtime.messaging.backpressure import CreditGrants, Credits
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.schema import MalformedMessage
@@ -152,7 +152,7 @@ class WorkerReceive:
                 continue
             q, single = target
             tup = Tuple(values, source, src, ids)
-            if barrier:  # in a batch of its own (see squall.runtime.state.checkpointing)
+            if barrier:  # in a batch of its own (see squall.runtime.executor.checkpointing)
                 if batch := batches.pop(q, None):
                     puts.append((q, batch))
                 puts.append((q, [tup if single else (task, tup)]))

@@ -8,7 +8,7 @@ destination's groups, in one call, and gives the payload to the transport. Whoev
 between rounds, or a transfer thread of its own when the worker has none.
 
 Backpressure: groups are queued only against the credit their worker granted (see
-:mod:`squall.runtime.backpressure`); a worker not heard from yet has granted none (no burst
+:mod:`squall.runtime.messaging.backpressure`); a worker not heard from yet has granted none (no burst
 into a starting worker). The grants this worker changed go to their peers with what is sent
 (a :class:`~squall.runtime.messaging.tuple_batch.CreditGrant` group), or alone once they are
 worth it.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.api.config import Config
-from squall.runtime.backpressure import CreditGrants, Credits
+from squall.runtime.messaging.backpressure import CreditGrants, Credits
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.transport import Transport
 from squall.utils.batch_queue import BatchQueue, Bell

@@ -108,7 +108,7 @@ class BatchQueue:
     * :meth:`take_all` is for the single consumer: it returns every queued element,
       waiting up to ``timeout`` seconds for one to arrive.
     * ``bell`` wakes the consumer; a thread consuming several queues gives them one.
-    * Credit (see :mod:`squall.runtime.backpressure`): tuples other workers sent arrive by a
+    * Credit (see :mod:`squall.runtime.messaging.backpressure`): tuples other workers sent arrive by a
       :meth:`force_put` with an ``origin`` (the sending worker). Their room is the credit their
       worker was granted, on top of ``capacity``: the room local producers see counts their
       own tuples only. Once the consumer takes such tuples ``on_release`` is called with their

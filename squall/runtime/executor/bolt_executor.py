@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from squall.api.bolt import BasicBolt, Bolt
@@ -11,17 +10,15 @@ from squall.api.errors import FailedException
 from squall.api.stateful import StatefulComponent
 from squall.api.system_ids import CHECKPOINT_STREAM
 from squall.api.tuple import TICK_SOURCE, Tuple
-from squall.runtime.ack_ledger import combine_ack
-from squall.runtime.collector import BasicOutputCollector, OutputCollector
-from squall.runtime.executor.executor import Control, Executor
-from squall.runtime.state.checkpointing import Checkpointing, TaskStates
+from squall.runtime.executor.ack_ledger import combine_ack
+from squall.runtime.executor.collector import BasicOutputCollector, OutputCollector
+from squall.runtime.executor.executor import Control, InputExecutor
+from squall.runtime.executor.checkpointing import Checkpointing
 
 
-class BoltExecutor(Executor):
-    """Each incoming batch is executed under the executor's lock, then the combined acks and
-    every gathered output batch are handed on. Execute latency is measured per batch."""
-
-    _finishers: dict[int, Any] = {}  # task -> its bolt's finish_batch, if overridden (set in setup)
+class BoltExecutor(InputExecutor):
+    """Runs ``Bolt`` and ``BasicBolt`` tasks: :meth:`execute` is the user's calls for a batch
+    (behind :class:`~squall.runtime.executor.checkpointing.Checkpointing` in a checkpointed topology)."""
 
     def setup(self) -> None:
         self.bolts: dict[int, Any] = {}
@@ -42,20 +39,14 @@ class BoltExecutor(Executor):
                            if getattr(type(bolt), "finish_batch", Bolt.finish_batch) is not Bolt.finish_batch}
         self.is_basic = bool(self.basic_collectors)
         self.stats.process_is_execute = self.is_basic
-        self.process_batch = self._process_basic if self.is_basic else self._process_rich
+        self.execute = self.process_batch = self._process_basic if self.is_basic else self._process_rich
         self.checkpointing: Checkpointing | None = None
         if self.worker.topology.checkpointed:
             stateful = {task: bolt for task, bolt in self.bolts.items() if isinstance(bolt, StatefulComponent)}
-            states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, self.report_error)
-                      if stateful else None)
-            self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
-            if states is not None:
-                states.init()
-            self.process_batch = self.checkpointing.wrap(self.process_batch)
-            if self.worker.restarted:
-                self.checkpointing.request_recovery()
+            self.checkpointing = self.make_checkpointing(stateful)
+            self.process_batch = self.checkpointing.process  # barriers are taken out at the input
 
-    def _emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
+    def emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
         self.collectors[task].emit_anchored(values, CHECKPOINT_STREAM, anchors, None)
 
     def teardown(self) -> None:
@@ -70,39 +61,8 @@ class BoltExecutor(Executor):
 
     def move_to_this_thread(self) -> None:
         super().move_to_this_thread()
-        for collector in getattr(self, "collectors", {}).values():  # an acker has none
+        for collector in getattr(self, "collectors", {}).values():  # none if setup failed
             collector.run_on(threading.get_ident())
-
-    def run_once(self, timeout: float) -> bool:
-        transfer = self.transfer
-        if transfer.pending:
-            with self.lock:
-                if not transfer.retry_overflow():
-                    return False  # no new input until the output is handed on (backpressure)
-        items = self.queue.take_all(timeout)
-        if not items:
-            return False
-        stats = self.stats
-        perf_counter = time.perf_counter
-        executed = 0
-        with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
-            for item in items:
-                if item.__class__ is list:
-                    t0 = perf_counter()
-                    self.process_batch(item)
-                    stats.record_execute(len(item), perf_counter() - t0)  # figures stay current
-                    executed += len(item)
-                else:
-                    self.control(item)
-                if self.stopping:
-                    break
-            if self._finishers:
-                self.finish_batches()
-            self.flush_all()
-        self.queue.done()
-        if self._tracker is not None:
-            self._tracker.done(executed)
-        return True
 
     def finish_batches(self) -> None:
         for task, finish_batch in self._finishers.items():
@@ -115,8 +75,8 @@ class BoltExecutor(Executor):
         if msg.kind == Control.TICK:
             tick = Tuple([msg.arg], TICK_SOURCE, -1)
             self.process_batch([tick] if self.single_task else [(task, tick) for task in self.task_ids])
-        elif msg.kind == Control.STOP:
-            self.stopping = True
+        else:
+            super().control(msg)
 
     def _execute_failed(self, task: int, tup: Tuple, error: Exception) -> None:
         if not isinstance(error, FailedException):

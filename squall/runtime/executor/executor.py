@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -27,12 +28,14 @@ from squall.api.context import TopologyContext
 from squall.api.metrics2.registry import MetricRegistry
 from squall.api.system_ids import CHECKPOINT_STREAM
 from squall.api.tuple import system_sources
-from squall.runtime.ack_ledger import AckLedger
+from squall.runtime.executor.ack_ledger import AckLedger
 from squall.runtime.assignment import ExecutorAssignment
 from squall.runtime.executor.route import StreamRoute, build_routes
 from squall.runtime.executor.transfer import ExecutorTransfer
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.executor.executor_stats import ExecutorStats
+from squall.runtime.executor.checkpointing import Checkpointing
+from squall.runtime.state.task_states import TaskStates
 from squall.runtime.stats import component_metrics
 
 
@@ -146,6 +149,21 @@ class Executor:
     def teardown(self) -> None:
         """Call close/cleanup."""
 
+    def make_checkpointing(self, stateful: dict[int, Any]) -> Checkpointing:
+        """Barrier handling for this executor of a checkpointed topology, ``stateful`` (task ->
+        its component) loaded from the last commit; a restarted worker's asks for a rollback.
+        The executor is its :class:`~squall.runtime.executor.checkpointing.CheckpointHost`; teardown
+        closes the states."""
+        states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, self.report_error)
+                  if stateful else None)
+        checkpointing = Checkpointing(self, self.acks, self.transfer, self.worker.topology, self.worker.assignment,
+                                      states)
+        if states is not None:
+            states.init()
+        if self.worker.restarted:
+            checkpointing.request_recovery()
+        return checkpointing
+
     def context(self, task_id: int) -> TopologyContext:
         w = self.worker
         return TopologyContext(w.topology, w.assignment, task_id, w.index, w.topology_name,
@@ -175,7 +193,7 @@ class Executor:
 
     def flush_round_acks(self) -> None:
         """The end of the cooperative thread's round: send its combined acks, and tell the
-        spouts of the trees that completed (see :class:`~squall.runtime.ack_ledger.RoundAcks`)."""
+        spouts of the trees that completed (see :class:`~squall.runtime.executor.ack_ledger.RoundAcks`)."""
         with self.lock:
             self.acks.flush_round()
             self.transfer.flush_all()
@@ -210,3 +228,53 @@ class Executor:
         snapshot["user_metrics"] = {task: registry.snapshot() for task, registry in self._user_metrics.items()
                                     if registry}
         return snapshot
+
+
+class InputExecutor(Executor):
+    """An executor driven by its incoming queue (bolts, ackers): each batch taken is processed
+    under the executor's lock (:meth:`process_batch`, execute latency measured per batch),
+    then the combined acks and every gathered output batch are handed on."""
+
+    #: task -> its component's finish_batch, for those that buffer work until the end of a batch
+    _finishers: dict[int, Any] = {}
+
+    def process_batch(self, batch: list[Any]) -> None:
+        """Process one incoming batch (bare tuples for a one-task executor, else ``(task,
+        tuple)`` pairs); holding the lock."""
+        raise NotImplementedError
+
+    def control(self, msg: Control) -> None:
+        """A control message from the queue; holding the lock."""
+        if msg.kind == Control.STOP:
+            self.stopping = True
+
+    def run_once(self, timeout: float) -> bool:
+        transfer = self.transfer
+        if transfer.pending:
+            with self.lock:
+                if not transfer.retry_overflow():
+                    return False  # no new input until the output is handed on (backpressure)
+        items = self.queue.take_all(timeout)
+        if not items:
+            return False
+        stats = self.stats
+        perf_counter = time.perf_counter
+        executed = 0
+        with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
+            for item in items:
+                if item.__class__ is list:
+                    t0 = perf_counter()
+                    self.process_batch(item)
+                    stats.record_execute(len(item), perf_counter() - t0)  # figures stay current
+                    executed += len(item)
+                else:
+                    self.control(item)
+                if self.stopping:
+                    break
+            if self._finishers:
+                self.finish_batches()
+            self.flush_all()
+        self.queue.done()
+        if self._tracker is not None:
+            self._tracker.done(executed)
+        return True

@@ -7,7 +7,7 @@ every queue downstream: a checkpoint barrier then waits behind all of it. Instea
 executor sends a *marker* behind the records every few milliseconds: a tracked tuple on the
 ``$checkpoint`` stream that every bolt passes on once it came from each of its upstream tasks
 that the spout task reaches, without holding any data back (see
-:mod:`squall.runtime.state.checkpointing`). Its tree completes once every task has processed what
+:mod:`squall.runtime.executor.checkpointing`). Its tree completes once every task has processed what
 the spout task emitted before it. So
 
 * records in flight = records emitted - records emitted before the newest completed marker;

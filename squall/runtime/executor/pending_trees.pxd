@@ -14,4 +14,5 @@ cdef class PendingTrees:
     cpdef void start(self, root, msg_id)
     cpdef void completed(self, list roots)
     cpdef void settle(self, root, bint acked)
+    cpdef void settle_untracked(self, msg_id, bint acked)
     cpdef void call(self, str method, msg_id)

@@ -55,7 +55,7 @@ class PendingTrees:
         self._trees.touch(root)
 
     def completed(self, roots: list[int]) -> None:
-        """The acker (or the round, see squall.runtime.ack_ledger) completed these trees."""
+        """The acker (or the round, see squall.runtime.executor.ack_ledger) completed these trees."""
         for root in roots:
             self.settle(root, True)
 
@@ -75,6 +75,16 @@ class PendingTrees:
         else:
             stats.failed += 1
             self.call("fail", entry[0])
+
+    def settle_untracked(self, msg_id: Any, acked: bool) -> None:
+        """The spout's ``ack`` (nothing to track: no ackers, no targets) or ``fail`` (the emit
+        raised) for a message id that started no tree."""
+        if acked:
+            self._stats.acked += 1
+            self.call("ack", msg_id)
+        else:
+            self._stats.failed += 1
+            self.call("fail", msg_id)
 
     def expire(self) -> None:
         """A timeout period went by: fail the trees pending for two of them."""

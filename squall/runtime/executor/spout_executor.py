@@ -21,14 +21,14 @@ from squall.api.stateful import StatefulComponent
 from squall.api.system_ids import (
     ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH, CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM,
 )
-from squall.runtime.ack_ledger import UNHELD_ROOT_BIT, RoundAcks
+from squall.runtime.executor.ack_ledger import UNHELD_ROOT_BIT, RoundAcks
 from squall.runtime.assignment import ExecutorAssignment
-from squall.runtime.collector import SpoutOutputCollector
+from squall.runtime.executor.collector import SpoutOutputCollector
 from squall.runtime.executor.executor import Control, Executor
 from squall.runtime.executor.inflight import InFlight
 from squall.runtime.executor.pending_trees import PendingTrees
 from squall.runtime.executor.worker_context import WorkerContext
-from squall.runtime.state.checkpointing import Checkpointing, TaskStates
+from squall.runtime.executor.checkpointing import Checkpointing
 
 log = logging.getLogger("squall.executor")
 
@@ -60,10 +60,8 @@ class SpoutExecutor(Executor):
         self._own_round_acks = not cooperative and bool(self.acker_tasks)
         if self._own_round_acks:
             self.acks.share_round(RoundAcks())
-        # (monotonic time, task) since which a spout task's next_tuple calls run, or None:
-        # written once per task and batch, read by the worker's timer (check_stall)
-        self.calling: tuple[float, int] | None = None
-        self._stall_reported: tuple[float, int] | None = None
+        #: whose next_tuple calls run since when, read by the worker's timer (check_stall)
+        self.stall_watch = StallWatch(self)
 
     def blocks_on_full_queues(self) -> bool:
         return False
@@ -76,18 +74,8 @@ class SpoutExecutor(Executor):
         return _IDLE_SPOUT_SECS if self.active or self.transfer.pending else None
 
     def check_stall(self, limit: float) -> None:
-        """Timer thread: record an error, once per stall, for a spout task whose next_tuple
-        has not returned for more than ``limit`` seconds (next_tuple must never block)."""
-        calling = self.calling
-        if calling is None or calling == self._stall_reported:
-            return
-        stuck_for = time.monotonic() - calling[0]
-        if stuck_for > limit:
-            self._stall_reported = calling
-            text = (f"spout {self.component!r} task {calling[1]}: next_tuple has not returned to its executor for "
-                    f"{stuck_for:.1f}s (topology.spout.stall.secs = {limit:g}); next_tuple must not block")
-            log.warning(text)
-            self.worker.state.report_error(self.component, calling[1], text)
+        """Timer thread: see :meth:`StallWatch.check`."""
+        self.stall_watch.check(limit)
 
     def flush_all(self) -> None:
         if self._own_round_acks and self.acks.round_waiting:
@@ -125,20 +113,14 @@ class SpoutExecutor(Executor):
                 if self.collectors[task].marker_targets(CHECKPOINT_STREAM):
                     in_flight = self._in_flight[task] = InFlight(budget, self.conf[Config.TOPOLOGY_MAX_SPOUT_PENDING])
                     self._pending[task].untracked = in_flight.completed  # a marker's completion, or nothing
-            states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, self.report_error)
-                      if stateful else None)
-            self.checkpointing = Checkpointing(self, self._emit_barrier, states)  # teardown closes the states
-            if states is not None:
-                states.init()
+            self.checkpointing = self.make_checkpointing(stateful)
             # every task waits for the first INITSTATE or ROLLBACK (Storm buffers the bolts' tuples
             # until then instead): what it emitted before would be rolled back, failed and replayed
             self._unrecovered = frozenset(self.spouts)
-            if self.worker.restarted:
-                self.checkpointing.request_recovery()
         if self.active:
             self._call_all("activate")
 
-    def _emit_barrier(self, task: int, values: list[Any], anchors: list[Any]) -> None:
+    def emit_barrier(self, task: int, values: list[Any], anchors: list[Any]) -> None:
         self.collectors[task].plan(CHECKPOINT_STREAM, values).emit(values, anchors[0])
 
     def shut_down(self) -> None:
@@ -199,7 +181,7 @@ class SpoutExecutor(Executor):
             in_flight = self._in_flight.get(task)
             # a stateful task stops once it emitted what its in-flight limit leaves room for
             stop_at = None if in_flight is None else collector.emitted_count + in_flight.room(collector.emitted_count)
-            self.calling = (time.monotonic(), task)
+            self.stall_watch.calling(task)
             for _ in range(self._max_batch):
                 if (max_pending is not None and len(pending) >= max_pending
                         or stop_at is not None and collector.emitted_count >= stop_at):
@@ -217,7 +199,7 @@ class SpoutExecutor(Executor):
                 emitted = True
                 if self.transfer.overflow:
                     break
-        self.calling = None
+        self.stall_watch.returned()
         self.flush_all()
         if self._in_flight:
             self._send_markers()
@@ -258,11 +240,7 @@ class SpoutExecutor(Executor):
     def _run_settle_now(self) -> None:
         while self._settle_now:
             task, method, msg_id = self._settle_now.pop(0)
-            if method == "ack":
-                self.stats.acked += 1
-            else:
-                self.stats.failed += 1
-            self._pending[task].call(method, msg_id)
+            self._pending[task].settle_untracked(msg_id, method == "ack")
 
     def _handle(self, items: list[Any]) -> None:
         done = 0
@@ -307,3 +285,36 @@ class SpoutExecutor(Executor):
             self._call_all("deactivate")
         elif kind == Control.STOP:
             self.stopping = True
+
+
+class StallWatch:
+    """Which spout task's ``next_tuple`` calls run since when (written once per task and batch
+    by the executor's thread), and an error recorded, once per stall, for a task whose
+    ``next_tuple`` has not returned for too long (``next_tuple`` must never block)."""
+
+    __slots__ = ("_executor", "_calling", "_reported")
+
+    def __init__(self, executor: SpoutExecutor) -> None:
+        self._executor = executor
+        self._calling: tuple[float, int] | None = None  # (monotonic time, task)
+        self._reported: tuple[float, int] | None = None
+
+    def calling(self, task: int) -> None:
+        self._calling = (time.monotonic(), task)
+
+    def returned(self) -> None:
+        self._calling = None
+
+    def check(self, limit: float) -> None:
+        """Timer thread: record an error for a task stuck in next_tuple for over ``limit`` seconds."""
+        calling = self._calling
+        if calling is None or calling == self._reported:
+            return
+        stuck_for = time.monotonic() - calling[0]
+        if stuck_for > limit:
+            self._reported = calling
+            ex = self._executor
+            text = (f"spout {ex.component!r} task {calling[1]}: next_tuple has not returned to its executor for "
+                    f"{stuck_for:.1f}s (topology.spout.stall.secs = {limit:g}); next_tuple must not block")
+            log.warning(text)
+            ex.worker.state.report_error(ex.component, calling[1], text)

@@ -24,7 +24,7 @@ checkpoint barrier's batch stays a batch of its own), up to ``topology.producer.
 tuples in all; past that they go to the overflow list, and then the executor takes no new
 input until :meth:`ExecutorTransfer.retry_overflow` has handed the overflow on, in order.
 Per destination, batches are handed on in order. Another worker takes a batch only against
-its credit (see :mod:`squall.runtime.backpressure`): a grant wakes the executor, which
+its credit (see :mod:`squall.runtime.messaging.backpressure`): a grant wakes the executor, which
 retries then (:meth:`ExecutorTransfer.retry_secs`).
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 
 from squall.api.errors import SerializationError
 from squall.api.tuple import StreamSource, Tuple
-from squall.runtime.backpressure import send_batch_size
+from squall.runtime.messaging.backpressure import send_batch_size
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.messaging.tuple_batch import TupleGroup
 from squall.runtime.messaging.wire_values import wire_values
@@ -192,7 +192,7 @@ class ExecutorTransfer:
             self.flush(ob)
 
     def outboxes(self) -> dict[int, Outbox | RemoteOutbox]:
-        """Task id -> its outbox, for an emit plan (see squall.runtime.collector) that appends to an
+        """Task id -> its outbox, for an emit plan (see squall.runtime.executor.collector) that appends to an
         outbox itself: it must then :meth:`flush` the outbox once it holds :attr:`batch_size`
         tuples, as :meth:`send` does."""
         return dict(self._outboxes)

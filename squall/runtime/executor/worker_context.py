@@ -13,7 +13,7 @@ from squall.runtime.cluster_state import TopologyState
 from squall.utils.batch_queue import BatchQueue
 
 if TYPE_CHECKING:
-    from squall.runtime.backpressure import Credits
+    from squall.runtime.messaging.backpressure import Credits
 
 #: ``transfer(dest worker, groups, count, block, stopping)``: queue groups of
 #: :mod:`squall.runtime.messaging.tuple_batch` (``count`` tuples and batches in all) for another worker
@@ -46,7 +46,7 @@ class WorkerContext:
     state: TopologyState
     transfer: TransferFn
     restarted: bool = False
-    #: the credit this worker holds to send to the others (see squall.runtime.backpressure): also
+    #: the credit this worker holds to send to the others (see squall.runtime.messaging.backpressure): also
     #: what tells a task's load; None where nothing keeps it (load-aware shuffle is then off)
     credits: Credits | None = None
 

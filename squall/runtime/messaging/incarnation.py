@@ -5,7 +5,7 @@ process sent may still wait, unread, in the receiver's ZeroMQ pipe for its conne
 new process connects anew, and ZeroMQ takes turns between the two pipes, so the dead run's
 leftovers can be read *after* the new run's first payloads. Between two tasks, tuples must
 arrive in the order they were sent: a checkpoint barrier splits each channel into the
-tuples before it and after it (see :mod:`squall.runtime.state.checkpointing`). A leftover read
+tuples before it and after it (see :mod:`squall.runtime.executor.checkpointing`). A leftover read
 after the new run's ROLLBACK barrier would be counted after the rollback, and again when
 its record is replayed.
 

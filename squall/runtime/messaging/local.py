@@ -13,7 +13,7 @@ from squall.runtime.messaging.transport import Received, Transport
 from squall.utils.batch_queue import BatchQueue, Bell
 
 if TYPE_CHECKING:
-    from squall.runtime.backpressure import CreditGrants, Credits
+    from squall.runtime.messaging.backpressure import CreditGrants, Credits
 
 
 class LocalTransport(Transport):

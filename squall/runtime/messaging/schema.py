@@ -205,7 +205,7 @@ class CreditGrant(msgspec.Struct, frozen=True, array_like=True):
 
 class Credit(msgspec.Struct, frozen=True, array_like=True):
     """Run ``run`` of worker ``worker`` and what it grants each peer worker (see
-    :mod:`squall.runtime.backpressure`)."""
+    :mod:`squall.runtime.messaging.backpressure`)."""
 
     worker: NonNegative
     run: NonNegative

@@ -1,7 +1,7 @@
 """The interface between workers: how serialized batches reach another worker.
 
 A transport moves opaque payloads (bytes) from one worker to another and carries the credit
-each worker grants the others (see :mod:`squall.runtime.backpressure`). Tuples between tasks of
+each worker grants the others (see :mod:`squall.runtime.messaging.backpressure`). Tuples between tasks of
 the same worker never reach it.
 """
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from squall.utils.batch_queue import Bell
 
 if TYPE_CHECKING:
-    from squall.runtime.backpressure import CreditGrants, Credits
+    from squall.runtime.messaging.backpressure import CreditGrants, Credits
 
 #: what :meth:`Transport.receive` returns: (sending worker, its run, payload)
 Received = tuple[int, int, bytes]
@@ -27,7 +27,7 @@ class Transport(ABC):
       bell of the thread that will read its payloads. From then on the transport tells the
       worker's grants which run of each peer it hears of (``grants.heard``) and hands the
       grants that peer announced to the worker's credits (``credits.update``); grants that
-      changed later travel in payloads (see :mod:`squall.runtime.backpressure`).
+      changed later travel in payloads (see :mod:`squall.runtime.messaging.backpressure`).
     * :meth:`send` is called only from a worker's transfer thread; it must not block
       for long (the receiving side never blocks on its executors, so it always drains);
       what it cannot hand over yet it keeps for :meth:`send_backlog`. Senders send only what

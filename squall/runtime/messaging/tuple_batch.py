@@ -17,7 +17,7 @@ rejected whole with :class:`~squall.runtime.messaging.schema.MalformedMessage`. 
 * :class:`CompletedBatch`: an acker's completed trees for one spout task (a local spout
   gets them as one ``__ack_acked`` tuple);
 * :class:`CreditGrant`: the credit the sending worker grants the receiving one (see
-  :mod:`squall.runtime.backpressure`), riding with the tuples going back.
+  :mod:`squall.runtime.messaging.backpressure`), riding with the tuples going back.
 
 Nothing here is pickled: a peer's payload can only ever decode to these types.
 """

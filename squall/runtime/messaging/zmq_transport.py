@@ -6,7 +6,7 @@ the executor's address inside a Spark task. Each worker binds
 * a PULL socket on its worker port (from ``supervisor.slots.ports``, or an ephemeral port
   when that one is taken or the list is empty) on which its receive thread takes payloads;
 * a PUB socket on an ephemeral port (its backpressure port) on which it publishes the credit
-  it grants the other workers (see :mod:`squall.runtime.backpressure`).
+  it grants the other workers (see :mod:`squall.runtime.messaging.backpressure`).
 
 and connects a PUSH socket to every other worker's port (used by its transfer thread only)
 and a SUB socket to every other worker's PUB (read by its control thread only). Every one
@@ -44,7 +44,7 @@ from squall.runtime.messaging.transport import Received, Transport
 from squall.utils.batch_queue import Bell
 
 if TYPE_CHECKING:
-    from squall.runtime.backpressure import CreditGrants, Credits
+    from squall.runtime.messaging.backpressure import CreditGrants, Credits
 
 log = logging.getLogger("squall.transport")
 

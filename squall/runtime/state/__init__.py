@@ -1,4 +1,4 @@
-"""State and checkpointing at run time: :mod:`~squall.runtime.state.checkpointing` (how an
+"""State and checkpointing at run time: :mod:`~squall.runtime.executor.checkpointing` (how an
 executor aligns checkpoint barriers and drives its stateful tasks' prepare, commit and
 rollback) and the durable providers, :mod:`~squall.runtime.state.sqlite_provider` and
 :mod:`~squall.runtime.state.redis_provider`. The contract they implement is

@@ -35,95 +35,68 @@ through the bolts that are not stateful.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from squall.api.checkpoint_spout import COMMIT, MARK, PREPARE, RECOVERY_ACTIONS
-from squall.api.state.key_value_state import KeyValueState
-from squall.api.state.provider import provider_for
 from squall.api.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_RECOVER, CHECKPOINT_STREAM
-from squall.api.tuple import Tuple
-from squall.runtime.serialization import Serializer
+from squall.api.tuple import Tuple, system_sources
 
 if TYPE_CHECKING:
-    from squall.runtime.executor.executor import Executor
+    from squall.api.storm_topology import StormTopology
+    from squall.runtime.assignment import Assignment
+    from squall.runtime.executor.ack_ledger import AckLedger
+    from squall.runtime.executor.transfer import ExecutorTransfer
+    from squall.runtime.state.task_states import TaskStates
 
 log = logging.getLogger("squall.checkpoint")
 
 
-class TaskStates:
-    """The states of one component's stateful tasks (``components``: task -> its spout or bolt),
-    and what a barrier does to them. ``report_error(task, error)`` records a hook's or the
-    store's error. An executor holds one; so does :mod:`squall.testing`'s harness."""
+class CheckpointHost(Protocol):
+    """What barrier handling needs of the executor it sits in (the executor's thread, holding
+    its lock)."""
 
-    def __init__(self, conf: dict[str, Any], topology_name: str, component: str, components: dict[int, Any],
-                 report_error: Callable[[int, BaseException], None]) -> None:
-        self._component = component
-        self._components = components
-        self._report_error = report_error
-        self.provider = provider_for(conf, topology_name)
-        serializer = Serializer.for_config(conf)
-        self.states = {
-            task: KeyValueState(self.provider.task_store(component, task), serializer,
-                                f"component {component!r} task {task}")
-            for task in components
-        }
+    component: str
+    task_ids: list[int]
 
-    def init(self) -> None:
-        """Load the last committed state and call ``init_state`` (before the first tuple);
-        raises what they raise."""
-        committed = self.provider.committed()
-        for task, state in self.states.items():
-            state.load(committed)
-            self._components[task].init_state(state)
+    def execute(self, batch: list[Any]) -> None:
+        """Run the user's calls for a batch without barriers (bare tuples for a one-task
+        executor, else ``(task, tuple)`` pairs)."""
 
-    def act(self, tasks: Any, txid: int | None, action: str) -> bool:
-        """Do ``action`` of checkpoint ``txid`` for ``tasks``; False (error recorded for the
-        task) if a hook or the store raised."""
-        for task in tasks:
-            component, state = self._components[task], self.states[task]
-            try:
-                if action == PREPARE:
-                    component.pre_prepare(txid)
-                    state.prepare(txid)
-                elif action == COMMIT:
-                    component.pre_commit(txid)
-                    state.commit(txid)
-                else:
-                    component.pre_rollback()
-                    state.load(txid)
-                    component.init_state(state)
-            except Exception as e:  # noqa: BLE001 - the checkpoint fails and rolls back
-                log.warning("component %r task %d: %s of checkpoint %s failed: %s",
-                            self._component, task, action, txid, e)
-                self._report_error(task, e)
-                return False
-        return True
+    def emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
+        """Pass a barrier (or a marker) on from ``task``, anchored to the copies that came in."""
 
-    def close(self) -> None:
-        for state in self.states.values():
-            state.close()
-        self.provider.close()
+    def finish_batches(self) -> None:
+        """Let the components write what they buffered (Bolt.finish_batch)."""
+
+    def flush_all(self) -> None:
+        """Hand on the combined acks and every gathered batch."""
 
 
 class Checkpointing:
-    """Barrier handling for one executor of a checkpointed topology.
-
-    ``process_batch`` replaces the bolt executor's; a spout executor calls :meth:`barrier`
+    """Barrier handling for one executor of a checkpointed topology, at its input (as Flink's
+    barrier handler): a bolt executor's batches go through :meth:`process`, which runs the
+    tuples that need not wait through ``host.execute``; a spout executor calls :meth:`barrier`
     for the barriers from the checkpoint spout (its only upstream task, so it aligns at once).
-    ``emit_barrier(task, values, anchors)`` passes a barrier on from ``task``;
+
+    It sees the executor through ``host`` (:class:`CheckpointHost`), and sends through the
+    executor's ack ledger (``acks``: barriers are acked past any holding; a stateful bolt's
+    held acks wait for the commit) and send path (``transfer``), by their public methods.
     ``states``: the stateful tasks' :class:`TaskStates`, or None.
     """
 
-    def __init__(self, executor: Executor, emit_barrier: Any, states: TaskStates | None) -> None:
-        self._executor = executor
-        self._emit_barrier = emit_barrier
+    def __init__(self, host: CheckpointHost, acks: AckLedger, transfer: ExecutorTransfer, topology: StormTopology,
+                 assignment: Assignment, states: TaskStates | None) -> None:
+        self._host = host
+        self._acks = acks
+        self._transfer = transfer
+        self._topology = topology
+        self._assignment = assignment
         self.states = states
-        self._execute = None  # the executor's own process_batch
-        assignment = executor.worker.assignment
-        upstream = [source for source, stream in executor.spec.inputs if stream == CHECKPOINT_STREAM]
+        self._single = len(host.task_ids) == 1
+        upstream = [source for source, stream in topology.components[host.component].inputs
+                    if stream == CHECKPOINT_STREAM]
         self._expected = {(src, task) for component in upstream for src in assignment.component_tasks[component]
-                          for task in executor.task_ids}
+                          for task in host.task_ids}
         self._current: int | None = None  # id of the barrier being aligned
         self._barrier: tuple[Any, str] | None = None  # its (txid, action)
         self._arrived: set[tuple[int, int]] = set()  # channels (source task, task) its barrier came on
@@ -131,7 +104,7 @@ class Checkpointing:
         self._buffer: list[tuple[int, Tuple]] = []  # (task, tuple) that came after it on their channel
         #: whether an INITSTATE or ROLLBACK reached the executor since its worker started
         self.recovered = False
-        # the PREPARE a stateful bolt's held acks were moved aside at (squall.runtime.ack_ledger)
+        # the PREPARE a stateful bolt's held acks were moved aside at (squall.runtime.executor.ack_ledger)
         self._prepared_txid: int | None = None
         self._checkpoint_task = assignment.component_tasks[CHECKPOINT_COMPONENT][0]
         self._upstream = upstream
@@ -139,26 +112,22 @@ class Checkpointing:
         self._markers: dict[tuple[int, int], dict[int, tuple[list[Tuple], set[int]]]] = {}
         self._marker_sources: dict[int, frozenset[int]] = {}  # spout task -> upstream tasks its markers come from
 
-    def wrap(self, process_batch: Any) -> Any:
-        """The bolt executor's ``process_batch`` with barriers taken out (see the module)."""
-        self._execute = process_batch
-        single = self._executor.single_task
-
-        def process(batch: list[Any]) -> None:
-            if self._current is None:
-                first = batch[0] if single else batch[0][1]
-                if first.stream_source.stream != CHECKPOINT_STREAM:
-                    process_batch(batch)
-                    return
-            self._process(self._executor.pairs(batch))
-        return process
+    def process(self, batch: list[Any]) -> None:
+        """A bolt executor's incoming batch: executed at once unless it holds barriers or an
+        alignment is under way (see the module)."""
+        if self._current is None:
+            first = batch[0] if self._single else batch[0][1]
+            if first.stream_source.stream != CHECKPOINT_STREAM:
+                self._host.execute(batch)
+                return
+        self._process(zip([self._host.task_ids[0]] * len(batch), batch) if self._single else batch)
 
     def request_recovery(self) -> None:
         """Ask the checkpoint spout for a rollback (a restarted worker's executor, at start)."""
-        ex = self._executor
-        task = ex.task_ids[0]
-        ex.send((self._checkpoint_task,), ex.system_sources[CHECKPOINT_RECOVER], task, [task])
-        ex.transfer.flush_all()  # now: nothing may flow to this worker that would flush it later
+        task = self._host.task_ids[0]
+        source = system_sources(self._host.component)[CHECKPOINT_RECOVER]
+        self._transfer.send((self._checkpoint_task,), source, task, [task])
+        self._transfer.flush_all()  # now: nothing may flow to this worker that would flush it later
 
     # -- alignment ----------------------------------------------------------------------
 
@@ -177,8 +146,7 @@ class Checkpointing:
 
     def _run(self, pairs: list[tuple[int, Tuple]]) -> None:
         if pairs:
-            self._execute([tup for _, tup in pairs] if self._executor.single_task else pairs)
-
+            self._host.execute([tup for _, tup in pairs] if self._single else pairs)
     def barrier(self, task: int, tup: Tuple) -> None:
         """A barrier (or a marker) for ``task`` from the task upstream that emitted ``tup``."""
         txid, action, barrier_id = tup.values
@@ -212,18 +180,17 @@ class Checkpointing:
         del markers[marker_id]
         for older in [m for m in markers if m < marker_id]:  # lost on a way (channels are FIFO)
             self._settle(markers.pop(older)[0], False)
-        ex = self._executor
-        ex.flush_all()  # what came before the marker goes first, in batches of their own
-        self._emit_barrier(task, tup.values, copies)
+        self._host.flush_all()  # what came before the marker goes first, in batches of their own
+        self._host.emit_barrier(task, tup.values, copies)
         self._settle(copies, True)
-        ex.transfer.flush_all()
+        self._transfer.flush_all()
 
     def _sources_of(self, origin: int) -> frozenset[int]:
         """The upstream tasks of this executor that spout task ``origin``'s markers come from:
         ``origin`` itself, and every task of an upstream bolt downstream of its spout."""
         sources = self._marker_sources.get(origin)
         if sources is None:
-            topology, assignment = self._executor.worker.topology, self._executor.worker.assignment
+            topology, assignment = self._topology, self._assignment
             spout = assignment.task_component[origin]
             reached, frontier = {spout}, [spout]
             while frontier:
@@ -242,7 +209,7 @@ class Checkpointing:
         return sources
 
     def _give_up(self) -> None:
-        log.info("component %r: checkpoint barrier %s superseded", self._executor.component, self._current)
+        log.info("component %r: checkpoint barrier %s superseded", self._host.component, self._current)
         for held in self._held.values():
             self._settle(held, False)
         self._reset()
@@ -256,47 +223,47 @@ class Checkpointing:
 
     def _complete(self) -> None:
         txid, action = self._barrier
-        ex = self._executor
-        ex.finish_batches()  # what a sink buffered from before the barrier is written first
-        ok = self.act(ex.task_ids, txid, action)
-        ex.flush_all()  # every tuple before the barrier goes first, in batches of their own
+        host = self._host
+        host.finish_batches()  # what a sink buffered from before the barrier is written first
+        ok = self.act(host.task_ids, txid, action)
+        host.flush_all()  # every tuple before the barrier goes first, in batches of their own
         for task, held in self._held.items():
-            self._emit_barrier(task, [txid, action, self._current], held)
+            host.emit_barrier(task, [txid, action, self._current], held)
             self._settle(held, ok)
-        ex.transfer.flush_all()
+        self._transfer.flush_all()
         self._reset()
 
     def act(self, tasks: Any, txid: int | None, action: str) -> bool:
         """Act on a barrier for ``tasks`` (all of them aligned); False to fail it."""
-        ex = self._executor
         if action in RECOVERY_ACTIONS:
             self.recovered = True
         elif not self.recovered:
             log.warning("component %r: %s %s failed: this worker restarted and has not rolled back to the last "
-                        "commit yet", ex.component, action, txid)
+                        "commit yet", self._host.component, action, txid)
             return False
         if self.states is not None and not self.states.act(tasks, txid, action):
             return False
-        if ex.acks.held is None:
+        acks = self._acks
+        if not acks.holding:
             return True
         if action == PREPARE:
-            ex.flush_all()  # the acks of tuples before the barrier join the held ones
-            ex.acks.prepare()
+            self._host.flush_all()  # the acks of tuples before the barrier join the held ones
+            acks.prepare()
             self._prepared_txid = txid
         elif action == COMMIT or self._prepared_txid is not None and txid is not None and txid >= self._prepared_txid:
             # committed: what the prepared acks' tuples did is in the committed state (also when
             # a recovery to that txid superseded its COMMIT)
-            ex.acks.commit_prepared()
+            acks.commit_prepared()
             self._prepared_txid = None
         if action in RECOVERY_ACTIONS:  # the updates since are rolled back: the trees fail, spouts replay
-            ex.flush_all()
-            ex.acks.fail_held()
+            self._host.flush_all()
+            acks.fail_held()
             self._prepared_txid = None
         return True
 
     def _settle(self, barriers: list[Tuple], ok: bool) -> None:
         """Ack (or fail) ``barriers`` straight to their acker: never held with the data's."""
-        acks = self._executor.acks
+        acks = self._acks
         for tup in barriers:
             if ok:
                 acks.ack_now(tup)

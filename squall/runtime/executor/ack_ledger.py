@@ -9,7 +9,7 @@ Storm's executors send one message per tuple to the acker. Squall's combine them
   :class:`RoundAcks` until the end of the thread's round, so that a tree whose init and acks all
   meet there completes without its acker;
 * **held acks**: a stateful bolt's acks wait for its state's commit (``held``, then
-  ``prepared``; :mod:`squall.runtime.state.checkpointing` calls :meth:`AckLedger.prepare`,
+  ``prepared``; :mod:`squall.runtime.executor.checkpointing` calls :meth:`AckLedger.prepare`,
   :meth:`AckLedger.commit_prepared` and :meth:`AckLedger.fail_held` as its barriers pass);
 * **routing and encoding**: what is left goes to each tree's acker task (:func:`acker_for`),
   one batch per acker task and flush, of one shape, three columns (roots, values, the spout task
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from squall.runtime.executor.transfer import ExecutorTransfer
 
 #: set in the root id of the trees of stateful spouts: a stateful bolt does not hold their acks
-#: (those spouts replay through rollbacks, not through fails; see squall.runtime.state.checkpointing)
+#: (those spouts replay through rollbacks, not through fails; see squall.runtime.executor.checkpointing)
 UNHELD_ROOT_BIT = 1 << 63
 
 
@@ -112,7 +112,7 @@ class AckLedger:
         #: the same for threads of the component's own, sent when they flush
         self.foreign = self.pending
         #: a stateful bolt's acks of trees of plain spouts, held until its state is committed
-        #: (see squall.runtime.state.checkpointing); None: acks are sent as they are flushed
+        #: (see squall.runtime.executor.checkpointing); None: acks are sent as they are flushed
         self.held: dict[int, int] | None = {} if held else None
         #: the held acks of the state being prepared, sent once it is committed
         self.prepared: dict[int, int] = {}
@@ -134,6 +134,11 @@ class AckLedger:
         self.round = round_acks
         self.pending = round_acks.acks
         return True
+
+    @property
+    def holding(self) -> bool:
+        """Whether acks wait for a state's commit (a stateful bolt's)."""
+        return self.held is not None
 
     @property
     def round_waiting(self) -> bool:
@@ -212,7 +217,7 @@ class AckLedger:
         for root in tup.tree_ids:
             self.to_acker(root, ACK_FAIL, [root])
 
-    # -- a stateful bolt's held acks (squall.runtime.state.checkpointing) ----------------------
+    # -- a stateful bolt's held acks (squall.runtime.executor.checkpointing) ----------------------
 
     def prepare(self) -> None:
         """The state is being prepared: the acks held so far (flushed first) wait for its commit."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from squall.api.errors import EmitError, invalid_emit
 from squall.api.system_ids import ACK_RESET_TIMEOUT
 from squall.api.tuple import Tuple
-from squall.runtime.ack_ledger import combine_ack
+from squall.runtime.executor.ack_ledger import combine_ack
 from squall.runtime.acker import RootIds
 from squall.utils.rand import rand_bits
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import threading
 
     from squall.api.tuple import StreamSource
-    from squall.runtime.ack_ledger import AckLedger
+    from squall.runtime.executor.ack_ledger import AckLedger
     from squall.runtime.executor.executor_stats import ExecutorStats
     from squall.runtime.executor.pending_trees import PendingTrees
     from squall.runtime.executor.route import StreamRoute

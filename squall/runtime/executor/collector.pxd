@@ -2,7 +2,7 @@
 # plans as C structs, and the calls between them C calls; user code calls the methods as before.
 cimport cython
 from squall.api.tuple cimport StreamSource, Tuple
-from squall.runtime.ack_ledger cimport AckLedger, combine_ack
+from squall.runtime.executor.ack_ledger cimport AckLedger, combine_ack
 from squall.runtime.acker cimport RootIds
 from squall.runtime.executor.pending_trees cimport PendingTrees
 from squall.runtime.executor.executor_stats cimport ExecutorStats
