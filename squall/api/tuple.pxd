@@ -16,4 +16,4 @@ cdef class Tuple:
     cdef public StreamSource stream_source
     cdef public object source_task
     cdef public object tree_ids
-    cdef public object ack_val
+    cdef public unsigned long long ack_val  # 64-bit XOR in C (squall.runtime.executor.ack_ledger)

@@ -14,7 +14,7 @@ cdef class RootIds:
 
 @cython.final
 cdef class _Entry:
-    cdef public object val
+    cdef public unsigned long long val  # the tree's XOR, in C
     cdef public long long spout_task
     cdef public bint failed
 
@@ -27,7 +27,7 @@ cdef class Acker:
 
     @cython.locals(i=Py_ssize_t)
     cpdef void update_many(self, list roots, list vals, list spout_tasks)
-    cpdef void update(self, root, val, long long spout_task)
+    cpdef void update(self, root, unsigned long long val, long long spout_task)
     cdef _Entry _entry(self, root)
     @cython.locals(roots=list)
     cdef void _settle(self, root, _Entry entry)

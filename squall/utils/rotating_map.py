@@ -45,8 +45,9 @@ class RotatingMap:
 
     def pop(self, key: Any, default: Any = None) -> Any:
         for bucket in self._buckets:
-            if key in bucket:
-                return bucket.pop(key)
+            value = bucket.pop(key, self)
+            if value is not self:
+                return value
         return default
 
     def touch(self, key: Any) -> bool:

@@ -1,5 +1,6 @@
 # Cython declarations for ack_ledger.py (see squall/compiled.py).
 cimport cython
+from squall.api.tuple cimport Tuple
 
 
 @cython.final
@@ -7,7 +8,8 @@ cdef class RoundAcks:
     cdef public dict acks
     cdef public dict inits
 
-    cpdef void init(self, root, val, spout_task)
+    @cython.locals(prev=cython.ulonglong)
+    cpdef void init(self, root, unsigned long long val, spout_task)
 
 
 @cython.final
@@ -25,4 +27,6 @@ cdef class AckLedger:
     cpdef void init(self, root, val, spout_task)
 
 
-cpdef void combine_ack(dict pending, tup)
+# the XOR of 64-bit edge ids in C: one int object made per tree, for the map
+@cython.locals(ack_val=cython.ulonglong, edge=cython.ulonglong, prev=cython.ulonglong)
+cpdef void combine_ack(dict pending, Tuple tup)

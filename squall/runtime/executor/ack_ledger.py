@@ -48,7 +48,8 @@ def combine_ack(pending: dict[int, int], tup: Tuple) -> None:
     """XOR the ack of ``tup`` into ``pending`` (root id -> XOR of acks not sent yet)."""
     ack_val = tup.ack_val
     for root, edge in tup.tree_ids.items():
-        pending[root] = pending.get(root, 0) ^ edge ^ ack_val
+        prev = pending.get(root, 0)
+        pending[root] = prev ^ edge ^ ack_val
 
 
 class RoundAcks:
@@ -72,7 +73,8 @@ class RoundAcks:
 
     def init(self, root: int, val: int, spout_task: int) -> None:
         """A spout task's init of tree ``root`` (a row of an ack batch, Storm's ``__ack_init``)."""
-        self.acks[root] = self.acks.get(root, 0) ^ val
+        prev = self.acks.get(root, 0)
+        self.acks[root] = prev ^ val
         self.inits[root] = spout_task
 
     def take(self) -> tuple[list[tuple[int, int, int]], dict[int, list[int]]]:
@@ -171,7 +173,8 @@ class AckLedger:
             if held is None or root & UNHELD_ROOT_BIT:
                 out.append((root, val, -1))
             else:
-                held[root] = held.get(root, 0) ^ val
+                prev = held.get(root, 0)
+                held[root] = prev ^ val
         acks.clear()
         self.send(out)
 

@@ -23,7 +23,9 @@ cdef class EmitPlan:
     cdef Py_ssize_t batch_size
 
     cpdef object targets(self, list values)
+    @cython.locals(edge=cython.ulonglong)
     cpdef object emit(self, list values, Tuple anchor)
+    @cython.locals(edge=cython.ulonglong, ack_val=cython.ulonglong)
     cpdef void emit_tree(self, list values, tasks, root, AckLedger acks)
     @cython.locals(ob=Outbox, items=list)
     cdef void _deliver(self, task, list values, dict tree_ids)
@@ -45,6 +47,7 @@ cdef class SpoutOutputCollector(_Collector):
     cdef public long long emitted_count
     cdef public RootIds root_ids
 
+    cpdef object _emit(self, values, stream, msg_id, direct_task)
     @cython.locals(plan=EmitPlan)
     cpdef object _emit_values(self, values, stream, msg_id, direct_task)
 

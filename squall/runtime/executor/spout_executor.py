@@ -98,8 +98,8 @@ class SpoutExecutor(Executor):
             spout, context, collector = self.make_task(task, SpoutOutputCollector)
             self.spouts[task] = spout
             self.collectors[task] = collector
-            self._pending[task].spout = spout
             spout.open(dict(self.conf), context, collector)
+            self._pending[task].bind(spout)  # after open, which may set the spout's ack and fail
         self.checkpointing: Checkpointing | None = None
         self._unrecovered: frozenset[int] = frozenset()
         #: stateful tasks whose markers reach bolts: their records in flight are bounded
