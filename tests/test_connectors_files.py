@@ -448,6 +448,30 @@ def test_filebolt_fails_an_unwritable_tuple_with_the_reason(tmp_path, fmt, value
     assert b.metrics["errors"] == 1 and b.metrics["records_written"] == 1
 
 
+def test_filebolt_jsonl_lines_are_what_json_dumps_writes_also_after_a_refused_record(tmp_path):
+    # the encoder is made once per file: a record it refused half-way (a value JSON has not, a
+    # circular one) must leave nothing behind that changes how the next records are written,
+    # such as the containers it had open taken for circular references
+    b, out = bolt(tmp_path, sync_every=1)
+    box = [["é", 1.5, None, True, {"k": -1e300}], float("nan")]
+    circular: dict = {}
+    circular["self"] = circular
+    refused = [FakeTuple(["x"], [box]), FakeTuple(["x"], [[1, object()]]), FakeTuple(["x"], [circular])]
+    for t in refused:
+        b.execute(t)
+    box[1] = 2  # writable now
+    written = [FakeTuple(["x"], [box]), FakeTuple(["x"], [{"in": box}]), FakeTuple(["x"], ["ascii"])]
+    for t in written:
+        b.execute(t)
+    b.cleanup()
+    assert out.failed == refused and out.acked == written
+    reasons = [str(e) for e in out.errors]
+    assert "Out of range float" in reasons[0] and "not JSON serializable" in reasons[1] and "Circular" in reasons[2]
+    [name] = out_files(tmp_path)
+    assert (tmp_path / "out" / name).read_text().splitlines() == \
+        [json.dumps({"x": t.values[0]}, allow_nan=False) for t in written]
+
+
 def test_filebolt_fails_a_tuple_missing_a_field(tmp_path):
     b, out = bolt(tmp_path, fields=["a", "b"], sync_every=1)
     t = FakeTuple(["a"], [1])

@@ -313,6 +313,57 @@ def test_a_write_redis_refuses_fails_that_tuple_alone_in_its_pipeline(cluster, r
     assert any("WRONGTYPE" in e and "'words'" in e and "RedisStoreBolt 'store'" in e for e in errors), errors
 
 
+class _Input:
+    """A tuple as the store bolt reads it, fed to it by hand."""
+
+    source_component, source_stream_id = "words", "default"
+
+    def __init__(self, key: str, value: str) -> None:
+        self.values = [key, value]
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.acked, self.failed, self.errors = [], [], []
+
+    def ack(self, tup) -> None:
+        self.acked.append(tup)
+
+    def fail(self, tup) -> None:
+        self.failed.append(tup)
+
+    def report_error(self, error) -> None:
+        self.errors.append(error)
+
+
+class _Context:
+    def get_this_component_id(self) -> str:
+        return "store"
+
+
+def test_a_batch_writes_in_arrival_order_and_a_refused_key_fails_only_its_inputs(redis_server, client):  # noqa: F811
+    # one batch (one finish_batch): the runs of writes to one key go as one RPUSH each; the
+    # order of the list is the arrival order, and the run on a key of another type fails alone
+    tag = uuid.uuid4().hex
+    client.set(f"{tag}:bad", "a string: RPUSH on it is refused")
+    bolt = RedisStoreBolt(lambda t: t.values[1], data_type="list", key=lambda t: f"{tag}:{t.values[0]}",
+                          host=redis_server.host, port=redis_server.port)
+    out = _Collector()
+    bolt.prepare({}, _Context(), out)
+    try:
+        inputs = [_Input(k, v) for k, v in [("a", "1"), ("a", "2"), ("b", "3"), ("bad", "4"), ("bad", "5"),
+                                            ("a", "6")]]
+        for tup in inputs:
+            bolt.execute(tup)
+        assert out.acked == [] and out.failed == []  # nothing before the batch's write
+        bolt.finish_batch()
+    finally:
+        bolt.cleanup()
+    assert out.acked == [inputs[i] for i in (0, 1, 2, 5)] and out.failed == inputs[3:5]
+    assert client.lrange(f"{tag}:a", 0, -1) == ["1", "2", "6"] and client.lrange(f"{tag}:b", 0, -1) == ["3"]
+    assert len(out.errors) == 2 and all("WRONGTYPE" in str(e) and "'words'" in str(e) for e in out.errors)
+
+
 def test_the_lookup_bolt_emits_the_values_found(cluster, redis_server, client):  # noqa: F811
     key = f"hash-{uuid.uuid4().hex}"
     client.hset(key, mapping={"a": "1", "b": "2"})

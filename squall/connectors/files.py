@@ -153,6 +153,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -779,6 +780,34 @@ class _Unwritable(ValueError):
     """A record a part cannot hold (the message says why); nothing of it was written."""
 
 
+def _json_encoder() -> Callable[[Any], str]:
+    """``json.dumps(record, allow_nan=False)`` as a function whose encoder is built once:
+    json.dumps builds one at each call, most of its cost for a record of a few fields. It is the
+    C encoder json.dumps itself builds, so the text and the errors are the same; where it is
+    missing, or does not give json.dumps' text, json.dumps' own way. Not for several threads:
+    one per file."""
+    reference = json.JSONEncoder(allow_nan=False)
+    make = json.encoder.c_make_encoder
+    if make is None:
+        return reference.encode
+    markers: dict[int, Any] = {}  # the circular-reference check's: what is being encoded
+    try:
+        chunks = make(markers, reference.default, json.encoder.encode_basestring_ascii, None,
+                      reference.key_separator, reference.item_separator, False, False, False)
+    except TypeError:  # another Python's C encoder takes other arguments
+        return reference.encode
+
+    def encode(record: Any) -> str:
+        try:
+            return "".join(chunks(record, 0))
+        except BaseException:
+            markers.clear()  # an encoding cut short leaves its objects: later ones would look circular
+            raise
+
+    probe = {"a": [1, 2.5, "\u00e9\n", None, True], "b": {"c": -1e300}}
+    return encode if encode(probe) == reference.encode(probe) else reference.encode
+
+
 def _fsync_dir(path: str) -> None:
     """Make the files created and renamed in directory ``path`` durable (their entries)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -818,6 +847,7 @@ class _Part:
         self.out: Any = None  # JSON lines, CSV: the open text file
         self.writer: Any = None  # a csv.writer over ``out``, or pyarrow's ParquetWriter
         self.written = 0  # characters written to ``out``: a text file's tell() costs too much per record
+        self.dumps = _json_encoder() if format == "jsonl" else None
 
     @property
     def size(self) -> int:
@@ -835,10 +865,11 @@ class _Part:
         """Add ``record`` (field -> value), or raise :class:`_Unwritable` saying why it cannot be."""
         if self.format == "jsonl":
             try:
-                line = json.dumps(record, allow_nan=False) + "\n"
+                line = self.dumps(record) + "\n"
             except (TypeError, ValueError) as e:
                 raise _Unwritable(f"not JSON-serializable: {e}") from None
-            self.written += self._text(record).write(line)  # json.dumps writes ASCII: characters are bytes
+            out = self.out if self.out is not None else self._text(record)
+            self.written += out.write(line)  # the encoder writes ASCII: characters are bytes
         elif self.format == "csv":
             bad = [f for f, v in record.items() if not isinstance(v, _CSV_TYPES)]
             if bad:
@@ -991,11 +1022,12 @@ class FileBolt(ExactlyOnceOption, Bolt):
     def _record(self, tup: Any) -> dict[str, Any]:
         """What is written for ``tup``: ``fields`` (or the tuple's own) -> its values; raises
         :class:`_Unwritable` when it lacks one of ``fields``."""
-        fields = self.fields or list(tup.fields)
+        if self.fields is None:
+            return dict(zip(tup.fields, tup.values))
         try:
-            return {f: tup.get_value_by_field(f) for f in fields} if self.fields else dict(zip(fields, tup.values))
+            return {f: tup.get_value_by_field(f) for f in self.fields}
         except (KeyError, ValueError, IndexError) as e:
-            raise _Unwritable(f"it lacks a field of {fields}: {e}") from None
+            raise _Unwritable(f"it lacks a field of {self.fields}: {e}") from None
 
     # -- files ------------------------------------------------------------------------------------
 

@@ -96,6 +96,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.api.bolt import Bolt
@@ -335,10 +336,16 @@ class KafkaSpout(Spout):
     # -- lifecycle --------------------------------------------------------------------------
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: ISpoutOutputCollector) -> None:
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, KafkaException
 
         c = self.config
         self._collector = collector
+        self._kafka_exception = KafkaException  # what next_tuple catches: imported once, not per call
+        # the default translator onto a default stream of five fields: the values are built
+        # straight from the message (no KafkaRecord), and they always fit the stream (what
+        # SpoutStreams.route checks), so there is no check per record
+        self._plain_values = (self.translator is _default_translator
+                              and len(self.streams.fields.get("default", ())) == 5)
         component = context.get_this_component_id()
         what = (f"topic{'s' * (len(c.topics) > 1)} {', '.join(map(repr, c.topics))}" if c.topics
                 else f"pattern {c.pattern!r}")
@@ -452,8 +459,6 @@ class KafkaSpout(Spout):
     # -- next_tuple ---------------------------------------------------------------------------
 
     def next_tuple(self) -> None:
-        from confluent_kafka import KafkaException
-
         now = time.monotonic()
         try:
             if self._tracked and now >= self._next_commit:
@@ -470,25 +475,30 @@ class KafkaSpout(Spout):
                 self._poll()
             if self._buffer:
                 self._emit_next(self._buffer.popleft())
-        except KafkaException as e:
+        except self._kafka_exception as e:
             self._outage.error(e.args[0] if e.args else e)
 
     def _emit_next(self, message: Any) -> None:
-        """Emit a fetched record (with a message id under AT_LEAST_ONCE)."""
-        if self._tracked and (message.topic(), message.partition()) not in self._partitions:
+        """Emit a fetched record (with a message id under AT_LEAST_ONCE, kept for a retry)."""
+        if not self._tracked:
+            self._emit(message, None)
+            return
+        topic, partition = message.topic(), message.partition()
+        state = self._partitions.get((topic, partition))
+        if state is None:
             return  # of a partition no longer ours: its new owner reads it from the commit
-        self._emit(message, self._message_id(message))
+        msg_id = KafkaMessageId(topic, partition, message.offset(), state.generation)
+        self._records[msg_id] = message
+        self._emit(message, msg_id)
 
     def _poll(self) -> None:
         c = self.config
         messages = self._consumer.consume(c.max_poll_records, c.poll_timeout_ms / 1000)
-        good = []
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                self._outage.error(error)
-                continue
-            good.append(message)
+        good = [m for m in messages if m.error() is None]
+        if len(good) < len(messages):
+            for message in messages:
+                if message.error() is not None:
+                    self._outage.error(message.error())
         if not good:
             return
         self._outage.fine()
@@ -499,40 +509,44 @@ class KafkaSpout(Spout):
                 ends[(m.topic(), m.partition())] = m.offset() + 1
             self._commit_offsets(ends)  # before anything is emitted: a crash loses, never repeats
         elif self._tracked:
+            partitions = self._partitions
             for m in good:
-                state = self._partitions.get((m.topic(), m.partition()))
+                state = partitions.get((m.topic(), m.partition()))
                 if state is not None:
-                    state.pending.add(m.offset())
-                    state.read_end = max(state.read_end or 0, m.offset() + 1)
+                    offset = m.offset()
+                    state.pending.add(offset)
+                    if state.read_end is None or offset >= state.read_end:
+                        state.read_end = offset + 1
             self._pause_full()
         self._buffer.extend(good)
 
-    def _message_id(self, message: Any) -> KafkaMessageId | None:
-        if not self._tracked:
-            return None
-        state = self._partitions.get((message.topic(), message.partition()))
-        msg_id = KafkaMessageId(message.topic(), message.partition(), message.offset(), state.generation)
-        self._records[msg_id] = message
-        return msg_id
-
-    def _record(self, message: Any) -> KafkaRecord:
+    def _key_value(self, message: Any) -> tuple[Any, Any]:
+        """The record's key and value, decoded with ``encoding`` (unless None)."""
         key, value, encoding = message.key(), message.value(), self.config.encoding
         if encoding is not None:
             key = key.decode(encoding) if isinstance(key, bytes) else key
             value = value.decode(encoding) if isinstance(value, bytes) else value
-        timestamp = message.timestamp()[1] if message.timestamp()[0] else None
-        return KafkaRecord(message.topic(), message.partition(), message.offset(), key, value, timestamp,
-                           message.headers())
+        return key, value
+
+    def _record(self, message: Any) -> KafkaRecord:
+        key, value = self._key_value(message)
+        kind, timestamp = message.timestamp()
+        return KafkaRecord(message.topic(), message.partition(), message.offset(), key, value,
+                           timestamp if kind else None, message.headers())
 
     def _emit(self, message: Any, msg_id: KafkaMessageId | None) -> None:
         try:
-            out = self.translator(self._record(message))
-            if out is None:
-                self.metrics["skipped"] += 1
-                if msg_id is not None:
-                    self.ack(msg_id)
-                return
-            stream, values = self.streams.route(out)
+            if self._plain_values:  # what _default_translator gives, without the record
+                stream, values = "default", [message.topic(), message.partition(), message.offset(),
+                                             *self._key_value(message)]
+            else:
+                out = self.translator(self._record(message))
+                if out is None:
+                    self.metrics["skipped"] += 1
+                    if msg_id is not None:
+                        self.ack(msg_id)
+                    return
+                stream, values = self.streams.route(out)
         except Exception as e:
             self._reject(message, msg_id, e)
             return
@@ -635,9 +649,12 @@ class KafkaSpout(Spout):
 
     def ack(self, msg_id: Any) -> None:
         state = self._current(msg_id)
-        if state is None or msg_id.offset not in state.pending:
-            return  # revoked since (another task reads it again) or acked already
-        state.pending.discard(msg_id.offset)
+        if state is None:
+            return  # revoked since: another task reads it again
+        try:
+            state.pending.remove(msg_id.offset)
+        except KeyError:
+            return  # acked already
         self._records.pop(msg_id, None)
         self._failures.pop(msg_id, None)
         self.metrics["acked"] += 1
@@ -847,10 +864,11 @@ class KafkaBolt(ExactlyOnceOption, Bolt):
       ``delivery.timeout.ms`` already), with the reason recorded for the component (which names
       it). Reports are delivered on the executor's thread: after each batch of inputs the bolt
       waits up to ``tick_secs`` (0.1) for the batch's reports (``finish_batch``: one wait per
-      batch, as a plain client loop flushes per batch), and polls the producer at every
-      ``execute`` and every tick for the reports that came later. A tuple the mapper or the topic selector
-      cannot map, or the producer refuses (queue full even after waiting ``queue_wait_ms``), is
-      failed with the reason. ``cleanup`` flushes (up to ``flush_timeout_ms``).
+      batch, as a plain client loop flushes per batch; it also delivers the reports of earlier
+      batches that came later), and polls the producer at every tick for those when no input
+      comes. A tuple the mapper or the topic selector cannot map, or the producer refuses
+      (queue full even after waiting ``queue_wait_ms``), is failed with the reason.
+      ``cleanup`` flushes (up to ``flush_timeout_ms``).
     * **Guarantee.** With a spout replaying failed tuples, every tuple is written at least once;
       a write whose report was lost (the worker died) is written again, so twice.
     * Declares no stream.
@@ -914,7 +932,8 @@ class KafkaBolt(ExactlyOnceOption, Bolt):
     def _report(self, tup: Tuple, error: Any, _message: Any) -> None:
         if error is None:
             self.metrics["acked"] += 1
-            self._outage.fine()
+            if self._outage.down:  # checked here: a call per report costs more than the test
+                self._outage.fine()
             self.collector.ack(tup)
         else:
             self._failed(tup, "the broker did not confirm writing", error)
@@ -932,20 +951,26 @@ class KafkaBolt(ExactlyOnceOption, Bolt):
         """Hand ``record`` (see :meth:`_map`) to the producer, waiting up to ``queue_wait_ms`` for
         room in its queue (BufferError past that); ``report``: ``on_delivery``, if any."""
         topic, key, value, partition = record
-        where = {} if partition is None else {"partition": partition}
-        deadline = time.monotonic() + self.queue_wait_ms / 1000
+        if partition is not None:
+            report["partition"] = partition
+        deadline = None
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, **where, **report)
+                self._producer.produce(topic, value, key, **report)
                 return
             except BufferError:  # librdkafka's queue is full: let it drain a little
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.queue_wait_ms / 1000
+                elif now >= deadline:
                     raise
                 self._producer.poll(0.05)
 
     def execute(self, tup: Tuple) -> None:
-        self._producer.poll(0)  # delivers the reports due: acks and fails of earlier inputs
+        # no poll per input: a poll is a round through librdkafka's queue (and the GIL) per
+        # record; finish_batch delivers the reports, a tick those that came after its wait
         if tup.is_tick():
+            self._producer.poll(0)
             return
         try:
             record = self._map(tup)
@@ -953,7 +978,7 @@ class KafkaBolt(ExactlyOnceOption, Bolt):
             self._failed(tup, "cannot map", e)
             return
         try:
-            self._produce(record, on_delivery=lambda err, msg, tup=tup: self._report(tup, err, msg))
+            self._produce(record, on_delivery=partial(self._report, tup))
         except BufferError as e:
             self._failed(tup, "the producer's queue is full, cannot write", e)
             return

@@ -215,7 +215,15 @@ class RedisStreamSpout(Spout):
     # -- lifecycle --------------------------------------------------------------------------
 
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: ISpoutOutputCollector) -> None:
+        import redis
+
         self._collector = collector
+        # what next_tuple catches, looked up once rather than by an import at every call
+        self._response_error, self._unreachable = redis.ResponseError, (redis.ConnectionError, redis.TimeoutError)
+        # the default translator onto a default stream of two fields: its values always fit
+        # (what SpoutStreams.route checks), so they are emitted without the translator nor the check
+        self._plain_values = (self.translator is _default_translator
+                              and len(self.streams.fields.get("default", ())) == 2)
         component = context.get_this_component_id()
         if self.consumer is None:
             self.consumer = f"{component}-{context.get_this_task_id()}"
@@ -276,22 +284,20 @@ class RedisStreamSpout(Spout):
     # -- next_tuple ---------------------------------------------------------------------------
 
     def next_tuple(self) -> None:
-        import redis
-
         if self._backoff.waiting():
             return
         now = time.monotonic()
         try:
             try:
                 self._step(now)
-            except redis.ResponseError as e:
+            except self._response_error as e:
                 if "NOGROUP" not in str(e):
                     raise
                 log.warning("%s: the consumer group is gone (Redis restarted without persistence?): creating it "
                             "again", self._where)
                 self._create_group()
                 return
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except self._unreachable as e:
             self._went_down(e)
             return
         if self._backoff.came_back():
@@ -374,9 +380,15 @@ class RedisStreamSpout(Spout):
     def _fields(raw: Any) -> dict[str, str] | None:
         if raw is None:
             return None
-        return {_decode(k): _decode(v) for k, v in raw.items()}
+        # _decode inlined: this runs for every field of every entry
+        return {(k.decode("utf-8", "replace") if isinstance(k, bytes) else k):
+                (v.decode("utf-8", "replace") if isinstance(v, bytes) else v) for k, v in raw.items()}
 
     def _emit(self, entry_id: str, fields: dict[str, str]) -> None:
+        if self._plain_values:
+            self._collector.emit([entry_id, fields], msg_id=entry_id)
+            self.metrics["emitted"] += 1
+            return
         try:
             out = self.translator(entry_id, fields)
             if out is None:
@@ -470,6 +482,11 @@ class _StoreBoltBase(Bolt):
         self.collector.fail(tup)
 
 
+#: the writes of RedisStoreBolt that take any number of elements after the key (HSET key f1 v1
+#: f2 v2 ...): consecutive ones to one key are sent as one command
+_MERGEABLE = frozenset({"HSET", "SADD", "ZADD", "RPUSH"})
+
+
 class RedisStoreBolt(ExactlyOnceOption, _StoreBoltBase):
     """Writes every input tuple to Redis (Storm's storm-redis ``RedisStoreBolt``), acking it
     once Redis confirmed the write; failing it (and recording why for the component) when
@@ -486,7 +503,9 @@ class RedisStoreBolt(ExactlyOnceOption, _StoreBoltBase):
 
     The writes of a batch of inputs (what reached the executor together, at most
     ``max_pipeline``) go to Redis in one pipeline (``finish_batch``), not in a round trip
-    each; each input is acked or failed by its own command's reply. Values are checked (and
+    each; consecutive writes of the batch to the same key by ``HSET``, ``SADD``, ``ZADD`` or
+    ``RPUSH`` are one command (``HSET key f1 v1 f2 v2 ...``, in arrival order). Each input is
+    acked or failed by the reply of the command holding its write. Values are checked (and
     the mapping done) in ``execute``, so one bad tuple fails alone. Commands are not a
     transaction: a batch cut by a lost connection fails whole, and the replays may write
     some values twice (the same values: idempotent for all but ``list`` and ``stream``).
@@ -557,8 +576,18 @@ class RedisStoreBolt(ExactlyOnceOption, _StoreBoltBase):
         batch, self._batch = self._batch, []
         if not batch:
             return
+        # one command per run of writes to one key by a command taking many elements: redis-py
+        # spends more on each command (packing it, parsing its reply) than on its arguments
+        commands: list[tuple[list[Tuple], str, list[bytes]]] = []  # (inputs, command, arguments)
+        for tup, command, args in batch:
+            last = commands[-1] if commands else None
+            if last is not None and command == last[1] and command in _MERGEABLE and args[0] == last[2][0]:
+                last[0].append(tup)
+                last[2].extend(args[1:])
+            else:
+                commands.append(([tup], command, list(args)))
         pipe = self._redis.pipeline(transaction=False)
-        for _, command, args in batch:
+        for _, command, args in commands:
             pipe.execute_command(command, *args)
         try:
             replies = pipe.execute(raise_on_error=False)
@@ -566,11 +595,13 @@ class RedisStoreBolt(ExactlyOnceOption, _StoreBoltBase):
             for tup, _, _ in batch:
                 self._failed(tup, f"writing ({self.data_type}) failed for", e)
             return
-        for (tup, _, _), reply in zip(batch, replies):
+        for (inputs, _, _), reply in zip(commands, replies):
             if isinstance(reply, Exception):
-                self._failed(tup, f"writing ({self.data_type}) failed for", reply)
+                for tup in inputs:
+                    self._failed(tup, f"writing ({self.data_type}) failed for", reply)
             else:
-                self.collector.ack(tup)
+                for tup in inputs:
+                    self.collector.ack(tup)
 
     def cleanup(self) -> None:
         if getattr(self, "_batch", None) and getattr(self, "_redis", None) is not None:
@@ -776,5 +807,5 @@ class by_fields:  # noqa: N801  (used like a function)
         self.names = names
 
     def __call__(self, tup: Tuple) -> Any:
-        values = tuple(tup.get_value_by_field(name) for name in self.names)
+        values = tuple(map(tup.get_value_by_field, self.names))
         return values[0] if len(values) == 1 else values
