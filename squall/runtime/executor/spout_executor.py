@@ -173,6 +173,7 @@ class SpoutExecutor(Executor):
         unrecovered = self._unrecovered
         if unrecovered and self.checkpointing.recovered:
             unrecovered = self._unrecovered = frozenset()
+        transfer = self.transfer
         for task, spout in self.spouts.items():
             if task in unrecovered:
                 exhausted = False
@@ -181,6 +182,7 @@ class SpoutExecutor(Executor):
             in_flight = self._in_flight.get(task)
             # a stateful task stops once it emitted what its in-flight limit leaves room for
             stop_at = None if in_flight is None else collector.emitted_count + in_flight.room(collector.emitted_count)
+            next_tuple = spout.next_tuple  # looked up once per task and round, not per call
             self.stall_watch.calling(task)
             for _ in range(self._max_batch):
                 if (max_pending is not None and len(pending) >= max_pending
@@ -189,7 +191,7 @@ class SpoutExecutor(Executor):
                     break
                 before = collector.emitted_count
                 try:
-                    spout.next_tuple()
+                    next_tuple()
                 except Exception as e:
                     self.report_error(task, e)
                 if collector.emitted_count == before:
@@ -197,7 +199,7 @@ class SpoutExecutor(Executor):
                         exhausted = False
                     break
                 emitted = True
-                if self.transfer.overflow:
+                if transfer.overflow:
                     break
         self.stall_watch.returned()
         self.flush_all()
