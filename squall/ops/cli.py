@@ -136,7 +136,7 @@ def _existing_files(option: str, value: str | None, path_of: Callable[[str], str
 def cmd_plan(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
     merged = checked_config(name, config, {cid: spec.conf for cid, spec in topology.components.items()})
-    print(format_plan(assign(topology, merged), merged))
+    print(format_plan(assign(topology, merged), merged, topology))
     return 0
 
 

@@ -10,19 +10,23 @@ from typing import Any
 
 from squall import compiled
 from squall.api.config import Config, config_table
+from squall.api.storm_topology import StormTopology
 from squall.runtime.assignment import Assignment
 
 
-def format_plan(assignment: Assignment, conf: dict[str, Any]) -> str:
-    """One line per worker followed by one per executor, then a line on the links
+def format_plan(assignment: Assignment, conf: dict[str, Any], topology: StormTopology | None = None) -> str:
+    """One line per worker followed by one per executor (with ``topology``, what its component
+    runs when the component says: a Streams API bolt's operations), then a line on the links
     (``topology.messaging.secure``), one on values of types neither msgpack's own nor
     registered (``topology.fall.back.on.java.serialization``), one on whether the data path
     runs compiled (:func:`squall.compiled.describe`), then the configuration
     (:func:`format_config`). ``conf`` is the merged config ``assignment`` was made with."""
     lines = []
+    runs = _what_components_run(topology) if topology is not None else {}
     for worker in assignment.workers:
         lines.append(f"worker {worker.index} (port {worker.port}): {len(worker.executors)} executors")
         lines.extend(f"  executor {executor.component:<20} tasks {list(executor.tasks)}"
+                     + (f"  runs {runs[executor.component]}" if executor.component in runs else "")
                      for executor in worker.executors)
     if conf[Config.TOPOLOGY_MESSAGING_SECURE]:
         lines.append("links: authenticated and encrypted (ZeroMQ CURVE, a key pair per topology)")
@@ -35,6 +39,17 @@ def format_plan(assignment: Assignment, conf: dict[str, Any]) -> str:
     lines.append(compiled.describe())
     lines.append(format_config(conf))
     return "\n".join(lines)
+
+
+def _what_components_run(topology: StormTopology) -> dict[str, str]:
+    """Component id -> its ``describe_operations()``, for the components that have one (a
+    Streams API bolt: the operations fused into it)."""
+    runs = {}
+    for cid, spec in topology.components.items():
+        describe = getattr(spec.instantiate(), "describe_operations", None)
+        if callable(describe):
+            runs[cid] = describe()
+    return runs
 
 
 #: The first line of :func:`format_config`.
