@@ -258,3 +258,43 @@ def test_squall_plan_names_the_operations_each_bolt_runs(tmp_path) -> None:
     runs = sorted(f"{line.split()[1]}: {line.split(' runs ')[1]}" for line in done.stdout.splitlines()
                   if line.startswith("  executor") and " runs " in line)
     assert runs == ["bolt1: flat_map -> map_to_pair"] * 2 + ["bolt2: count_by_key -> print"] * 2
+
+
+# -- Storm's StreamBuilderTest shapes (those without windows or joins) ---------------------------------
+
+
+def shape(pipeline, parallelism: int = 1) -> dict[str, tuple[int, list[tuple[str, str, str]]]]:
+    """Each component's parallelism and inputs ((component, stream, grouping type)) for
+    ``pipeline(new_stream(...))``."""
+    builder = StreamBuilder()
+    pipeline(builder.new_stream(Values(), parallelism=parallelism))
+    return {cid: (spec.parallelism, sorted((c, s, g.type) for (c, s), g in spec.inputs.items()))
+            for cid, spec in builder.build().components.items()}
+
+
+def test_storm_spout_to_bolt_subscribes_the_bolt_to_the_spouts_default_stream() -> None:
+    assert shape(lambda s: s.to(Sink())) == {"spout1": (1, []), "bolt1": (1, [("spout1", "default", SHUFFLE)])}
+
+
+def test_storm_a_branch_and_its_outputs_run_in_one_bolt() -> None:
+    assert shape(lambda s: s.branch(lambda v: True)[0].print()) == {
+        "spout1": (1, []), "bolt1": (1, [("spout1", "default", SHUFFLE)])}
+
+
+def test_storm_repartitions_start_bolts_and_set_the_parallelism() -> None:
+    components = shape(lambda s: s.repartition(3).filter(bool).repartition(2).filter(bool).count().print())
+    assert {cid: p for cid, (p, _) in components.items()} == {"spout1": 1, "bolt1": 3, "bolt2": 2, "bolt3": 1}, \
+        "Storm keeps the global aggregate's bolt at its parent's parallelism (2); here it runs the one task used"
+    assert [g for *_, g in components["bolt3"][1]] == [GLOBAL]
+
+
+def test_storm_a_key_operation_after_a_repartition_replaces_its_shuffle_with_a_key_partition() -> None:
+    components = shape(lambda s: s.map_to_pair(lambda v: (v, v)).reduce_by_key(lambda a, b: a + b)
+                       .repartition(10).reduce_by_key(lambda a, b: 0).print())
+    assert components["bolt1"] == (1, [("spout1", "default", SHUFFLE)]), "one task: the first reduce is fused"
+    assert components["bolt2"][0] == 10 and [g for *_, g in components["bolt2"][1]] == [FIELDS]
+
+
+def test_storm_a_key_operation_on_one_task_is_fused() -> None:
+    assert shape(lambda s: s.map_to_pair(lambda v: (v, v)).reduce_by_key(lambda a, b: a + b).print()) == {
+        "spout1": (1, []), "bolt1": (1, [("spout1", "default", SHUFFLE)])}
