@@ -49,13 +49,9 @@ def run(pipeline, data: list, parallelism: int = 1) -> list:
     pipeline(builder.new_stream(Values(), parallelism=parallelism)).to(Sink())
     topology = builder.build()
     sink = next(spec for spec in topology.components.values() if isinstance(spec.instantiate(), Sink))
-    (source, stream), = spec_inputs(sink)
+    (source, stream), = sink.inputs
     results = complete_topology(topology, {"spout1": [[v] for v in data]})
     return [values[0] if len(values) == 1 else tuple(values) for values in read_tuples(results, source, stream)]
-
-
-def spec_inputs(spec) -> list:
-    return list(spec.inputs)
 
 
 def test_word_count_emits_a_running_count_per_key_after_each_pair() -> None:

@@ -65,6 +65,9 @@ class Host:
         for tup in batch:
             combine_ack(self.acks.pending, tup)  # the bolt acks what it executed
 
+    def pairs(self, batch: list[Tuple]) -> Any:
+        return [(TASK, tup) for tup in batch]
+
     def emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
         self.passed_on.append((task, list(values), sorted(root for a in anchors for root in a.tree_ids)))
 

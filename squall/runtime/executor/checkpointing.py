@@ -62,6 +62,9 @@ class CheckpointHost(Protocol):
         """Run the user's calls for a batch without barriers (bare tuples for a one-task
         executor, else ``(task, tuple)`` pairs)."""
 
+    def pairs(self, batch: list[Any]) -> Any:
+        """``(task, tuple)`` pairs of an incoming batch."""
+
     def emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
         """Pass a barrier (or a marker) on from ``task``, anchored to the copies that came in."""
 
@@ -120,7 +123,7 @@ class Checkpointing:
             if first.stream_source.stream != CHECKPOINT_STREAM:
                 self._host.execute(batch)
                 return
-        self._process(zip([self._host.task_ids[0]] * len(batch), batch) if self._single else batch)
+        self._process(self._host.pairs(batch))
 
     def request_recovery(self) -> None:
         """Ask the checkpoint spout for a rollback (a restarted worker's executor, at start)."""
