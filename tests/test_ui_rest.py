@@ -13,7 +13,8 @@ import pytest
 
 from squall import Config
 from squall.cluster.stats_history import COUNTERS, FINE_SECS, StatsHistory, parse_window, window_pretty
-from squall.testing import wait_until
+from squall.streams import StreamBuilder
+from squall.testing import FeederSpout, wait_until
 
 from helpers import stays
 from metered_topology import run_metered
@@ -349,3 +350,18 @@ def test_the_topology_totals_leave_the_checkpoint_spouts_barriers_out(cluster, t
     assert page_sys["topologyStats"][-1]["acked"] >= page_sys["spouts"][0]["acked"] > 0
     assert status_bad == 400 and "sys" in bad["errorMessage"] and "'yes'" in bad["errorMessage"]
     assert page["currentRun"] == []  # no worker restarted, no rebalance
+
+
+def test_streams_api_bolts_name_the_operations_they_run(cluster):
+    builder = StreamBuilder()
+    (builder.new_stream(FeederSpout(["line"])).flat_map(str.split).map_to_pair(lambda w: (w, 1))
+        .repartition(2).count_by_key().print())
+    cluster.submit_topology("streams-ui", Config(), builder.build())
+    with UiServer(cluster, TOKEN, port=0) as server:
+        status, page, _ = call(server.url + "/api/v1/topology/streams-ui")
+        assert status == 200
+        assert {b["boltId"]: b["operations"] for b in page["bolts"]} == {
+            "bolt1": "flat_map -> map_to_pair", "bolt2": "count_by_key -> print"}
+        assert "operations" not in page["spouts"][0]
+        status, component, _ = call(server.url + "/api/v1/topology/streams-ui/component/bolt2")
+        assert status == 200 and component["operations"] == "count_by_key -> print"

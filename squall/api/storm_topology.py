@@ -41,6 +41,9 @@ class ComponentSpec:
     stateful: bool = False  # a StatefulComponent: its tasks have state in each checkpoint
     keeps_position: bool = False  # a spout that resumes where its input was committed (Spout.keeps_position)
     exactly_once: bool = False  # a sink whose output commits with the checkpoints (TwoPhaseCommitSink)
+    #: what a Streams API bolt runs (its ``describe_operations()``: "flat_map -> map_to_pair"), for
+    #: ``squall plan`` and the UI; None for other components
+    operations: str | None = None
 
     @property
     def is_spout(self) -> bool:

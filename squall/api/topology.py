@@ -219,6 +219,7 @@ class TopologyBuilder:
                 stateful=isinstance(entry.obj, StatefulComponent),
                 keeps_position=bool(getattr(entry.obj, "keeps_position", False)),
                 exactly_once=bool(getattr(entry.obj, "exactly_once", False)),
+                operations=_operations(entry.obj),
             )
         return StormTopology(types.MappingProxyType(specs))
 
@@ -330,3 +331,9 @@ def _check_subscription(
                 f"{where} {source!r}:{stream!r} grouping on field(s) {missing} that the stream does not "
                 f"declare (it declares {spec.fields.to_list()})"
             )
+
+
+def _operations(component: Component) -> str | None:
+    """What a component runs, when it says (a Streams API bolt's ``describe_operations()``)."""
+    describe = getattr(component, "describe_operations", None)
+    return describe() if callable(describe) else None

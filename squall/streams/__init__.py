@@ -18,5 +18,9 @@ from squall.streams.builder import StreamBuilder
 from squall.streams.operations import Aggregator, Count
 from squall.streams.processor_bolt import ProcessorBolt, StreamOperationError
 from squall.streams.stream import PairStream, Stream
+from squall.streams.windows import SlidingWindows, TumblingWindows, Window
 
-__all__ = ["Aggregator", "Count", "PairStream", "ProcessorBolt", "Stream", "StreamBuilder", "StreamOperationError"]
+__all__ = [
+    "Aggregator", "Count", "PairStream", "ProcessorBolt", "SlidingWindows", "Stream", "StreamBuilder",
+    "StreamOperationError", "TumblingWindows", "Window",
+]

@@ -11,6 +11,15 @@ operation runs in the bolt of the operation before it (fused: one chain of calls
 * at a global aggregation on more than one task: global grouping, one task;
 * at ``update_state_by_key``, always (fields grouping on ``key``): a stateful bolt, one
   ``update_state_by_key`` each, whose state is checkpointed;
+* at ``window``: a windowed bolt (behind a shuffle grouping, or a fields grouping on ``key``
+  for a stream partitioned by key); a bolt reading a windowed stream also subscribes to its
+  punctuations (all grouping);
+* at a join or ``co_group_by_key``: a bolt reading both streams (fields grouping on ``key``);
+* at ``late()``: a bolt reading the windowed bolt's late tuple stream;
+* a key operation or a state query right after ``new_stream`` first gets the spout's values
+  into a bolt of their own (a fields grouping needs the ``key`` or ``value`` field);
+* ``state_query``: no bolt of its own: it runs in its ``update_state_by_key``'s bolt, behind
+  a fields grouping on ``value`` (the same task as the key's state);
 * ``to(bolt)``: the bolt itself.
 
 Components are named ``spout1``, ``bolt1``, ... in the order the pipeline made them; each
@@ -20,6 +29,7 @@ processor bolt's ``describe_operations()`` names the operations it runs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import cloudpickle
@@ -29,11 +39,12 @@ from squall.api.errors import InvalidTopologyError
 from squall.api.spout import Spout
 from squall.api.storm_topology import StormTopology
 from squall.api.topology import BoltDeclarer, TopologyBuilder
-from squall.streams.operations import UpdateStateByKey
+from squall.streams.operations import PassThrough, UpdateStateByKey
 from squall.streams.processor_bolt import (
-    FROM_PAIRS, FROM_SPOUT, FROM_VALUES, ProcessorBolt, StatefulProcessorBolt, Step,
+    FROM_PAIRS, FROM_SPOUT, FROM_VALUES, PUNCTUATION, Input, ProcessorBolt, StatefulProcessorBolt, Step,
+    WindowedProcessorBolt, WindowedStreamExecutor,
 )
-from squall.streams.stream import GLOBAL, KEY, SHUFFLE, Node, PairStream, Stream
+from squall.streams.stream import GLOBAL, KEY, SHUFFLE, VALUE, Node, PairStream, Stream
 
 
 def first_or_all(values: list[Any]) -> Any:
@@ -89,39 +100,88 @@ class StreamBuilder:
         for i, (source, spout, _) in enumerate(self._sources, 1):
             component[source] = f"spout{i}"
             builder.set_spout(component[source], spout, source.parallelism)
-        for source, _, _ in self._sources:
-            stack = list(reversed(source.children))
+        # state queries run in their state's bolt: placed once every other node is
+        pending = [child for source, _, _ in self._sources for child in source.children]
+        while pending:
+            deferred = []
+            stack = list(reversed(pending))
             while stack:
                 node = stack.pop()
+                if node in component:
+                    continue  # a join, reached from its second stream
+                if node.state is not None and node.state not in component:
+                    deferred.append(node)
+                    continue
                 _check_shippable(node)
-                if _fused(node):
+                if node.state is not None:
+                    component[node] = component[node.state]
+                elif _fused(node):
                     component[node] = component[node.parent]
                 else:
                     component[node] = f"bolt{len(bolts) + 1}"
                     bolts[component[node]] = []
                 bolts[component[node]].append(node)
                 stack.extend(reversed(node.children))
+            if len(deferred) == len(pending):
+                raise InvalidTopologyError("state_query: its state is not fed by any stream of this builder")
+            pending = deferred
         mappers = {source: mapper for source, _, mapper in self._sources}
         leaving = {node for node, *_ in self._sinks}
-        leaving.update(child.parent for nodes in bolts.values() for child in nodes
-                       if component[child] != component[child.parent])
+        for nodes in bolts.values():
+            for node in nodes:
+                if node.parent is not None and component[node.parent] != component[node] and not _is_late(node):
+                    leaving.add(node.parent)
+                if node.other is not None:
+                    leaving.add(node.other)
         for bolt_id, nodes in bolts.items():
-            root = nodes[0]
             index = {node: i for i, node in enumerate(nodes)}
             steps = [Step(node.operation, index.get(node.parent, -1), node.stream_id if node in leaving else None,
-                          node.pairs) for node in nodes]
-            parent = root.parent
-            kind = StatefulProcessorBolt if isinstance(root.operation, UpdateStateByKey) else ProcessorBolt
-            if parent.operation is None:
-                bolt = kind(steps, FROM_SPOUT, mappers[parent])
-            else:
-                bolt = kind(steps, FROM_PAIRS if parent.pairs else FROM_VALUES)
-            declarer = builder.set_bolt(bolt_id, bolt, root.parallelism)
-            _subscribe(declarer, component[parent], parent.stream_id, root.grouping or SHUFFLE)
+                          node.pairs, node.window is not None) for node in nodes]
+            inputs = [_input(node, index[node], component, mappers) for node in nodes if node.parent not in index]
+            inputs += [Input(component[node.other], node.other.stream_id, FROM_PAIRS, index[node], side=1,
+                             windowed=True) for node in nodes if node.other is not None]
+            bolt = _bolt(nodes, steps, inputs)
+            declarer = builder.set_bolt(bolt_id, bolt, nodes[0].parallelism)
+            for source in inputs:
+                _subscribe(declarer, source.component, source.stream, nodes[source.step].grouping or SHUFFLE)
+                if source.windowed:
+                    declarer.all_grouping(source.component, source.stream + PUNCTUATION)
         for i, (node, bolt, parallelism, grouping) in enumerate(self._sinks, len(bolts) + 1):
             declarer = builder.set_bolt(f"bolt{i}", bolt, parallelism)
             _subscribe(declarer, component[node], node.stream_id, grouping)
         return builder.create_topology()
+
+
+def _is_late(node: Node) -> bool:
+    return node.operation is not None and node.operation.name == "late"
+
+
+def _input(root: Node, step: int, component: dict[Node, str], mappers: dict[Node, Callable[[list[Any]], Any]]) -> Input:
+    """How ``root``'s bolt reads its values from the component before it."""
+    parent = root.parent
+    late = _is_late(root)
+    source = parent.parent if late else parent  # a window's late tuples are its input's
+    if source.operation is None:
+        decoding, mapper = FROM_SPOUT, mappers[source]
+    else:
+        decoding, mapper = (FROM_PAIRS if source.pairs else FROM_VALUES), None
+    windowed = parent.window is not None and root.window is not None
+    return Input(component[parent], root.input_stream, decoding, step, late=late, windowed=windowed,
+                 value_mapper=mapper)
+
+
+def _bolt(nodes: list[Node], steps: list[Step], inputs: list[Input]) -> Any:
+    """The processor bolt that runs ``nodes``: a windowed one from a window on."""
+    root = nodes[0]
+    if isinstance(root.operation, PassThrough) and root.operation.name == "window":
+        late = [child.input_stream for child in root.children if _is_late(child)]
+        window = root.window
+        if late:
+            window = replace(window, config=replace(window.config, late_tuple_stream=late[0]))
+        return WindowedStreamExecutor(WindowedProcessorBolt(ProcessorBolt(steps, inputs), window))
+    if any(isinstance(node.operation, UpdateStateByKey) for node in nodes):
+        return StatefulProcessorBolt(steps, inputs)
+    return ProcessorBolt(steps, inputs)
 
 
 def _fused(node: Node) -> bool:
@@ -131,8 +191,8 @@ def _fused(node: Node) -> bool:
 
 
 def _subscribe(declarer: BoltDeclarer, component: str, stream: str, grouping: str) -> None:
-    if grouping == KEY:
-        declarer.fields_grouping(component, ["key"], stream)
+    if grouping in (KEY, VALUE):
+        declarer.fields_grouping(component, [grouping], stream)
     elif grouping == GLOBAL:
         declarer.global_grouping(component, stream)
     else:

@@ -1,15 +1,22 @@
 """The operations of a stream pipeline (Storm's ``org.apache.storm.streams.processors``), as the
 chain of Python calls a :class:`~squall.streams.processor_bolt.ProcessorBolt` runs.
 
-An operation is bound once per task, in the worker (:meth:`Operation.bind`): given ``forward``
-(what receives each value it produces: the next operations of the same bolt, called directly,
-and the bolt's emit when the stream leaves it), it returns the function called with each input
+An operation is bound once per task, in the worker: given ``forward`` (what receives each value
+it produces: the next operations of the same bolt, called directly, and the bolt's emit when
+the stream leaves it), :meth:`Operation.bind` returns the function called with each input
 value. Consecutive operations of one bolt are therefore nested calls: no tuple, queue or ack
 between them (Storm's ``ForwardingProcessorContext``, Flink's operator chaining).
 
-Pairs are Python tuples ``(key, value)`` (Storm's ``Pair``). Aggregations without a window keep
-their state in the bound function and emit a running result after every input, for the input's
-key (Storm's semantics for a stream that is not windowed).
+On a windowed stream (after ``window``) an operation is bound with :meth:`Operation.bind_window`
+instead, which also returns the function called when windows end (Storm's punctuation): given
+the last window that ended, it emits what those windows hold and calls the next operations'.
+``window[0]`` names the window the value being processed belongs to (its end timestamp, or its
+ordinal for windows that slide by a count): the bolt sets it.
+
+Pairs are Python tuples ``(key, value)`` (Storm's ``Pair``). Aggregations (:class:`Fold`) keep
+a state: without a window they emit a running result after every input, for the input's key;
+on a windowed stream they emit every key's result when the window ends, then forget it (Storm's
+semantics for both).
 
 Nothing here blocks; an exception raised by a user function goes up to the bolt, which fails the
 input and names the operation (see :mod:`squall.streams.processor_bolt`).
@@ -17,11 +24,13 @@ input and names the operation (see :mod:`squall.streams.processor_bolt`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from types import CodeType
 from typing import Any
 
 Forward = Callable[[Any], None]
+#: called when the windows up to the one it names have ended
+Close = Callable[[Any], None]
 
 
 class Operation:
@@ -39,6 +48,12 @@ class Operation:
         """The function a task calls with each input value; it calls ``forward`` with each
         value it produces. Called once per task, in the worker."""
         raise NotImplementedError
+
+    def bind_window(self, forward: Forward, close: Close, window: list[Any]) -> tuple[Forward, Close]:
+        """:meth:`bind` for a windowed stream: the function called with each value (of the
+        window ``window[0]``) and the one called when windows end, which must call ``close``
+        after emitting. An operation that keeps no state forwards values and window ends."""
+        return self.bind(forward), close
 
     def describe(self) -> str:
         """``name`` and where its first user function is defined (file:line), for messages."""
@@ -141,6 +156,20 @@ class FlatMapValues(Operation):
         return process
 
 
+class PassThrough(Operation):
+    """Values go on unchanged: where a stream changes how it travels (``window``, the late
+    values of a window, the values a state is queried with), which starts a bolt."""
+
+    preserves_key = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def bind(self, forward: Forward) -> Forward:
+        return forward
+
+
 class Branch(Operation):
     """Each value goes to the first branch whose predicate it satisfies (in the order given),
     or nowhere. Bound with one forward per branch (:meth:`bind_branches`)."""
@@ -217,48 +246,87 @@ class Count(Aggregator):
         return a + b
 
 
-class Aggregate(Operation):
-    """A global aggregation: the running result over every value so far, after each."""
+class Fold(Operation):
+    """An operation that folds values into a state: ``new_state()`` is an empty one, ``add``
+    folds a value in and returns the running result for it, ``results`` are what a window's
+    state emits when the window ends. Without a window there is one state for the stream and
+    ``add``'s result is emitted after each value; on a windowed stream, one state per window."""
 
-    name = "aggregate"
+    def new_state(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, state: Any, value: Any) -> Any:
+        raise NotImplementedError
+
+    def results(self, state: Any) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def bind(self, forward: Forward) -> Forward:
+        state, add = self.new_state(), self.add
+        return lambda value: forward(add(state, value))
+
+    def bind_window(self, forward: Forward, close: Close, window: list[Any]) -> tuple[Forward, Close]:
+        states: dict[Any, Any] = {}  # window -> its state
+        new_state, add = self.new_state, self.add
+
+        def process(value: Any) -> None:
+            w = window[0]
+            state = states.get(w)
+            if state is None:
+                state = states[w] = new_state()
+            add(state, value)
+
+        def end(last: Any) -> None:
+            for w in sorted(w for w in states if w <= last):
+                window[0] = w
+                for result in self.results(states.pop(w)):
+                    forward(result)
+            close(last)
+        return process, end
+
+
+class Aggregate(Fold):
+    """A global aggregation: ``aggregator``'s result over the values (one task)."""
 
     def __init__(self, aggregator: Aggregator, name: str = "aggregate") -> None:
         super().__init__(*_aggregator_functions(aggregator))
         self.aggregator = aggregator
         self.name = name
 
-    def bind(self, forward: Forward) -> Forward:
+    def new_state(self) -> list[Any]:
+        return [self.aggregator.init()]
+
+    def add(self, state: list[Any], value: Any) -> Any:
         aggregator = self.aggregator
-        state = [aggregator.init()]
+        state[0] = aggregator.apply(state[0], value)
+        return aggregator.result(state[0])
 
-        def process(value: Any) -> None:
-            state[0] = aggregator.apply(state[0], value)
-            forward(aggregator.result(state[0]))
-        return process
+    def results(self, state: list[Any]) -> Iterator[Any]:
+        yield self.aggregator.result(state[0])
 
 
-class Reduce(Operation):
-    """A global reduction: the first value is the seed; the running result after each value."""
+class Reduce(Fold):
+    """A global reduction (one task): the first value is the seed."""
 
     name = "reduce"
 
-    def bind(self, forward: Forward) -> Forward:
-        reducer = self.functions[0]
-        state: list[Any] = []
+    def new_state(self) -> list[Any]:
+        return []
 
-        def process(value: Any) -> None:
-            if state:
-                state[0] = reducer(state[0], value)
-            else:
-                state.append(value)
-            forward(state[0])
-        return process
+    def add(self, state: list[Any], value: Any) -> Any:
+        if state:
+            state[0] = self.functions[0](state[0], value)
+        else:
+            state.append(value)
+        return state[0]
+
+    def results(self, state: list[Any]) -> Iterator[Any]:
+        yield state[0]
 
 
-class AggregateByKey(Operation):
-    """Per key: the running result for the input's key, after each input (``(key, result)``)."""
+class AggregateByKey(Fold):
+    """Per key: ``(key, result)`` of ``aggregator`` over the key's values."""
 
-    name = "aggregate_by_key"
     preserves_key = True
 
     def __init__(self, aggregator: Aggregator, name: str = "aggregate_by_key") -> None:
@@ -266,63 +334,158 @@ class AggregateByKey(Operation):
         self.aggregator = aggregator
         self.name = name
 
-    def bind(self, forward: Forward) -> Forward:
+    def new_state(self) -> dict[Any, Any]:
+        return {}
+
+    def add(self, state: dict[Any, Any], pair: Any) -> Any:
+        key = pair[0]
         aggregator = self.aggregator
+        accumulator = state[key] = aggregator.apply(state[key] if key in state else aggregator.init(), pair[1])
+        return key, aggregator.result(accumulator)
+
+    def results(self, state: dict[Any, Any]) -> Iterator[Any]:
+        result = self.aggregator.result
+        for key, accumulator in state.items():
+            yield key, result(accumulator)
+
+    def bind(self, forward: Forward) -> Forward:
+        """:meth:`Fold.bind` in one closure, and a count as a dict increment: the word count's
+        hot path."""
         state: dict[Any, Any] = {}
+        get = state.get
+        if type(self.aggregator) is Count:
+            def count(pair: Any) -> None:
+                key = pair[0]
+                n = state[key] = get(key, 0) + 1
+                forward((key, n))
+            return count
+        init, apply, result = self.aggregator.init, self.aggregator.apply, self.aggregator.result
         missing = object()
 
         def process(pair: Any) -> None:
             key = pair[0]
-            accumulator = state.get(key, missing)
-            if accumulator is missing:
-                accumulator = aggregator.init()
-            accumulator = state[key] = aggregator.apply(accumulator, pair[1])
-            forward((key, aggregator.result(accumulator)))
+            accumulator = get(key, missing)
+            accumulator = state[key] = apply(init() if accumulator is missing else accumulator, pair[1])
+            forward((key, result(accumulator)))
         return process
 
 
-class ReduceByKey(Operation):
-    """Per key: the first value is the seed; ``(key, running reduction)`` after each input."""
+class ReduceByKey(Fold):
+    """Per key: ``(key, reduction)`` of the key's values (the first is the seed)."""
 
     name = "reduce_by_key"
     preserves_key = True
 
-    def bind(self, forward: Forward) -> Forward:
-        reducer = self.functions[0]
-        state: dict[Any, Any] = {}
+    def new_state(self) -> dict[Any, Any]:
+        return {}
 
-        def process(pair: Any) -> None:
-            key, value = pair
-            if key in state:
-                value = reducer(state[key], value)
-            state[key] = value
-            forward((key, value))
-        return process
+    def add(self, state: dict[Any, Any], pair: Any) -> Any:
+        key, value = pair
+        if key in state:
+            value = self.functions[0](state[key], value)
+        state[key] = value
+        return key, value
+
+    def results(self, state: dict[Any, Any]) -> Iterable[Any]:
+        return state.items()
 
 
-class GroupByKey(Operation):
-    """Per key: ``(key, [every value so far])`` after each input (a copy: what was emitted is
-    never changed later)."""
+class GroupByKey(Fold):
+    """Per key: ``(key, [its values])`` (a copy: what was emitted is never changed later)."""
 
     name = "group_by_key"
     preserves_key = True
 
-    def bind(self, forward: Forward) -> Forward:
-        state: dict[Any, list[Any]] = {}
+    def new_state(self) -> dict[Any, list[Any]]:
+        return {}
 
-        def process(pair: Any) -> None:
-            key = pair[0]
-            values = state.setdefault(key, [])
-            values.append(pair[1])
-            forward((key, list(values)))
-        return process
+    def add(self, state: dict[Any, list[Any]], pair: Any) -> Any:
+        values = state.setdefault(pair[0], [])
+        values.append(pair[1])
+        return pair[0], list(values)
+
+    def results(self, state: dict[Any, list[Any]]) -> Iterable[Any]:
+        return state.items()
+
+
+class Join(Operation):
+    """The pairs of two windowed streams with equal keys, per window, emitted when the window
+    ends: for each key, every left value with every right value (in arrival order), as
+    ``(key, joiner(left, right))``. ``kind``: ``inner``; ``left`` / ``right`` / ``full``
+    (outer) also emit the values of one side (or either) whose key the other side lacks in
+    that window, with None for the missing value; ``co_group``: ``(key, (left values, right
+    values))`` once per key of either side. Bound with two inputs (:meth:`bind_join`)."""
+
+    preserves_key = True
+
+    def __init__(self, kind: str, joiner: Callable[[Any, Any], Any] | None = None) -> None:
+        super().__init__(*(() if joiner is None else (joiner,)))
+        self.kind = kind
+        self.name = "co_group_by_key" if kind == "co_group" else "join" if kind == "inner" else f"{kind}_outer_join"
+
+    def bind(self, forward: Forward) -> Forward:
+        raise TypeError(f"{self.name} is bound with two inputs")
+
+    def bind_join(self, forward: Forward, close: Close, window: list[Any]) -> tuple[Forward, Forward, Close]:
+        """The functions called with the left stream's pairs, the right stream's, and when
+        windows end."""
+        sides: dict[Any, tuple[dict[Any, list[Any]], dict[Any, list[Any]]]] = {}  # window -> (left, right)
+
+        def adder(side: int) -> Forward:
+            def process(pair: Any) -> None:
+                w = window[0]
+                both = sides.get(w)
+                if both is None:
+                    both = sides[w] = ({}, {})
+                both[side].setdefault(pair[0], []).append(pair[1])
+            return process
+
+        def end(last: Any) -> None:
+            for w in sorted(w for w in sides if w <= last):
+                window[0] = w
+                left, right = sides.pop(w)
+                for pair in self.rows(left, right):
+                    forward(pair)
+            close(last)
+        return adder(0), adder(1), end
+
+    def rows(self, left: dict[Any, list[Any]], right: dict[Any, list[Any]]) -> Iterator[Any]:
+        """What one window's values give: the keys of the left side first, in arrival order."""
+        kind = self.kind
+        if kind == "co_group":
+            for key, values in left.items():
+                yield key, (values, right.get(key, []))
+            for key, values in right.items():
+                if key not in left:
+                    yield key, ([], values)
+            return
+        joiner = self.functions[0] if self.functions else _pair
+        keep_left, keep_right = kind in ("left", "full"), kind in ("right", "full")
+        none = [None]
+        for key, lefts in left.items():
+            rights = right.get(key)
+            if rights is None and not keep_left:
+                continue
+            for a in lefts:
+                for b in rights or none:
+                    yield key, joiner(a, b)
+        if keep_right:
+            for key, rights in right.items():
+                if key not in left:
+                    for b in rights:
+                        yield key, joiner(None, b)
+
+
+def _pair(left: Any, right: Any) -> tuple[Any, Any]:
+    return left, right
 
 
 class UpdateStateByKey(Operation):
     """Per key, a state kept in the bolt's checkpointed :class:`~squall.api.state.KeyValueState`:
     ``update(state, value)`` for each pair (the key's state starting from ``initial``, or what a
     function of no argument makes), stored, and ``(key, new state)`` emitted. The state is read
-    through ``states``, the task's state holder, set once the task's state is loaded."""
+    through ``states``, the task's state holder, set once the task's state is loaded. Its values
+    are not windowed, even when its input is."""
 
     name = "update_state_by_key"
     preserves_key = True
@@ -350,6 +513,26 @@ class UpdateStateByKey(Operation):
         return process
 
 
+class StateQuery(Operation):
+    """``(value, the state of key value)`` for each value, read from the state an
+    ``update_state_by_key`` keeps (it runs in that operation's bolt); nothing for a key
+    without a state."""
+
+    name = "state_query"
+
+    def bind(self, forward: Forward) -> Forward:
+        raise TypeError("state_query is bound with the task's state holder")
+
+    def bind_state(self, forward: Forward, states: list[Any]) -> Forward:
+        missing = object()
+
+        def process(key: Any) -> None:
+            state = states[0].get(key, missing)
+            if state is not missing:
+                forward((key, state))
+        return process
+
+
 def _aggregator_functions(aggregator: Aggregator) -> tuple[Callable[..., Any], ...]:
     """The user's callables of an aggregator, for messages and the shipping check."""
     if isinstance(aggregator, _FunctionAggregator):
@@ -371,4 +554,3 @@ def _defined_at(function: Callable[..., Any]) -> str | None:
     """``file:line`` where a user's callable is defined, or None."""
     code = user_code(function)
     return None if code is None else f"{code.co_filename}:{code.co_firstlineno}"
-

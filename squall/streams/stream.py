@@ -7,8 +7,10 @@ topology. Values of a :class:`PairStream` are ``(key, value)`` tuples.
 
 Operations that need every value of a key in one task (``count_by_key`` ...) start a new bolt
 behind a fields grouping on the key, unless the stream is already partitioned by key (or runs
-one task); ``repartition(n)`` starts one behind a shuffle grouping. Everything else is fused
-into the bolt of the operation before it (see :mod:`squall.streams.builder`).
+one task); ``repartition(n)`` starts one behind a shuffle grouping. ``window`` starts a windowed
+bolt, after which the stream is windowed: aggregations and joins work per window (see
+:mod:`squall.streams.processor_bolt` for how windows end across bolts). Everything else is
+fused into the bolt of the operation before it (see :mod:`squall.streams.builder`).
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
+from squall.api.errors import InvalidTopologyError
 from squall.streams import operations as ops
+from squall.streams.windows import Window
 
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
-#: the grouping a new bolt gets from the bolt before it
-SHUFFLE, KEY, GLOBAL = "shuffle", "key", "global"
+#: the grouping a new bolt gets from the bolt before it (VALUE: fields grouping on the value, as
+#: a state query reaches the bolt of its state)
+SHUFFLE, KEY, VALUE, GLOBAL = "shuffle", "key", "value", "global"
 
 
 class Pipeline(Protocol):
@@ -39,9 +44,12 @@ class Node:
     """An operation of the pipeline (or its source, ``operation`` None) and where it runs."""
 
     def __init__(self, builder: Pipeline, operation: ops.Operation | None, parent: Node | None,
-                 parallelism: int, grouping: str | None, pairs: bool, keyed: bool) -> None:
+                 parallelism: int, grouping: str | None, pairs: bool, keyed: bool,
+                 window: Window | None = None, other: Node | None = None) -> None:
         self.operation = operation
         self.parent = parent
+        #: a join's right stream (``parent`` is its left one)
+        self.other = other
         self.children: list[Node] = []
         self.parallelism = parallelism
         #: how this node's values reach it from its parent's bolt when it starts a bolt of its
@@ -49,10 +57,17 @@ class Node:
         self.grouping = grouping
         self.pairs = pairs
         self.keyed = keyed  # partitioned by key: every value of a key is in one task
+        #: the window its values belong to (None: not windowed)
+        self.window = window
         #: the stream its values leave its component on (a spout's: its default stream)
         self.stream_id = "default" if operation is None else builder.new_stream_id()
-        if parent is not None:
-            parent.children.append(self)
+        #: the stream it reads from its parent's component (a window's late values: their own)
+        self.input_stream = parent.stream_id if parent is not None else None
+        #: a state query's update_state_by_key, whose bolt it runs in
+        self.state: Node | None = None
+        for node in (parent, other):
+            if node is not None:
+                node.children.append(self)
 
 
 class Stream(Generic[T]):
@@ -116,6 +131,61 @@ class Stream(Generic[T]):
             return self
         return type(self)(self._builder, self._node, SHUFFLE, parallelism)
 
+    def window(self, window: Window) -> Stream[T]:
+        """The same values, in windows: what follows runs per window (Storm's semantics):
+        aggregations and joins emit each window's results when it ends, then forget it;
+        operations that keep no state see each value once per window it is in. Starts a bolt
+        (a windowed bolt: see the guide's Windows page), behind the pending repartition, a
+        fields grouping on the key if the stream is partitioned by key, else a shuffle
+        grouping. ``window``: ``TumblingWindows.of(...)`` or ``SlidingWindows.of(...)``."""
+        if not isinstance(window, Window):
+            raise TypeError(f"window takes TumblingWindows.of(...) or SlidingWindows.of(...), not {window!r}")
+        if window.config.length is None:
+            raise InvalidTopologyError("window: the window has no length; make it with TumblingWindows.of(length) "
+                                       "or SlidingWindows.of(length, sliding)")
+        if self._node.window is not None:
+            raise InvalidTopologyError(f"window: the stream is windowed already ({self._node.window!r})")
+        if window.config.timestamp_field is not None and self._node.operation is not None:
+            raise InvalidTopologyError(
+                f"window: with_timestamp_field({window.config.timestamp_field!r}) reads a spout's field, so it "
+                "is only for a window right after new_stream; use with_timestamp(function of the value)")
+        node = self._node
+        grouping = self._grouping or (KEY if node.keyed and self._parallelism > 1 else SHUFFLE)
+        return self._then(ops.PassThrough("window"), grouping=grouping, window=window)
+
+    def late(self) -> Stream[T]:
+        """The values that came too late for their window (event time: timestamp below the
+        watermark), as they come; call it on the stream ``window`` returned. Without it, late
+        values are logged and dropped, as in Storm."""
+        node = self._node
+        if node.operation is None or node.operation.name != "window" or node.window is None:
+            raise InvalidTopologyError("late: call it on the stream window(...) returned")
+        if not node.window.event_time:
+            raise InvalidTopologyError(f"late: {node.window!r} is in processing time, where no value is late; "
+                                       "give the window with_timestamp(...) for event time")
+        if any(child.operation.name == "late" for child in node.children):
+            raise InvalidTopologyError("late: called twice on one window; use the stream it returned")
+        late = Stream(self._builder, node, SHUFFLE)._then(ops.PassThrough("late"), window=None)
+        late._node.input_stream = self._builder.new_stream_id()  # the windowed bolt's late tuple stream
+        return late
+
+    def state_query(self, state: PairStream[Any, Any]) -> PairStream[T, Any]:
+        """``(value, state)`` for each value whose key has a state in ``state`` (a stream
+        ``update_state_by_key`` returned), read when the value arrives; values of a key
+        without a state give nothing. Runs in the bolt that keeps the state, behind a fields
+        grouping on the value."""
+        target = getattr(state, "_node", None)
+        if not isinstance(target, Node) or not isinstance(target.operation, ops.UpdateStateByKey):
+            raise TypeError(f"state_query takes the stream update_state_by_key returned, not {state!r}")
+        if state._builder is not self._builder:
+            raise InvalidTopologyError("state_query: the state belongs to another StreamBuilder")
+        if self._node.pairs:
+            raise TypeError("state_query needs a stream of keys; map the pairs to their keys first")
+        query = Stream(self._builder, self._node, VALUE, target.parallelism)._then(
+            ops.StateQuery(), pairs=True, window=None)
+        query._node.state = target
+        return query
+
     # -- aggregations over the whole stream ---------------------------------------------------
 
     def aggregate(self, initial: Any = None, accumulator: Callable[[Any, T], Any] | None = None,
@@ -146,13 +216,20 @@ class Stream(Generic[T]):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _then(self, operation: ops.Operation, pairs: bool | None = None, grouping: str | None = None) -> Any:
-        """The stream of ``operation`` added after this one (a PairStream if it yields pairs)."""
+    def _then(self, operation: ops.Operation, pairs: bool | None = None, grouping: str | None = None,
+              window: Window | None | bool = True, other: Node | None = None) -> Any:
+        """The stream of ``operation`` added after this one (a PairStream if it yields pairs);
+        ``window``: True for this stream's window, else the window of the new stream."""
         node = self._node
         pairs = node.pairs if pairs is None else pairs
         grouping = grouping or self._grouping
+        if node.operation is None and grouping in (KEY, VALUE):
+            # a fields grouping needs the fields: the value mapper's values leave a bolt first
+            node = Node(self._builder, ops.PassThrough("new_stream"), node, node.parallelism, SHUFFLE, node.pairs,
+                        False)
         keyed = (grouping == KEY or grouping is None and node.keyed and operation.preserves_key) and pairs
-        child = Node(self._builder, operation, node, self._parallelism, grouping, pairs, keyed)
+        child = Node(self._builder, operation, node, self._parallelism, grouping, pairs, keyed,
+                     node.window if window is True else window or None, other)
         return (PairStream if pairs else Stream)(self._builder, child)
 
     def _global(self) -> Stream[T]:
@@ -208,7 +285,54 @@ class PairStream(Stream[tuple[K, V]]):
         fields grouping on the key; with a stateful spout the states are effectively once across
         failures, with a reliable spout at least once (see the guide's State page). States must
         be values the state serializer can store."""
-        return self._then(ops.UpdateStateByKey(initial, update), pairs=True, grouping=KEY)
+        return self._then(ops.UpdateStateByKey(initial, update), pairs=True, grouping=KEY, window=None)
+
+    # -- joins of two windowed streams ----------------------------------------------------
+
+    def join(self, other: PairStream[K, Any], joiner: Callable[[V, Any], Any] | None = None) -> PairStream[K, Any]:
+        """Per window, ``(key, joiner(v, w))`` for every value ``v`` of this stream and ``w``
+        of ``other`` with that key (default joiner: the pair ``(v, w)``), emitted when the
+        window ends. Both streams must be windowed alike; runs on this stream's parallelism
+        behind a fields grouping on the key."""
+        return self._join(ops.Join("inner", joiner), other)
+
+    def left_outer_join(self, other: PairStream[K, Any],
+                        joiner: Callable[[V, Any], Any] | None = None) -> PairStream[K, Any]:
+        """:meth:`join`, and ``(key, joiner(v, None))`` for the values of this stream whose key
+        ``other`` lacks in the window."""
+        return self._join(ops.Join("left", joiner), other)
+
+    def right_outer_join(self, other: PairStream[K, Any],
+                         joiner: Callable[[V, Any], Any] | None = None) -> PairStream[K, Any]:
+        """:meth:`join`, and ``(key, joiner(None, w))`` for the values of ``other`` whose key
+        this stream lacks in the window."""
+        return self._join(ops.Join("right", joiner), other)
+
+    def full_outer_join(self, other: PairStream[K, Any],
+                        joiner: Callable[[V, Any], Any] | None = None) -> PairStream[K, Any]:
+        """Both outer joins: every value of either stream, matched where the key allows."""
+        return self._join(ops.Join("full", joiner), other)
+
+    def co_group_by_key(self, other: PairStream[K, Any]) -> PairStream[K, tuple[list[V], list[Any]]]:
+        """Per window, ``(key, (values of this stream, values of other))`` for each key of
+        either stream, emitted when the window ends."""
+        return self._join(ops.Join("co_group"), other)
+
+    def _join(self, operation: ops.Join, other: PairStream[K, Any]) -> PairStream[K, Any]:
+        name = operation.name
+        if not isinstance(other, PairStream):
+            raise TypeError(f"{name} needs a stream of (key, value) pairs to join with, not {other!r}")
+        if other._builder is not self._builder:
+            raise InvalidTopologyError(f"{name}: the other stream belongs to another StreamBuilder")
+        mine, theirs = self._node.window, other._node.window
+        if mine is None or theirs is None:
+            raise InvalidTopologyError(f"{name}: both streams must be windowed: call window(...) on "
+                                       f"{'each' if mine is theirs else 'this one' if mine is None else 'the other'}")
+        if not mine.alike(theirs):
+            raise InvalidTopologyError(f"{name}: the streams have different windows, {mine!r} and {theirs!r}; "
+                                       "window both streams alike")
+        grouping = KEY if self._parallelism > 1 else SHUFFLE
+        return self._then(operation, pairs=True, grouping=grouping, other=other._node)
 
     def _by_key(self, operation: ops.Operation) -> PairStream[K, Any]:
         """``operation`` where every value of a key meets: behind a fields grouping on the key
@@ -242,4 +366,5 @@ def _aggregator(operation: str, initial: Any, accumulator: Any, combiner: Any,
 
 
 _PAIR_OPERATIONS = frozenset({"map_values", "flat_map_values", "aggregate_by_key", "reduce_by_key",
-                              "count_by_key", "group_by_key", "update_state_by_key"})
+                              "count_by_key", "group_by_key", "update_state_by_key", "join", "left_outer_join",
+                              "right_outer_join", "full_outer_join", "co_group_by_key"})

@@ -114,13 +114,18 @@ class WindowedBoltExecutor(Bolt):
 
     def _new_manager(self) -> WindowManager[Tuple]:
         streams = [s for s in self._context.get_this_sources() if s[1] != CHECKPOINT_STREAM]
-        return WindowManager(self._config, self, event_time=self._event_time, streams=streams, now_ms=self._now_ms())
+        return WindowManager(self._config, self, event_time=self._event_time, streams=streams,
+                             now_ms=self._origin_ms())
 
     def _output_collector(self, collector: IOutputCollector) -> WindowedOutputCollector:
         return WindowedOutputCollector(collector)
 
     def _now_ms(self) -> int:
         return int(clock.now() * 1000) + self._epoch_ms
+
+    def _origin_ms(self) -> int:
+        """Where processing-time windows start (the first window end): now."""
+        return self._now_ms()
 
     def execute(self, tup: Tuple) -> None:
         if tup.is_tick():

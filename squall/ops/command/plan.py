@@ -22,7 +22,8 @@ def format_plan(assignment: Assignment, conf: dict[str, Any], topology: StormTop
     runs compiled (:func:`squall.compiled.describe`), then the configuration
     (:func:`format_config`). ``conf`` is the merged config ``assignment`` was made with."""
     lines = []
-    runs = _what_components_run(topology) if topology is not None else {}
+    runs = {cid: spec.operations for cid, spec in (topology.components.items() if topology else ())
+            if spec.operations is not None}
     for worker in assignment.workers:
         lines.append(f"worker {worker.index} (port {worker.port}): {len(worker.executors)} executors")
         lines.extend(f"  executor {executor.component:<20} tasks {list(executor.tasks)}"
@@ -39,17 +40,6 @@ def format_plan(assignment: Assignment, conf: dict[str, Any], topology: StormTop
     lines.append(compiled.describe())
     lines.append(format_config(conf))
     return "\n".join(lines)
-
-
-def _what_components_run(topology: StormTopology) -> dict[str, str]:
-    """Component id -> its ``describe_operations()``, for the components that have one (a
-    Streams API bolt: the operations fused into it)."""
-    runs = {}
-    for cid, spec in topology.components.items():
-        describe = getattr(spec.instantiate(), "describe_operations", None)
-        if callable(describe):
-            runs[cid] = describe()
-    return runs
 
 
 #: The first line of :func:`format_config`.

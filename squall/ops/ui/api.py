@@ -174,6 +174,8 @@ def _component_entry(view: TopologyView, cid: str, window: int | None) -> dict[s
         entry["executeLatency"] = _ms(f["execute_secs"], f["executed"])
         entry["processLatency"] = _ms(f["process_secs"], f["process_count"])
         entry["capacity"] = f"{summary.capacity or 0.0:.3f}"
+        if spec.operations is not None:  # Squall's addition: a Streams API bolt's operations
+            entry["operations"] = spec.operations
     entry.update(_error_fields(view, cid))
     return entry
 
@@ -289,6 +291,8 @@ def component_page(view: TopologyView, cid: str, window: int | None) -> dict[str
         page["spoutSummary"] = _window_stats(view, cid)
     else:
         page["boltStats"] = _window_stats(view, cid)
+        if spec.operations is not None:
+            page["operations"] = spec.operations
         inputs = [(src, stream, grouping) for (src, stream), grouping in spec.inputs.items()
                   if not src.startswith("__")]
         page["inputStats"] = [{"component": src, "encodedComponentId": src, "stream": stream,

@@ -325,7 +325,8 @@ function drawTopology(page) {
                         ["Complete latency (ms)", "completeLatency"], ["Acked", "acked"], ["Failed", "failed"],
                         ["Last error", error, true]],
                        page.spouts, s => ({"data-component": s.spoutId})));
-  fill("bolts", table([["Id", b => anchor(b.boltId), true], ["Executors", "executors"], ["Tasks", "tasks"],
+  fill("bolts", table([["Id", b => anchor(b.boltId), true], ["Runs", b => b.operations || "", true],
+                       ["Executors", "executors"], ["Tasks", "tasks"],
                        ["Emitted", "emitted"], ["Transferred", "transferred"], ["Capacity", "capacity"],
                        ["Execute latency (ms)", "executeLatency"], ["Executed", "executed"],
                        ["Process latency (ms)", "processLatency"], ["Acked", "acked"], ["Failed", "failed"],
