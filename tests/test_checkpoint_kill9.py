@@ -51,7 +51,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -280,6 +280,9 @@ BOLTS = Shape(build, lambda components: components["count"].get("metrics", {}).g
 STREAMS = Shape(partial(streams_wordcount.build, parallelism=2, secs_per_word=SECS_PER_WORD),
                 lambda components: components[streams_wordcount.COUNTS]["executed"],
                 spout="spout1", split="bolt1", count=streams_wordcount.COUNTS, split_stream="s2")
+#: the same, counting with aggregate_by_key (checkpointed: the spout keeps its position)
+STREAMS_AGGREGATE = replace(STREAMS, build=partial(streams_wordcount.build, parallelism=2,
+                                                   secs_per_word=SECS_PER_WORD, counter="aggregate_by_key"))
 
 
 def scenario_conf(provider: str, provider_config: dict[str, Any], inflight_ms: int | None = None) -> dict[str, Any]:
@@ -530,6 +533,7 @@ VARIANTS = {
                      first_backlog=DEEP_FIRST_BACKLOG, lines=7000),
     "files": Variant(("count", "checkpoint")),
     "streams": Variant(("count", "checkpoint"), shape=STREAMS),
+    "streams_aggregate": Variant(("count", "checkpoint"), shape=STREAMS_AGGREGATE),
     "redis": Variant(("checkpoint", "count"), inflight_ms=DEEP_BACKLOG_MS, first_backlog=DEEP_FIRST_BACKLOG,
                      lines=7000),
 }
@@ -584,6 +588,7 @@ def test_redis_state_backlog_kill_9_leaves_exact_counts(redis_server, tmp_path, 
     check_result(run_variant("redis", tmp_path, seed=run, redis=redis_server), VARIANTS["redis"])
 
 
-@runs
-def test_streams_update_state_by_key_kill_9_leaves_exact_counts(tmp_path, run):
-    check_result(run_variant("streams", tmp_path, seed=run), VARIANTS["streams"])
+@pytest.mark.parametrize("variant", ["streams", "streams_aggregate"])
+@pytest.mark.parametrize("run", range(max(1, RUNS // 2)))
+def test_streams_update_state_by_key_and_aggregate_by_key_kill_9_leave_exact_counts(tmp_path, variant, run):
+    check_result(run_variant(variant, tmp_path, seed=run), VARIANTS[variant])

@@ -30,9 +30,12 @@ from squall.cluster.spark.cluster import prepare_driver, spark_defaults, start_s
 from squall.cluster.registry.local import LocalRegistry  # noqa: E402
 from helpers import settled, squall_cli, stays  # noqa: E402
 from process_topologies import (  # noqa: E402
-    DirSpout, at_least_once_topology, component, put_messages, read_file_lines, read_lines, sentences, wordcount,
+    DirSpout, SentenceSpout, append_line, at_least_once_topology, component, put_messages, read_file_lines,
+    read_lines, sentences, wordcount,
 )
 from spark_helpers import WORDLIB, run_wordcount, sconf, spark_workers  # noqa: E402
+from squall.api.windowing import Duration  # noqa: E402
+from squall.streams import StreamBuilder, TumblingWindows  # noqa: E402
 from squall.testing import wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.spark]  # the first test also pays for the JVM start
@@ -75,6 +78,26 @@ def test_wordcount_on_spark_counts_like_process_mode(scluster, tmp_path):
     with LocalCluster(processes=True) as local:
         in_processes = run_wordcount(local, lines, tmp_path / "processes", sconf({"supervisor.slots.ports": []}))
     assert on_spark == in_processes == Counter(word for line in lines for word in line.split())
+
+
+@pytest.mark.processes
+def test_a_windowed_streams_api_count_runs_on_spark(scluster, tmp_path):
+    """The Streams API on Spark: windows in two tasks, counts by key in two others after them
+    (punctuations between executors), every word counted once."""
+    lines = sentences(200)
+    out = str(tmp_path / "counts.log")
+    builder = StreamBuilder()
+    (builder.new_stream(SentenceSpout(lines), parallelism=2).flat_map(str.split)
+        .window(TumblingWindows.of(Duration.milliseconds(300)))
+        .map_to_pair(lambda word: (word, 1)).count_by_key()
+        .for_each(lambda pair: append_line(out, json.dumps(pair))))
+    scluster.submit_topology("streams", sconf({"topology.message.timeout.secs": 30}), builder.build())
+    wait_until(lambda: component(scluster, "streams", "spout1")["acked"] == len(lines), timeout=30,
+               message="every sentence acked, its windows counted")
+    counted: Counter = Counter()
+    for word, count in map(json.loads, read_file_lines(out)):
+        counted[word] += count
+    assert counted == Counter(word for line in lines for word in line.split())
 
 
 def test_workers_are_spark_tasks_in_other_processes(scluster, tmp_path):

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from squall import Bolt, InvalidTopologyError, LocalCluster, Spout
 from squall.api.grouping import FIELDS, GLOBAL, SHUFFLE
-from squall.streams import Aggregator, Count, StreamBuilder
+from squall.api.system_ids import CHECKPOINT_STREAM, is_system_id
+from squall.api.windowing import Count as Count_
+from squall.streams import Aggregator, Count, StreamBuilder, TumblingWindows
 from squall.testing import FeederSpout, committed_state, complete_topology, read_tuples, wait_until
 
 
@@ -49,7 +51,7 @@ def run(pipeline, data: list, parallelism: int = 1) -> list:
     pipeline(builder.new_stream(Values(), parallelism=parallelism)).to(Sink())
     topology = builder.build()
     sink = next(spec for spec in topology.components.values() if isinstance(spec.instantiate(), Sink))
-    (source, stream), = sink.inputs
+    (source, stream), = [(c, s) for c, s in sink.inputs if s != CHECKPOINT_STREAM]
     results = complete_topology(topology, {"spout1": [[v] for v in data]})
     return [values[0] if len(values) == 1 else tuple(values) for values in read_tuples(results, source, stream)]
 
@@ -127,6 +129,12 @@ def test_stateless_pipelines_give_what_plain_python_gives_fused_or_not(data, ste
     assert collections.Counter(unfused) == collections.Counter(expected), "cut by a repartition: same multiset"
 
 
+def groupings(spec) -> list:
+    """The groupings of a component's inputs, the checkpoint stream's left out (aggregations
+    keep checkpointed state, so the topology has one)."""
+    return [g for (_, stream), g in spec.inputs.items() if not is_system_id(stream)]
+
+
 def test_operations_that_need_no_repartition_are_fused_and_a_key_operation_starts_a_bolt() -> None:
     builder = StreamBuilder()
     (builder.new_stream(Values(), parallelism=2)
@@ -135,12 +143,13 @@ def test_operations_that_need_no_repartition_are_fused_and_a_key_operation_start
         .to(Sink()))
     components = builder.build().components
     assert sorted(components) == ["bolt1", "bolt2", "bolt3", "spout1"]
+    assert not any(spec.stateful for spec in components.values()), "the spout keeps no position: counts in memory"
     first, second = components["bolt1"].instantiate(), components["bolt2"].instantiate()
     assert first.describe_operations() == "flat_map -> map_to_pair"
     assert second.describe_operations() == "count_by_key -> map_values", \
         "a key-preserving operation stays with the key partition"
-    assert [g.type for g in components["bolt1"].inputs.values()] == [SHUFFLE]
-    (grouping,) = components["bolt2"].inputs.values()
+    assert [g.type for g in groupings(components["bolt1"])] == [SHUFFLE]
+    (grouping,) = groupings(components["bolt2"])
     assert grouping.type == FIELDS and list(grouping.fields) == ["key"]
     assert components["bolt1"].parallelism == components["bolt2"].parallelism == 2
 
@@ -151,8 +160,8 @@ def test_repartition_and_global_aggregation_plans() -> None:
     assert stream.repartition(2) is stream, "the same parallelism: nothing to do"
     stream.map(abs).repartition(3).filter(bool).reduce(max).to(Sink())
     components = builder.build().components
-    assert components["bolt2"].parallelism == 3 and [g.type for g in components["bolt2"].inputs.values()] == [SHUFFLE]
-    assert components["bolt3"].parallelism == 1 and [g.type for g in components["bolt3"].inputs.values()] == [GLOBAL]
+    assert components["bolt2"].parallelism == 3 and [g.type for g in groupings(components["bolt2"])] == [SHUFFLE]
+    assert components["bolt3"].parallelism == 1 and [g.type for g in groupings(components["bolt3"])] == [GLOBAL]
 
 
 def test_counts_by_key_are_exact_over_several_tasks() -> None:
@@ -237,6 +246,34 @@ def test_update_state_by_key_keeps_each_keys_state_in_the_checkpoints(tmp_path) 
     assert emitted == [("a", 1), ("b", 1), ("a", 2)]
 
 
+class PositionedFeeder(FeederSpout):
+    """A feeder standing for a spout that keeps its position (a stateful spout, a broker's)."""
+
+    keeps_position = True
+
+
+def test_aggregations_keep_checkpointed_state_when_the_spout_keeps_its_position(tmp_path) -> None:
+    spout = PositionedFeeder(["word"])
+    builder = StreamBuilder()
+    pairs = builder.new_stream(spout).map_to_pair(lambda word: (word, 1))
+    pairs.count_by_key().reduce_by_key(max).to(Sink())  # two states in one bolt
+    pairs.window(TumblingWindows.of(Count_(2))).count_by_key().print()  # per window, in memory
+    topology = builder.build()
+    assert [cid for cid, spec in topology.components.items() if spec.stateful] == ["bolt1"]
+    assert topology.components["bolt1"].operations == "map_to_pair -> count_by_key -> reduce_by_key"
+    conf = {"topology.acker.executors": 1, "topology.state.checkpoint.interval.ms": 100,
+            "topology.state.provider": "sqlite", "topology.state.provider.config": {"path": str(tmp_path / "s")}}
+    with LocalCluster() as cluster:
+        cluster.submit_topology("kept", conf, topology)
+        for i, word in enumerate(["a", "b", "a", "c"]):
+            spout.feed([word], msg_id=i)
+        wait_until(lambda: len(spout.acked) == 4, timeout=30, message="every word acked (after its state's commit)")
+    (state,) = committed_state("kept", topology, "bolt1", conf).values()
+    # several states in one bolt: each under (operation#step, key)
+    assert state == {("count_by_key#1", "a"): 2, ("count_by_key#1", "b"): 1, ("count_by_key#1", "c"): 1,
+                     ("reduce_by_key#2", "a"): 2, ("reduce_by_key#2", "b"): 1, ("reduce_by_key#2", "c"): 1}
+
+
 def test_squall_plan_names_the_operations_each_bolt_runs(tmp_path) -> None:
     pipeline = tmp_path / "pipeline.py"
     pipeline.write_text(
@@ -261,11 +298,12 @@ def test_squall_plan_names_the_operations_each_bolt_runs(tmp_path) -> None:
 
 def shape(pipeline, parallelism: int = 1) -> dict[str, tuple[int, list[tuple[str, str, str]]]]:
     """Each component's parallelism and inputs ((component, stream, grouping type)) for
-    ``pipeline(new_stream(...))``."""
+    ``pipeline(new_stream(...))``, the checkpoint spout and stream left out."""
     builder = StreamBuilder()
     pipeline(builder.new_stream(Values(), parallelism=parallelism))
-    return {cid: (spec.parallelism, sorted((c, s, g.type) for (c, s), g in spec.inputs.items()))
-            for cid, spec in builder.build().components.items()}
+    return {cid: (spec.parallelism, sorted((c, s, g.type) for (c, s), g in spec.inputs.items()
+                                           if not is_system_id(s)))
+            for cid, spec in builder.build().components.items() if not is_system_id(cid)}
 
 
 def test_storm_spout_to_bolt_subscribes_the_bolt_to_the_spouts_default_stream() -> None:

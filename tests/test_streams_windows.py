@@ -217,6 +217,46 @@ def test_joins_pair_each_windows_values_by_key(cluster, key):
     wait_until(lambda: len(left.acked) == 4 and len(right.acked) == 3, WAIT)
 
 
+def test_a_join_takes_out_of_order_values_and_leaves_late_ones_to_the_late_stream(cluster, key):
+    left, right = FeederSpout(["k", "ts", "v"]), FeederSpout(["k", "ts", "v"])
+    builder = StreamBuilder()
+    window = event_time(TumblingWindows.of(Duration(1))).with_lag(Duration.milliseconds(300))
+    lefts = builder.new_stream(left).window(window)
+    rights = builder.new_stream(right).window(window)
+    rights.late().to(TupleSink(key + "late"))
+    pairs = [s.map_to_pair(lambda r: (r[0], r[2])) for s in (lefts, rights)]
+    pairs[0].join(pairs[1]).to(TupleSink(key))
+    cluster.submit_topology("join-out-of-order", Config(), builder.build())
+    feed(left, [("a", 100, 1), ("a", 900, 2), ("z", 5000, 0)], "l")
+    # 400 comes after 700 (within the lag of 300 ms); 5000 passes the window ending at 1000
+    feed(right, [("a", 700, "x"), ("a", 400, "y"), ("z", 5000, 0)], "r")
+    wait_until(lambda: len(logged(key)) == 4, WAIT, message="the window ending at 1000 joined")
+    assert by_window(logged(key)) == {1000: [("a", (1, "x")), ("a", (1, "y")), ("a", (2, "x")), ("a", (2, "y"))]}
+    right.feed(["a", 500, "late"], msg_id="late")
+    wait_for(right, "late")
+    assert logged(key + "late") == [(("a", 500, "late"),)] and len(logged(key)) == 4
+
+
+def test_storm_branch_and_join_shape():
+    """Storm's StreamBuilderTest.testBranchAndJoin, windowed (a join here needs windows): the
+    branches run fused in the spout's bolt, each window in a bolt of its own, and the join
+    reads both behind fields groupings on the key, with their punctuations."""
+    builder = StreamBuilder()
+    evens, threes = builder.new_stream(FeederSpout(["n"]), parallelism=2).branch(lambda x: x % 2 == 0,
+                                                                                lambda x: x % 3 == 0)
+    window = TumblingWindows.of(Count(10))
+    left, right = (branch.map_to_pair(lambda x: (x, 1)).window(window) for branch in (evens, threes))
+    left.join(right).print()
+    components = builder.build().components
+    assert {cid: spec.operations for cid, spec in components.items() if spec.operations} == {
+        "bolt1": "branch -> branch[0] -> map_to_pair -> branch[1] -> map_to_pair", "bolt2": "window",
+        "bolt3": "join -> print", "bolt4": "window"}
+    inputs = {(source, stream): grouping.type for (source, stream), grouping in components["bolt3"].inputs.items()}
+    assert inputs == {("bolt2", "s5"): "fields", ("bolt2", "s5__punctuation"): "all",
+                      ("bolt4", "s7"): "fields", ("bolt4", "s7__punctuation"): "all"}
+    assert components["bolt3"].parallelism == 2
+
+
 # -- state queries ---------------------------------------------------------------------------------
 
 

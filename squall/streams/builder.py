@@ -39,7 +39,7 @@ from squall.api.errors import InvalidTopologyError
 from squall.api.spout import Spout
 from squall.api.storm_topology import StormTopology
 from squall.api.topology import BoltDeclarer, TopologyBuilder
-from squall.streams.operations import PassThrough, UpdateStateByKey
+from squall.streams.operations import Fold, PassThrough, UpdateStateByKey
 from squall.streams.processor_bolt import (
     FROM_PAIRS, FROM_SPOUT, FROM_VALUES, PUNCTUATION, Input, ProcessorBolt, StatefulProcessorBolt, Step,
     WindowedProcessorBolt, WindowedStreamExecutor,
@@ -126,6 +126,7 @@ class StreamBuilder:
                 raise InvalidTopologyError("state_query: its state is not fed by any stream of this builder")
             pending = deferred
         mappers = {source: mapper for source, _, mapper in self._sources}
+        spouts = {source: spout for source, spout, _ in self._sources}
         leaving = {node for node, *_ in self._sinks}
         for nodes in bolts.values():
             for node in nodes:
@@ -136,7 +137,7 @@ class StreamBuilder:
         for bolt_id, nodes in bolts.items():
             index = {node: i for i, node in enumerate(nodes)}
             steps = [Step(node.operation, index.get(node.parent, -1), node.stream_id if node in leaving else None,
-                          node.pairs, node.window is not None) for node in nodes]
+                          node.pairs, node.window is not None, _stateful(node, spouts)) for node in nodes]
             inputs = [_input(node, index[node], component, mappers) for node in nodes if node.parent not in index]
             inputs += [Input(component[node.other], node.other.stream_id, FROM_PAIRS, index[node], side=1,
                              windowed=True) for node in nodes if node.other is not None]
@@ -150,6 +151,20 @@ class StreamBuilder:
             declarer = builder.set_bolt(f"bolt{i}", bolt, parallelism)
             _subscribe(declarer, component[node], node.stream_id, grouping)
         return builder.create_topology()
+
+
+def _stateful(node: Node, spouts: dict[Node, Spout]) -> bool:
+    """Whether ``node`` keeps its state in the task's checkpointed state: an
+    ``update_state_by_key`` always; an aggregation without a window when its stream's spout
+    keeps its position (a restart does not read again what the state holds, so the state is
+    effectively once; with another spout it would count the replays on top of it)."""
+    if isinstance(node.operation, UpdateStateByKey):
+        return True
+    if not isinstance(node.operation, Fold) or node.window is not None:
+        return False
+    while node.parent is not None:
+        node = node.parent
+    return bool(getattr(spouts[node], "keeps_position", False))
 
 
 def _is_late(node: Node) -> bool:
@@ -179,7 +194,7 @@ def _bolt(nodes: list[Node], steps: list[Step], inputs: list[Input]) -> Any:
         if late:
             window = replace(window, config=replace(window.config, late_tuple_stream=late[0]))
         return WindowedStreamExecutor(WindowedProcessorBolt(ProcessorBolt(steps, inputs), window))
-    if any(isinstance(node.operation, UpdateStateByKey) for node in nodes):
+    if any(step.stateful for step in steps):
         return StatefulProcessorBolt(steps, inputs)
     return ProcessorBolt(steps, inputs)
 

@@ -14,9 +14,10 @@ the last window that ended, it emits what those windows hold and calls the next 
 ordinal for windows that slide by a count): the bolt sets it.
 
 Pairs are Python tuples ``(key, value)`` (Storm's ``Pair``). Aggregations (:class:`Fold`) keep
-a state: without a window they emit a running result after every input, for the input's key;
-on a windowed stream they emit every key's result when the window ends, then forget it (Storm's
-semantics for both).
+a state: without a window they emit a running result after every input, for the input's key
+(in the task's checkpointed state when the stream's spout keeps its position:
+:meth:`Fold.bind_state`); on a windowed stream they emit every key's result when the window
+ends, then forget it (Storm's semantics for both).
 
 Nothing here blocks; an exception raised by a user function goes up to the bolt, which fails the
 input and names the operation (see :mod:`squall.streams.processor_bolt`).
@@ -247,33 +248,44 @@ class Count(Aggregator):
 
 
 class Fold(Operation):
-    """An operation that folds values into a state: ``new_state()`` is an empty one, ``add``
-    folds a value in and returns the running result for it, ``results`` are what a window's
-    state emits when the window ends. Without a window there is one state for the stream and
-    ``add``'s result is emitted after each value; on a windowed stream, one state per window."""
+    """An aggregation: it folds values into accumulators, one per key (a global aggregation's
+    under the key None). ``add(state, value)`` folds a value into ``state`` (a mapping of key
+    to accumulator) and returns the running result for it; ``results(state)`` are what a
+    window's state emits when the window ends.
 
-    def new_state(self) -> Any:
-        raise NotImplementedError
+    Without a window, ``add``'s result is emitted after each value, and the accumulators live
+    in the task's checkpointed :class:`~squall.api.state.KeyValueState` (:meth:`bind_state`)
+    when the stream's spout keeps its position (a stateful spout, a broker's: the running
+    results are then effectively once across failures), else in memory (:meth:`bind`). On a
+    windowed stream (:meth:`bind_window`) each window has its own, in memory, emitted and
+    dropped when the window ends."""
 
     def add(self, state: Any, value: Any) -> Any:
         raise NotImplementedError
 
-    def results(self, state: Any) -> Iterable[Any]:
+    def results(self, state: dict[Any, Any]) -> Iterable[Any]:
         raise NotImplementedError
 
     def bind(self, forward: Forward) -> Forward:
-        state, add = self.new_state(), self.add
-        return lambda value: forward(add(state, value))
+        """The running aggregation, its accumulators in the task's memory."""
+        return self.bind_state(forward, [MemoryState()], None)
+
+    def bind_state(self, forward: Forward, states: list[Any], namespace: str | None) -> Forward:
+        """The running aggregation, its accumulators in ``states[0]`` (the task's
+        KeyValueState, set once loaded) under the keys themselves, or ``(namespace, key)``
+        when the bolt keeps several states."""
+        add, view = self.add, StateView(states, namespace)
+        return lambda value: forward(add(view, value))
 
     def bind_window(self, forward: Forward, close: Close, window: list[Any]) -> tuple[Forward, Close]:
-        states: dict[Any, Any] = {}  # window -> its state
-        new_state, add = self.new_state, self.add
+        states: dict[Any, dict[Any, Any]] = {}  # window -> its accumulators
+        add = self.add
 
         def process(value: Any) -> None:
             w = window[0]
             state = states.get(w)
             if state is None:
-                state = states[w] = new_state()
+                state = states[w] = {}
             add(state, value)
 
         def end(last: Any) -> None:
@@ -285,6 +297,37 @@ class Fold(Operation):
         return process, end
 
 
+class MemoryState(dict):  # type: ignore[type-arg]
+    """Accumulators kept in memory, read and written as a KeyValueState is."""
+
+    put = dict.__setitem__
+
+
+class StateView:
+    """A fold's accumulators as a mapping over the task's KeyValueState (``states[0]``): keys
+    as they are, or ``(namespace, key)``."""
+
+    __slots__ = ("_states", "_namespace")
+
+    def __init__(self, states: list[Any], namespace: str | None) -> None:
+        self._states, self._namespace = states, namespace
+
+    def _key(self, key: Any) -> Any:
+        return key if self._namespace is None else (self._namespace, key)
+
+    def __contains__(self, key: Any) -> bool:
+        return self._key(key) in self._states[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._states[0].get(self._key(key))
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._states[0].put(self._key(key), value)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._states[0].get(self._key(key), default)
+
+
 class Aggregate(Fold):
     """A global aggregation: ``aggregator``'s result over the values (one task)."""
 
@@ -293,16 +336,13 @@ class Aggregate(Fold):
         self.aggregator = aggregator
         self.name = name
 
-    def new_state(self) -> list[Any]:
-        return [self.aggregator.init()]
-
-    def add(self, state: list[Any], value: Any) -> Any:
+    def add(self, state: Any, value: Any) -> Any:
         aggregator = self.aggregator
-        state[0] = aggregator.apply(state[0], value)
-        return aggregator.result(state[0])
+        accumulator = state[None] = aggregator.apply(state[None] if None in state else aggregator.init(), value)
+        return aggregator.result(accumulator)
 
-    def results(self, state: list[Any]) -> Iterator[Any]:
-        yield self.aggregator.result(state[0])
+    def results(self, state: dict[Any, Any]) -> Iterator[Any]:
+        yield self.aggregator.result(state[None])
 
 
 class Reduce(Fold):
@@ -310,18 +350,14 @@ class Reduce(Fold):
 
     name = "reduce"
 
-    def new_state(self) -> list[Any]:
-        return []
+    def add(self, state: Any, value: Any) -> Any:
+        if None in state:
+            value = self.functions[0](state[None], value)
+        state[None] = value
+        return value
 
-    def add(self, state: list[Any], value: Any) -> Any:
-        if state:
-            state[0] = self.functions[0](state[0], value)
-        else:
-            state.append(value)
-        return state[0]
-
-    def results(self, state: list[Any]) -> Iterator[Any]:
-        yield state[0]
+    def results(self, state: dict[Any, Any]) -> Iterator[Any]:
+        yield state[None]
 
 
 class AggregateByKey(Fold):
@@ -334,10 +370,7 @@ class AggregateByKey(Fold):
         self.aggregator = aggregator
         self.name = name
 
-    def new_state(self) -> dict[Any, Any]:
-        return {}
-
-    def add(self, state: dict[Any, Any], pair: Any) -> Any:
+    def add(self, state: Any, pair: Any) -> Any:
         key = pair[0]
         aggregator = self.aggregator
         accumulator = state[key] = aggregator.apply(state[key] if key in state else aggregator.init(), pair[1])
@@ -376,10 +409,7 @@ class ReduceByKey(Fold):
     name = "reduce_by_key"
     preserves_key = True
 
-    def new_state(self) -> dict[Any, Any]:
-        return {}
-
-    def add(self, state: dict[Any, Any], pair: Any) -> Any:
+    def add(self, state: Any, pair: Any) -> Any:
         key, value = pair
         if key in state:
             value = self.functions[0](state[key], value)
@@ -396,15 +426,11 @@ class GroupByKey(Fold):
     name = "group_by_key"
     preserves_key = True
 
-    def new_state(self) -> dict[Any, list[Any]]:
-        return {}
-
-    def add(self, state: dict[Any, list[Any]], pair: Any) -> Any:
-        values = state.setdefault(pair[0], [])
-        values.append(pair[1])
+    def add(self, state: Any, pair: Any) -> Any:
+        values = state[pair[0]] = [*state.get(pair[0], ()), pair[1]]
         return pair[0], list(values)
 
-    def results(self, state: dict[Any, list[Any]]) -> Iterable[Any]:
+    def results(self, state: dict[Any, Any]) -> Iterable[Any]:
         return state.items()
 
 
@@ -497,7 +523,9 @@ class UpdateStateByKey(Operation):
     def bind(self, forward: Forward) -> Forward:
         raise TypeError("update_state_by_key is bound with the task's state holder")
 
-    def bind_state(self, forward: Forward, states: list[Any]) -> Forward:
+    def bind_state(self, forward: Forward, states: list[Any], namespace: str | None = None) -> Forward:
+        """``namespace`` is ignored: the states are under their keys, where ``state_query``
+        reads them."""
         update, initial = self.functions[0], self.initial
         missing = object()
 
@@ -523,7 +551,7 @@ class StateQuery(Operation):
     def bind(self, forward: Forward) -> Forward:
         raise TypeError("state_query is bound with the task's state holder")
 
-    def bind_state(self, forward: Forward, states: list[Any]) -> Forward:
+    def bind_state(self, forward: Forward, states: list[Any], namespace: str | None = None) -> Forward:
         missing = object()
 
         def process(key: Any) -> None:

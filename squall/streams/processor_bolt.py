@@ -17,11 +17,13 @@ belong to (field ``window``): its end timestamp (milliseconds) for windows that 
 ``Duration``, which end at multiples of it in every task; its ordinal (1, 2, ...) in the task
 for windows that slide by a ``Count``. With a ``Duration``, each tick also punctuates the
 time up to which no window of the task can end any more, so that an idle task does not hold
-the bolts after it back (a ``Count`` cannot tell: every task must see values). A :class:`ProcessorBolt` reading windowed streams receives the
-punctuations of every task before it (all grouping): the windows up to the smallest of the
-latest ones are then complete, and end; each input is held (not acked) until its window ends,
-and what the window's end emits is anchored to the punctuations that ended it, so the spout
-tuples stay pending until the window's results are processed.
+the bolts after it back (a ``Count`` cannot tell: every task must see values).
+
+A :class:`ProcessorBolt` reading windowed streams receives the punctuations of every task
+before it (all grouping): the windows up to the smallest of the latest ones are then complete,
+and end; each input is held (not acked) until its window ends, and what the window's end
+emits is anchored to the punctuations that ended it, so the spout tuples stay pending until the
+window's results are processed.
 
 An exception raised by a user function fails the input (its spout tuple is replayed, if
 tracked) — in a windowed bolt, the window's tuples — and records an error naming the operation
@@ -40,7 +42,7 @@ from squall.api.stateful import StatefulComponent
 from squall.api.windowing.bolt import BaseWindowedBolt, TupleWindow
 from squall.api.windowing.config import Count, Duration
 from squall.api.windowing.executor import WindowedBoltExecutor
-from squall.streams.operations import Branch, Close, Forward, Join, Operation, user_code
+from squall.streams.operations import Branch, Close, Fold, Forward, Join, Operation, StateQuery, user_code
 from squall.streams.windows import Window
 
 #: how a bolt's input tuples become values: a spout's (through the value mapper), a pair stream's
@@ -55,13 +57,16 @@ class Step:
     """An operation in a bolt: ``parent`` is the index of the step it follows (-1: it reads
     an input of the bolt), ``stream`` the stream it emits on when its values leave the bolt
     (else None), ``pairs`` whether its values are pairs, ``windowed`` whether they belong to
-    windows."""
+    windows, ``stateful`` whether it keeps a checkpointed state."""
 
     operation: Operation
     parent: int
     stream: str | None
     pairs: bool
     windowed: bool = False
+    #: it keeps its state in the task's checkpointed state (update_state_by_key; an aggregation
+    #: without a window whose spout keeps its position)
+    stateful: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,8 @@ class ProcessorBolt(Bolt):
                 children[step.parent].append(i)
         processes: list[Any] = [None] * len(self.steps)
         closes: list[Close] = [_drop] * len(self.steps)
+        # the aggregations of a bolt keeping several states keep theirs under (namespace, key)
+        shared = sum(step.stateful for step in self.steps) > 1
         for i in reversed(range(len(self.steps))):  # children come after their parent
             step, operation = self.steps[i], self.steps[i].operation
             forwards = [processes[c] for c in children[i]]
@@ -149,8 +156,9 @@ class ProcessorBolt(Bolt):
                 processes[i] = (left, right)
             elif step.windowed:
                 processes[i], closes[i] = operation.bind_window(_fan_out(forwards), _fan_out(ends), self._window)
-            elif hasattr(operation, "bind_state"):
-                processes[i] = operation.bind_state(_fan_out(forwards), self._states)
+            elif step.stateful or isinstance(operation, StateQuery):
+                namespace = f"{operation.name}#{i}" if shared and isinstance(operation, Fold) else None
+                processes[i] = operation.bind_state(_fan_out(forwards), self._states, namespace)
             else:
                 processes[i] = operation.bind(_fan_out(forwards))
         entries = {}
@@ -257,8 +265,8 @@ class ProcessorBolt(Bolt):
 
 
 class StatefulProcessorBolt(ProcessorBolt, StatefulComponent):
-    """A :class:`ProcessorBolt` whose chain holds an ``update_state_by_key``: its states are the
-    task's checkpointed state (Storm's ``StatefulProcessorBolt``); its inputs' acks wait for the
+    """A :class:`ProcessorBolt` whose chain keeps states (:attr:`Step.stateful`) in the task's
+    checkpointed state (Storm's ``StatefulProcessorBolt``); its inputs' acks wait for the
     commit of the state they changed."""
 
     def init_state(self, state: Any) -> None:
