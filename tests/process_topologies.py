@@ -236,6 +236,28 @@ class LogBolt(Bolt):
         self.collector.ack(tup)
 
 
+class StuckBolt(Bolt):
+    """Its first input waits in a function of a known name until the file ``release`` exists
+    (a bolt stuck where a stack dump must find it)."""
+
+    outputs = ["v"]
+
+    def __init__(self, release: str) -> None:
+        self.release = release
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        stuck_in_a_known_function(self.release)
+        self.collector.ack(tup)
+
+
+def stuck_in_a_known_function(release: str) -> None:
+    while not os.path.exists(release):
+        time.sleep(0.02)  # the user's code the test looks for; released by the test
+
+
 # -- word count ------------------------------------------------------------------------------------
 
 

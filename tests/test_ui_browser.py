@@ -94,8 +94,10 @@ def test_the_topology_page_shows_the_topology_and_its_deactivate_button_stops_th
             {("sentences",), ("split",), ("count",), ("report",)}
 
         def shown_emitted() -> int:
-            return int(browser.execute_script(
-                "return document.querySelector(\"#spouts tr[data-component='sentences'] td.emitted\").textContent"))
+            text = browser.execute_script(
+                "return document.querySelector(\"#spouts tr[data-component='sentences'] td.emitted\").textContent")
+            assert re.fullmatch(r"\d{1,3}(,\d{3})*", text), f"not a human number: {text!r}"
+            return int(text.replace(",", ""))
 
         first = shown_emitted()
         wait_until(lambda: shown_emitted() > first, timeout=15, message="the page's figures rising")
@@ -273,5 +275,64 @@ def test_a_stateful_topologys_page_is_legible_and_read_only_without_the_token(cl
         browser.get(f"{ui.url}/topology.html?id={STATEFUL}")
         assert script("return [...document.querySelectorAll('button.control')].every(b => !b.disabled)")
         assert script("return document.getElementById('token-note').offsetParent") is None
+        assert [e for e in browser.get_log("browser") if e["source"] == "javascript"
+                or (e["level"] == "SEVERE" and "favicon.ico" not in e["message"])] == []
+
+
+def test_a_components_page_opens_from_the_topology_page_with_its_sections_and_samples(cluster, browser, tmp_path):
+    cluster.submit_topology(STATEFUL, {"topology.state.checkpoint.interval.ms": 200}, _stateful_topology(tmp_path))
+    with UiServer(cluster, TOKEN, port=0) as ui:
+        script = browser.execute_script
+        browser.get(f"{ui.url}/?token={TOKEN}")
+        browser.get(f"{ui.url}/topology.html?id={STATEFUL}")
+        link = "return document.querySelector(\"#bolts tr[data-component='count'] a\")?.href"
+        wait_until(lambda: script(link), timeout=15, message="the count bolt listed")
+        # the graph scales down to a narrow window rather than run off its right edge
+        browser.set_window_size(800, 2400)
+        wait_until(lambda: script("return document.querySelectorAll('#graph g[data-component]').length") == 4,
+                   timeout=15, message="the graph drawn")
+        assert script("return document.getElementById('graph').getBoundingClientRect().right "
+                      "<= document.documentElement.clientWidth")
+        _save_full_page(browser, "ui-topology-page-800px.png")
+        browser.set_window_size(1400, 2400)
+        browser.get(script(link))
+
+        rows = "return [...document.querySelectorAll(arguments[0] + ' tbody tr')].map(r => r.textContent)"
+        wait_until(lambda: len(script(rows, "#executors")) == 2, timeout=15, message="count's two executors")
+        assert script("return document.getElementById('name').textContent") == "count"
+        assert script("return document.getElementById('type').textContent") == "Bolt"
+        assert len(script(rows, "#stats")) == 4, "one row per window"
+        inputs = script("return [...document.querySelectorAll('#inputs tr[data-input]')].map(r => r.dataset.input)")
+        assert sorted(inputs) == ["split:$checkpoint", "split:default"]
+        assert script(rows, "#outputs") == [] or all(r for r in script(rows, "#outputs"))
+        for selector in ("#summary", "#errors", "#metrics"):
+            assert script("return document.querySelector(arguments[0]).textContent", selector), selector
+        wait_until(lambda: script("return document.querySelectorAll('.plots polyline').length") == 3, timeout=20,
+                   interval=0.1, message="the component's plots drawn")
+
+        # human numbers: wait for thousands executed, then read them as people write them
+        executed = "return [...document.querySelectorAll('#executors td.executed')].map(t => t.textContent)"
+        wait_until(lambda: any("," in t for t in script(executed)), timeout=30, interval=0.2,
+                   message="thousands executed, written with separators")
+        assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", t) for t in script(executed)), script(executed)
+        page = script(PAGE_BOXES)
+        assert [(a, b) for a, b in _overlapping(page["legends"] + page["plots"]) if "legend" in a] == []
+        ticks = script("return [...document.querySelectorAll('.plots text')].map(t => { const r = "
+                       "t.getBoundingClientRect(); return {what: t.closest('svg').id + ' ' + t.textContent, "
+                       "x: r.x, y: r.y, width: r.width, height: r.height}; })")
+        assert _overlapping(ticks) == []
+
+        # sampling, from the page: the count bolt's own tuples, then it stops by itself
+        browser.find_element("id", "sample-pct").clear()
+        browser.find_element("id", "sample-pct").send_keys("100")
+        browser.find_element("id", "sample-secs").clear()
+        browser.find_element("id", "sample-secs").send_keys("2")
+        browser.find_element("id", "sample-start").click()
+        wait_until(lambda: len(script(rows, "#samples")) > 3, timeout=15, message="samples shown")
+        assert "sampling 100%" in script("return document.getElementById('sampling').textContent")
+        wait_until(lambda: script("return document.getElementById('sampling').textContent") == "off", timeout=15,
+                   message="the sampling over")
+        _save_full_page(browser, "ui-component-page.png")
+        assert script("return document.getElementById('message').textContent") == ""
         assert [e for e in browser.get_log("browser") if e["source"] == "javascript"
                 or (e["level"] == "SEVERE" and "favicon.ico" not in e["message"])] == []

@@ -6,18 +6,20 @@ bad ids and parameters, and who may POST."""
 from __future__ import annotations
 
 import asyncio
+import os
 import urllib.error
 import urllib.request
 
 import pytest
 
-from squall import Config
+from squall import Config, LocalCluster, TopologyBuilder
 from squall.cluster.stats_history import COUNTERS, FINE_SECS, StatsHistory, parse_window, window_pretty
 from squall.streams import StreamBuilder
 from squall.testing import FeederSpout, wait_until
 
 from helpers import stays
 from metered_topology import run_metered
+from process_topologies import SentenceSpout, StuckBolt
 from ui_client import AUTH, NAME, TOKEN, call, wordcount_example
 from squall.ops.ui.server import COOKIE, CSRF_HEADER, UiServer, csrf_token
 
@@ -365,3 +367,76 @@ def test_streams_api_bolts_name_the_operations_they_run(cluster):
         assert "operations" not in page["spouts"][0]
         status, component, _ = call(server.url + "/api/v1/topology/streams-ui/component/bolt2")
         assert status == 200 and component["operations"] == "count_by_key -> print"
+
+
+# -- a look inside: tuple sampling (Storm's Debug) and a worker's stacks (Storm's JStack) ---------
+
+
+def test_sampling_keeps_the_chosen_components_tuples_only_and_stops_by_itself(ui, cluster):
+    base = ui.url + f"/api/v1/topology/{NAME}/component/split"
+    status, body, _ = call(base + "/debug/enable/100?secs=1", "POST", AUTH)
+    assert (status, body["topologyOperation"]) == (200, "debug/enable")
+    status, page, _ = call(base)
+    assert (page["debug"], page["samplingPct"]) == (True, 100) and 0 < page["samplingSecsLeft"] <= 1
+
+    def sampled():
+        return call(base + "/samples", headers=AUTH)[1]["samples"]
+
+    wait_until(lambda: len(sampled()) >= 5, timeout=10, message="tuples of split sampled")
+    split_tasks = {t for e in cluster.get_topology_info(NAME)["components"]["split"]["executors"] for t in e["tasks"]}
+    for sample in sampled():
+        assert sample["stream"] == "default" and isinstance(sample["values"][0], str), sample
+        assert sample["task"] in split_tasks, sample
+    assert cluster.samples(NAME, "count") == [], "only the chosen component's tuples"
+    # it stops by itself: the page says so, the workers drop their samplers, and no tuple is added
+    wait_until(lambda: call(base)[1]["samplingPct"] == 0, timeout=10, message="sampling over")
+    workers = cluster.runner(NAME).workers
+    wait_until(lambda: all(not w._samplers for w in workers), timeout=10, message="samplers dropped")
+    count = len(cluster.samples(NAME, "split"))
+    stays(lambda: len(cluster.samples(NAME, "split")) == count, secs=0.5, what="the samples")
+
+
+def test_sampling_and_stacks_refusals_are_one_line(ui):
+    base = ui.url + f"/api/v1/topology/{NAME}"
+    cases = [
+        ("POST", "/component/split/debug/enable/10", {}, 401, "token"),
+        ("GET", "/component/split/samples", {}, 401, "token"),
+        ("POST", "/profiling/dumpstacks/127.0.0.1:1", {}, 401, "token"),
+        ("POST", "/component/nope/debug/enable/10", AUTH, 404, "topology 'wc' has no component 'nope'"),
+        ("GET", "/component/nope/samples", AUTH, 404, "topology 'wc' has no component 'nope'"),
+        ("POST", "/component/split/debug/enable/0", AUTH, 400, "enable needs a sampling percentage above 0"),
+        ("POST", "/component/split/debug/enable/150", AUTH, 400, "between 0 and 100, not 150"),
+        ("POST", "/component/split/debug/enable/10?secs=0", AUTH, 400, "duration must be between 1 and 3600"),
+        ("POST", "/component/split/debug/start/10", AUTH, 400, "the action is enable or disable, not 'start'"),
+        ("POST", "/profiling/dumpstacks/127.0.0.1:1", AUTH, 404, "has no worker on port 1"),
+        ("POST", "/profiling/dumpstacks/nowhere", AUTH, 400, "a worker is host:port, not 'nowhere'"),
+    ]
+    for method, path, headers, status, message in cases:
+        got, body, _ = call(base + path, method, headers)
+        assert got == status and message in body["errorMessage"] and "\n" not in body["errorMessage"], (path, body)
+
+
+def stacks_of_the_stuck_bolts_worker(cluster, name: str) -> str:
+    port = cluster.get_topology_info(name)["workers"][0]["port"]
+    return cluster.dump_stacks(name, port)
+
+
+@pytest.mark.parametrize("processes", [False, pytest.param(True, marks=pytest.mark.processes)])
+def test_a_workers_stacks_name_the_function_its_bolt_is_stuck_in(tmp_path, processes):
+    release = tmp_path / "release"
+    builder = TopologyBuilder()
+    builder.set_spout("feed", SentenceSpout(["x"]))
+    builder.set_bolt("stuck", StuckBolt(str(release))).shuffle_grouping("feed")
+    with LocalCluster(processes=processes) as cluster:
+        cluster.submit_topology("stuck", Config(), builder.create_topology())
+        try:
+            wait_until(lambda: "stuck_in_a_known_function" in stacks_of_the_stuck_bolts_worker(cluster, "stuck"),
+                       timeout=20, message="the bolt's function in its worker's stacks")
+            port = cluster.get_topology_info("stuck")["workers"][0]["port"]
+            with UiServer(cluster, TOKEN, port=0) as server:
+                status, body, _ = call(server.url + f"/api/v1/topology/stuck/profiling/dumpstacks/127.0.0.1:{port}",
+                                       "POST", AUTH)
+            assert status == 200 and "in stuck_in_a_known_function" in body["stacks"], body
+            assert (os.getpid() != cluster.get_topology_info("stuck")["workers"][0]["pid"]) == processes
+        finally:
+            release.touch()

@@ -18,6 +18,8 @@ from squall.runtime.executor.executor import Executor
 from squall.runtime.executor.spout_executor import SpoutExecutor
 from squall.runtime.info import ExecutorPlace, WorkerInfo
 from squall.runtime.messaging.local import LocalTransport
+from squall.runtime.messaging.schema import TupleSample
+from squall.runtime.sampling import thread_stacks
 from squall.runtime.worker import Worker
 
 # How long submit_topology waits for every open/prepare to return (in-process workers).
@@ -69,6 +71,20 @@ class _InProcessRunner:
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
         return [(e.component, {"tasks": list(e.task_ids), **e.stats_snapshot()})
                 for w in self.workers for e in w.executors]
+
+    def set_sampling(self, component: str, percent: float, secs: float) -> None:
+        for worker in self.workers:
+            worker.set_sampling(component, percent, secs)
+
+    def take_samples(self) -> list[TupleSample]:
+        return [sample for worker in self.workers for sample in worker.take_samples()]
+
+    def dump_stacks(self, port: int) -> str:
+        """This process's threads: every in-process worker runs in it."""
+        if not any(w.port == port for w in self.workers):
+            raise ValueError(f"topology {self._name!r} has no worker on port {port} "
+                             f"(workers: {sorted(w.port for w in self.workers)})")
+        return thread_stacks()
 
 
 class LocalCluster(Nimbus):

@@ -48,11 +48,14 @@ from squall.runtime.info import ExecutorPlace, WorkerInfo
 from squall.runtime.messaging import schema
 from squall.runtime.messaging.security import LinkKeys, LinkSecurity
 from squall.runtime.messaging.zmq_transport import LOOPBACK
+from squall.runtime.sampling import SAMPLES_KEPT
 from squall.runtime.stats import carry_over, current_run
 
 log = logging.getLogger("squall.master")
 
 _POLL_SECS = 0.02
+#: how long the master waits for a worker's stacks
+STACKS_TIMEOUT_SECS = 5.0
 # How long stop() waits for the workers to close their executors before killing them.
 KILL_GRACE_SECS = 10.0
 # How long, once every worker process is gone, the master still waits for their final figures.
@@ -133,7 +136,11 @@ class TopologyMaster(ABC):
         self.generation = 0
         #: set when the topology cannot run (any more); the message says why
         self.failure: str | None = None
-        self._commands: collections.deque[tuple[int | None, dict[str, Any]]] = collections.deque()
+        self._commands: collections.deque[tuple[int | None, schema.MasterMessage]] = collections.deque()
+        #: what the workers sampled (squall.runtime.sampling), and the stacks they sent, by worker index
+        self._samples: collections.deque[schema.TupleSample] = collections.deque(maxlen=SAMPLES_KEPT)
+        self._stacks: dict[int, str] = {}
+        self._stacks_ready = threading.Condition()
         self.stopping = False
         self.starting = True
         self._lifecycle = threading.Lock()
@@ -173,6 +180,33 @@ class TopologyMaster(ABC):
         """Activate or deactivate every worker's spouts (also those launched later)."""
         self._active = active
         self._commands.append((None, schema.Activate() if active else schema.Deactivate()))
+
+    def set_sampling(self, component: str, percent: float, secs: float) -> None:
+        """Sample ``percent`` of ``component``'s emits for ``secs`` in every worker (0: stop);
+        the samples come with the heartbeats (:meth:`take_samples`)."""
+        self._commands.append((None, schema.Sample(component, percent, secs)))
+
+    def take_samples(self) -> list[schema.TupleSample]:
+        """The tuples the workers sampled since the last call, oldest first."""
+        taken = []
+        while self._samples:
+            taken.append(self._samples.popleft())
+        return taken
+
+    def dump_stacks(self, port: int, timeout: float = STACKS_TIMEOUT_SECS) -> str:
+        """Every thread's Python stack in the worker listening on ``port``, asked over the
+        worker's authenticated link. ``ValueError`` for a port of no worker, ``TimeoutError``
+        when the worker does not answer within ``timeout`` (its control thread is stuck)."""
+        slot = next((s for s in self.slots if s.port == port and s.ready), None)
+        if slot is None:
+            raise ValueError(f"topology {self.name!r} has no running worker on port {port} "
+                             f"(workers: {sorted(s.port for s in self.slots if s.port)})")
+        with self._stacks_ready:
+            self._stacks.pop(slot.index, None)
+            self._commands.append((slot.index, schema.DumpStacks()))
+            if not self._stacks_ready.wait_for(lambda: slot.index in self._stacks, timeout):
+                raise TimeoutError(f"worker on port {port} did not send its stacks within {timeout:g}s")
+            return self._stacks.pop(slot.index)
 
     def stop(self) -> None:
         """Tell every worker to stop, wait for their processes (killing stragglers after
@@ -369,5 +403,10 @@ class TopologyMaster(ABC):
                     self._state.report_error(error.component, error.task, error.error, error.time, error.count)
                 slot.snapshots = message.executors
                 slot.stopped = isinstance(message, schema.Stopped)
+                self._samples.extend(message.samples)
+            case schema.Stacks(text=text):
+                with self._stacks_ready:
+                    self._stacks[slot.index] = text
+                    self._stacks_ready.notify_all()
             case schema.SetupFailed(error=error, trace=trace):
                 slot.setup_error, slot.setup_trace = error, trace

@@ -12,6 +12,7 @@ beside it (counts across rebalances, their history, the metrics consumers) is it
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -35,6 +36,8 @@ from squall.cluster.stats_history import Totals
 from squall.runtime.assignment import Assignment, assign
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.info import TopologyInfo, to_dict
+from squall.runtime.messaging.schema import TupleSample
+from squall.runtime.sampling import MAX_SAMPLING_SECS, SAMPLES_KEPT
 from squall.utils import time as clock
 
 log = logging.getLogger("squall.nimbus")
@@ -55,6 +58,10 @@ class _Running:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: held by a rebalance while it swaps the runner, and by a kill: one waits for the other
     transition: threading.Lock = field(default_factory=threading.Lock)
+    #: component -> (percent, until on the cluster clock) of its sampling; the tuples sampled
+    sampling: dict[str, tuple[float, float]] = field(default_factory=dict)
+    samples: collections.deque[TupleSample] = field(
+        default_factory=lambda: collections.deque(maxlen=SAMPLES_KEPT))
 
 
 class Nimbus(ABC):
@@ -160,6 +167,45 @@ class Nimbus(ABC):
             if running.status == ACTIVE:
                 running.status = INACTIVE
                 running.runner.set_active(False)
+
+    # -- a look inside (Storm UI's Debug and JStack) ---------------------------------------
+
+    def set_sampling(self, name: str, component: str, percent: float, secs: float) -> None:
+        """Sample ``percent`` (0 < percent <= 100; 0 stops) of ``component``'s emitted tuples
+        for ``secs`` (1 to 3600) seconds, in every worker, without a restart (Storm UI's Debug).
+        ``ValueError`` naming the component or the value at fault."""
+        running = self._get(name)
+        if component not in running.topology.components:
+            raise ValueError(f"topology {name!r} has no component {component!r}")
+        if not 0 <= percent <= 100:
+            raise ValueError(f"sampling: the percentage must be between 0 and 100, not {percent!r}")
+        if percent and not 1 <= secs <= MAX_SAMPLING_SECS:
+            raise ValueError(f"sampling: the duration must be between 1 and {MAX_SAMPLING_SECS:g} s, not {secs!r}")
+        with running.lock:
+            if percent:
+                running.sampling[component] = (percent, clock.now() + secs)
+            else:
+                running.sampling.pop(component, None)
+            running.runner.set_sampling(component, percent, secs)
+
+    def sampling(self, name: str, component: str) -> tuple[float, float]:
+        """(percent, seconds left) of ``component``'s sampling; (0, 0) when none runs."""
+        percent, until = self._get(name).sampling.get(component, (0.0, 0.0))
+        left = until - clock.now()
+        return (percent, left) if left > 0 else (0.0, 0.0)
+
+    def samples(self, name: str, component: str) -> list[TupleSample]:
+        """The tuples of ``component`` sampled lately (at most SAMPLES_KEPT of the topology's,
+        oldest first)."""
+        running = self._get(name)
+        with running.lock:
+            running.samples.extend(running.runner.take_samples())
+            return [s for s in running.samples if s.component == component]
+
+    def dump_stacks(self, name: str, port: int) -> str:
+        """Every thread's Python stack in topology ``name``'s worker on ``port`` (Storm UI's
+        JStack). ``ValueError`` for no such worker, ``TimeoutError`` when it does not answer."""
+        return self._get(name).runner.dump_stacks(port)
 
     def rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
                   executors: dict[str, int] | None = None) -> None:

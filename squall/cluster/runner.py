@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from squall.runtime.info import WorkerInfo
+from squall.runtime.messaging.schema import TupleSample
 
 
 @runtime_checkable
@@ -42,3 +43,14 @@ class TopologyRunner(Protocol):
     def executor_snapshots(self) -> list[tuple[str, dict[str, Any]]]:
         """(component, figures) for every executor, the figures with the executor's ``tasks``
         (see :func:`squall.runtime.stats.component_summary`). Never blocks on a busy worker."""
+
+    def set_sampling(self, component: str, percent: float, secs: float) -> None:
+        """Sample ``percent`` of ``component``'s emits in every worker for ``secs`` seconds
+        (squall.runtime.sampling); 0 stops. Returns at once."""
+
+    def take_samples(self) -> list[TupleSample]:
+        """The tuples sampled since the last call (of the workers that reported them)."""
+
+    def dump_stacks(self, port: int) -> str:
+        """Every thread's Python stack in the worker on ``port``, as text. ``ValueError`` for
+        a port of no worker; ``TimeoutError`` if the worker does not answer in time."""

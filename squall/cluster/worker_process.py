@@ -49,6 +49,7 @@ from squall.runtime.messaging import schema
 from squall.runtime.messaging.incarnation import incarnation
 from squall.runtime.messaging.security import LinkKeys, LinkSecurity
 from squall.runtime.messaging.zmq_transport import LOOPBACK, ZmqTransport
+from squall.runtime.sampling import thread_stacks
 from squall.runtime.worker import Worker
 
 log = logging.getLogger("squall.worker")
@@ -265,16 +266,20 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
                 worker.set_active(isinstance(message, schema.Activate))
             elif isinstance(message, schema.Peers):
                 transport.set_peers(message.peers)
+            elif isinstance(message, schema.Sample):
+                worker.set_sampling(message.component, message.percent, message.secs)
+            elif isinstance(message, schema.DumpStacks):
+                control.send(schema.Stacks(thread_stacks()))
         commands.clear()
         if worker.failure is not None:
             # fail-fast: the master hears why, and the supervisor (or Spark) restarts this worker
-            control.send(schema.Heartbeat(_figures(worker), state.take_unsent()))
+            control.send(schema.Heartbeat(_figures(worker), state.take_unsent(), worker.take_samples()))
             return 1
         transport.publish_credit()
         now = time.monotonic()
         if now >= next_heartbeat:
             next_heartbeat = now + heartbeat_every
-            control.send(schema.Heartbeat(_figures(worker), state.take_unsent()))
+            control.send(schema.Heartbeat(_figures(worker), state.take_unsent(), worker.take_samples()))
         if os.getppid() != parent:
             return 1  # the supervisor died: nobody would stop this worker
 

@@ -20,8 +20,8 @@ when the topology registers and kept in its entry only (a private file, or a Zoo
 under a digest ACL). A client without it is refused before any byte it sends is decoded.
 
 On the wire, requests and replies are the control schemas of :mod:`squall.runtime.messaging.schema`:
-``info``, ``activate``, ``deactivate``, ``kill`` (with ``wait_secs``), ``rebalance``; replies say ``ok``, or
-carry the ``error``. A request that does not fit is answered with an error and logged.
+``info``, ``activate``, ``deactivate``, ``kill`` (with ``wait_secs``), ``rebalance``, ``stacks``;
+replies say ``ok``, or carry the ``error``. A request that does not fit is answered with an error and logged.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any, Self
 import zmq
 
 from squall.api.errors import NotAliveError
+from squall.cluster.master import STACKS_TIMEOUT_SECS
 from squall.cluster.registry import Registration, Registry
 from squall.runtime.info import TopologyInfo
 from squall.runtime.messaging import schema
@@ -102,6 +103,13 @@ def info(registry: Registry, name: str) -> TopologyInfo:
     if reply.info is None:
         raise ControlError(f"topology {name!r} answered without its info")
     return reply.info
+
+
+def stacks(registry: Registry, name: str, worker: int | None = None) -> dict[str, str]:
+    """Every thread's Python stack in the topology's worker on port ``worker`` (None: in each
+    of its workers), by ``host:port`` (Storm UI's JStack, from a terminal)."""
+    reply = request(registry, name, schema.StacksRequest(worker), timeout=REPLY_TIMEOUT_SECS + STACKS_TIMEOUT_SECS)
+    return reply.stacks or {}
 
 
 def activate(registry: Registry, name: str) -> None:
@@ -278,6 +286,15 @@ class ControlServer:
                     if self.kill_requested.is_set():
                         info.status = "KILLED"
                     return schema.ControlReply(ok=True, info=info, message_timeout_secs=self.message_timeout_secs)
+                case schema.StacksRequest(worker=port):
+                    workers = self.cluster.topology_info(self.name).workers
+                    if port is not None:
+                        workers = [w for w in workers if w.port == port]
+                        if not workers:
+                            raise ValueError(f"topology {self.name!r} has no worker on port {port}")
+                    return schema.ControlReply(ok=True, stacks={
+                        f"{w.host or '127.0.0.1'}:{w.port}": self.cluster.dump_stacks(self.name, w.port)
+                        for w in workers})
                 case _:
                     if self.kill_requested.is_set():
                         raise NotAliveError(f"topology {self.name!r} is being killed")

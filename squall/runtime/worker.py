@@ -19,6 +19,7 @@ supervisor restarts it, an in-process topology is FAILED. A worker never goes on
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import threading
@@ -33,6 +34,8 @@ from squall.api.tuple import StreamSource, system_sources
 from squall.runtime.executor.ack_ledger import RoundAcks
 from squall.runtime.acker_executor import AckerExecutor
 from squall.runtime.assignment import Assignment, ExecutorAssignment
+from squall.runtime.messaging.schema import TupleSample
+from squall.runtime.sampling import SAMPLES_KEPT, SAMPLING_CHECK_SECS, TupleSampler
 from squall.runtime.messaging.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.executor.bolt_executor import BoltExecutor
@@ -45,7 +48,7 @@ from squall.runtime.worker_receive import WorkerReceive
 from squall.runtime.worker_transfer import BACKLOG_RETRY_SECS, WorkerTransfer
 from squall.utils import gc_tuning
 from squall.utils.batch_queue import BatchQueue, Bell
-from squall.utils.time import Timer
+from squall.utils.time import Timer, now
 
 log = logging.getLogger("squall.worker")
 
@@ -114,6 +117,9 @@ class Worker:
                 self.credits.watch(executor.queue.wake)
         transport.register(index, self.grants, self.credits, bell)
         self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
+        #: the tuples sampled (squall.runtime.sampling) and not yet taken; component -> its sampler
+        self.samples: collections.deque[TupleSample] = collections.deque(maxlen=SAMPLES_KEPT)
+        self._samplers: dict[str, TupleSampler] = {}
 
     def _make_queues(self, assigned: Iterable[ExecutorAssignment], blocking: dict[ExecutorAssignment, bool],
                      bell: Bell) -> frozenset[int]:
@@ -214,6 +220,7 @@ class Worker:
         self._timer.start()
 
     def _schedule_timers(self) -> None:
+        self._timer.schedule_recurring(SAMPLING_CHECK_SECS, self._end_samplings)
         if any(isinstance(r, CooperativeThread) for r in self._runners):
             self._timer.schedule_recurring(self.conf[Config.TOPOLOGY_WORKER_HANDOFF_SECS], self._hand_off_stuck_calls)
         timeout = self.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
@@ -270,6 +277,33 @@ class Worker:
         """Every executor's figures (see :mod:`squall.runtime.stats`), with its component and tasks."""
         return [{"component": e.component, "tasks": list(e.task_ids), "stats": e.stats_snapshot()}
                 for e in self.executors]
+
+    def set_sampling(self, component: str, percent: float, secs: float) -> None:
+        """Sample ``percent`` of ``component``'s emits (in this worker) for ``secs`` seconds;
+        ``percent`` 0 stops. Replaces a sampling of that component under way."""
+        sampler = TupleSampler(component, percent, now() + secs, self.samples) if percent > 0 else None
+        if sampler is None:
+            self._samplers.pop(component, None)
+        else:
+            self._samplers[component] = sampler
+        for executor in self.executors:
+            if executor.component == component:
+                with executor.lock:  # no emit under way while its routes change
+                    for task, collector in executor.collectors.items():
+                        collector.set_sampler(None if sampler is None else sampler.for_task(task))
+
+    def _end_samplings(self) -> None:
+        """The timer's: stop the samplings whose time is up."""
+        for component, sampler in list(self._samplers.items()):
+            if now() >= sampler.until:
+                self.set_sampling(component, 0, 0)
+
+    def take_samples(self) -> list[TupleSample]:
+        """The tuples sampled since the last call, oldest first."""
+        taken = []
+        while self.samples:
+            taken.append(self.samples.popleft())
+        return taken
 
     def set_active(self, active: bool) -> None:
         self.active = active

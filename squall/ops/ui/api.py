@@ -15,6 +15,7 @@ as their repr.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import zlib
@@ -27,6 +28,7 @@ from squall.api.errors import error_headline
 from squall.api.system_ids import is_system_id
 from squall.api.storm_topology import StormTopology
 from squall.cluster.stats_history import ALL_TIME, COUNTERS, FINE_SECS, WINDOWS, window_pretty
+from squall.runtime.messaging.schema import TupleSample
 from squall.runtime.info import ErrorInfo, ExecutorInfo, ExecutorPlace, TopologyInfo, WorkerInfo
 from squall.runtime.stats import since_restart
 
@@ -447,3 +449,34 @@ def _count(value: Any, option: str) -> int:
 def operation(name: str, op: str) -> dict[str, Any]:
     """The answer to a POST: ``{"topologyOperation", "topologyId", "status": "success"}``."""
     return {"topologyOperation": op, "topologyId": name, "status": "success"}
+
+
+def sampling_fields(percent: float, secs_left: float) -> dict[str, Any]:
+    """The component page's sampling fields: Storm's ``debug`` and ``samplingPct``, and
+    Squall's ``samplingSecsLeft``."""
+    return {"debug": percent > 0, "samplingPct": percent, "samplingSecsLeft": round(secs_left, 1)}
+
+
+def samples_page(samples: list[TupleSample]) -> dict[str, Any]:
+    """``GET /api/v1/topology/:id/component/:component/samples`` (Squall's): the tuples sampled,
+    oldest first: time (seconds since the epoch), stream, task, values."""
+    return {"samples": [{"time": s.time, "stream": s.stream, "task": s.task, "values": s.values} for s in samples]}
+
+
+def number(what: str, text: str) -> float:
+    """``text`` as a finite number, else a 400 naming ``what``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ApiError(400, f"{what} must be a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise ApiError(400, f"{what} must be a finite number, not {text!r}")
+    return value
+
+
+def worker_port(worker: str) -> int:
+    """The port of a worker named ``host:port`` (Storm's ``host-port``: either separator)."""
+    port = re.split(r"[:-]", worker)[-1]
+    if not port.isdigit():
+        raise ApiError(400, f"a worker is host:port, not {worker!r}")
+    return int(port)

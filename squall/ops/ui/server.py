@@ -58,6 +58,8 @@ from squall.ops.ui import api
 from squall.utils.time import parse_seconds
 
 STATIC = Path(__file__).parent / "static"  # the pages and their script: shipped in the wheel
+#: how long a sampling asked for without ?secs= runs
+DEFAULT_SAMPLING_SECS = 30
 COOKIE = "squall-ui-token"
 CSRF_HEADER = "X-CSRF-Token"
 DEFAULT_PORT = DEFAULTS[Config.UI_PORT]  # Storm UI's 8080
@@ -135,6 +137,7 @@ class UiApp:
             *self.api_routes(),
             Route("/", self._index, methods=["GET"]),
             Route("/topology.html", self._page("topology.html"), methods=["GET"]),
+            Route("/component.html", self._page("component.html"), methods=["GET"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
         return Starlette(routes=routes, middleware=[_middleware(self._guard)],
@@ -209,6 +212,9 @@ class UiServer(UiApp):
             Route("/api/v1/topology/{id}/deactivate", self._deactivate, methods=post),
             Route("/api/v1/topology/{id}/kill/{wait}", self._kill_route, methods=post),
             Route("/api/v1/topology/{id}/rebalance/{wait}", self._rebalance, methods=post),
+            Route("/api/v1/topology/{id}/component/{component}/debug/{action}/{spct}", self._debug, methods=post),
+            Route("/api/v1/topology/{id}/component/{component}/samples", self._samples, methods=get),
+            Route("/api/v1/topology/{id}/profiling/dumpstacks/{worker}", self._dump_stacks, methods=post),
             Route("/metrics", self._metrics, methods=get),
         ]
 
@@ -238,8 +244,53 @@ class UiServer(UiApp):
         return _json(api.topology_page(self._view(request.path_params["id"]), _window(request), _sys(request)))
 
     async def _component(self, request: Request) -> Response:
-        view = self._view(request.path_params["id"])
-        return _json(api.component_page(view, request.path_params["component"], _window(request)))
+        name, component = request.path_params["id"], request.path_params["component"]
+        page = api.component_page(self._view(name), component, _window(request))
+        page.update(api.sampling_fields(*self.cluster.sampling(name, component)))
+        return _json(page)
+
+    async def _debug(self, request: Request) -> Response:
+        """Storm UI's Debug: ``enable`` sampling ``spct`` percent of the component's emits for
+        ``?secs=`` (default 30) seconds, or ``disable`` it."""
+        name, component = request.path_params["id"], request.path_params["component"]
+        action = request.path_params["action"]
+        if action not in ("enable", "disable"):
+            raise api.ApiError(400, f"debug: the action is enable or disable, not {action!r}")
+        percent = api.number("sampling percentage", request.path_params["spct"]) if action == "enable" else 0.0
+        secs = api.number("secs", request.query_params.get("secs", str(DEFAULT_SAMPLING_SECS)))
+        if action == "enable" and percent <= 0:
+            raise api.ApiError(400, f"debug: enable needs a sampling percentage above 0, not {percent:g}")
+        try:
+            self.cluster.set_sampling(name, component, percent, secs)
+        except ValueError as e:
+            raise api.ApiError(400 if self._has(name, component) else 404, str(e)) from None
+        return _json(api.operation(name, f"debug/{action}"))
+
+    async def _samples(self, request: Request) -> Response:
+        """The tuples sampled of a component (Squall's; Storm shows them in its event logs).
+        Tuples' values may be private: the token is needed, even where reads are open."""
+        if not self._authenticated(request, post=False):
+            return _error(401, "sampled tuples need the topology's UI token (Authorization: Bearer <token>, or "
+                               "the cookie set by the URL squall printed)")
+        name, component = request.path_params["id"], request.path_params["component"]
+        if not self._has(name, component):
+            raise api.ApiError(404, f"topology {name!r} has no component {component!r}")
+        return _json(api.samples_page(self.cluster.samples(name, component)))
+
+    async def _dump_stacks(self, request: Request) -> Response:
+        """Storm UI's JStack, in Python: every thread's stack in the worker ``host:port``."""
+        name, worker = request.path_params["id"], request.path_params["worker"]
+        port = api.worker_port(worker)
+        try:
+            stacks = await run_in_threadpool(self.cluster.dump_stacks, name, port)
+        except ValueError as e:
+            raise api.ApiError(404, str(e)) from None
+        except TimeoutError as e:
+            raise api.ApiError(504, str(e)) from None
+        return _json({"id": worker, "stacks": stacks})
+
+    def _has(self, name: str, component: str) -> bool:
+        return component in self.cluster.get_topology(name).components
 
     async def _visualization(self, request: Request) -> Response:
         return _json(api.visualization(self._view(request.path_params["id"]), _window(request)))
@@ -327,7 +378,8 @@ def _json(body: Any) -> Response:
 
 
 def _error(status: int, message: str) -> Response:
-    return JSONResponse({"error": {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 502: "Bad Gateway"}.get(status, "Error"),
+    return JSONResponse({"error": {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 502: "Bad Gateway",
+                                   504: "Gateway Timeout"}.get(status, "Error"),
                          "errorMessage": message}, status_code=status)
 
 

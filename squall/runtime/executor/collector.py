@@ -16,7 +16,8 @@ A collector sees its executor through :class:`CollectorHost` only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,6 +98,11 @@ class EmitPlan:
         self.one_task = {task: ob if ob.queue is not None and ob.single_task else None
                          for task, ob in transfer.outboxes().items()}
         self.batch_size = transfer.batch_size
+
+    def follow_route(self) -> None:
+        """Take the route's ``choose`` and ``grouper`` again: its observers changed."""
+        self.choose = self.route.choose
+        self.grouper = self.route.grouper
 
     def targets(self, values: list[Any]) -> list[int]:
         """The target tasks of a regular emit of ``values``, counted as emitted."""
@@ -189,6 +195,13 @@ class _Collector:
     def report_error(self, error: BaseException) -> None:
         """Record ``error`` for this component (the last 10 are kept); processing goes on."""
         self._executor.report_error(self._task_id, error)
+
+    def set_sampler(self, sampler: Callable[[str, list[Any], list[int]], None] | None) -> None:
+        """Report every emit of this task to ``sampler(stream, values, tasks)`` (tuple sampling),
+        or stop (None). Holding the executor's lock, so that no emit is under way."""
+        for stream, plan in self._plans.items():
+            plan.route.set_sampler(None if sampler is None else functools.partial(sampler, stream))
+            plan.follow_route()
 
 
 class SpoutOutputCollector(_Collector):

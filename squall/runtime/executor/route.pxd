@@ -16,3 +16,6 @@ cdef class StreamRoute:
     cdef public object fanout
     cdef public long long counted_transfers
     cdef public object observers
+    cdef public object unobserved
+    cdef public _Grouper single
+    cdef public object sampler

@@ -39,7 +39,7 @@ class StreamRoute:
     """
 
     __slots__ = ("source", "arity", "choose", "grouper", "direct", "direct_targets", "emitted", "fanout",
-                 "counted_transfers", "observers")
+                 "counted_transfers", "observers", "unobserved", "single", "sampler")
 
     def __init__(self, source: StreamSource, direct: bool, groupers: list[Any], direct_targets: set[int],
                  observers: list[Observer]) -> None:
@@ -60,8 +60,23 @@ class StreamRoute:
             choose = groupers[0].choose
         else:
             choose = self._chooser(groupers)
-        self.choose = self._observed(choose) if observers else choose
-        self.grouper = groupers[0] if len(groupers) == 1 and self.choose == groupers[0].choose else None
+        self.unobserved = choose
+        self.single = groupers[0] if len(groupers) == 1 else None
+        self.sampler = None
+        self._route_emits()
+
+    def _route_emits(self) -> None:
+        """``choose`` and ``grouper`` from the observers: the grouper alone when nobody observes."""
+        self.choose = self._observed(self.unobserved) if self.observers else self.unobserved
+        single = self.single
+        self.grouper = single if single is not None and self.choose == single.choose else None
+
+    def set_sampler(self, sampler: Observer | None) -> None:
+        """Report every emit to ``sampler`` too (tuple sampling), or stop (None). Holding the
+        emitting executor's lock; the collector's plans then follow (``EmitPlan.follow_route``)."""
+        self.observers = [o for o in self.observers if o is not self.sampler] + ([sampler] if sampler else [])
+        self.sampler = sampler
+        self._route_emits()
 
     def choose_direct(self, task: int, values: list[Any]) -> list[int]:
         tasks = [task]

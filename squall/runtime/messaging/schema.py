@@ -4,10 +4,11 @@ Three protocols, one module (msgspec Structs, encoded as msgpack):
 
 * **master** (:mod:`squall.cluster.master` <-> :mod:`squall.cluster.worker_process`): a worker
   sends :data:`WorkerMessage`\\ s (``hello``, ``bound``, ``ready``, ``setup_error``,
-  ``heartbeat``, ``stopped``), the master answers with :data:`MasterMessage`\\ s
-  (``bootstrap``, ``peers``, ``activate``, ``deactivate``, ``kill``); the ``type`` field tags them;
+  ``heartbeat``, ``stopped``, ``stacks``), the master answers with :data:`MasterMessage`\\ s
+  (``bootstrap``, ``peers``, ``activate``, ``deactivate``, ``kill``, ``sample``,
+  ``dump_stacks``); the ``type`` field tags them;
 * **credit** (worker -> workers, :mod:`squall.runtime.messaging.zmq_transport`): :class:`Credit`;
-* **control** (``squall list/kill/activate/deactivate`` -> :mod:`squall.ops.control`):
+* **control** (``squall list/kill/activate/deactivate/stacks`` -> :mod:`squall.ops.control`):
   :data:`ControlRequest` (tagged by ``op``) and :class:`ControlReply`.
 
 Every field has a type and, where it has one, a range; :func:`decode` raises
@@ -150,18 +151,36 @@ class SetupFailed(msgspec.Struct, frozen=True, tag="setup_error", tag_field="typ
     trace: Text = ""  # the traceback, for --verbose and the topology's errors
 
 
+class TupleSample(msgspec.Struct, frozen=True, array_like=True):
+    """A tuple a component emitted, sampled (squall.runtime.sampling): ``values`` as shown."""
+
+    time: float
+    component: Name
+    stream: Name
+    task: int
+    values: Any
+
+
 class Heartbeat(msgspec.Struct, frozen=True, tag="heartbeat", tag_field="type"):
-    """Every ``worker.heartbeat.frequency.secs``: figures and the errors since the last one."""
+    """Every ``worker.heartbeat.frequency.secs``: figures and the errors since the last one, and
+    the tuples sampled since (while a sampling runs)."""
 
     executors: list[ExecutorReport]
     errors: list[ErrorReport]
+    samples: Annotated[list[TupleSample], msgspec.Meta(max_length=10000)] = []
+
+
+class Stacks(msgspec.Struct, frozen=True, tag="stacks", tag_field="type"):
+    """The answer to :class:`DumpStacks`: every thread's Python stack, as text."""
+
+    text: Text
 
 
 class Stopped(Heartbeat, frozen=True, tag="stopped", tag_field="type"):
     """The last message of a worker that was told to stop: its final figures and errors."""
 
 
-WorkerMessage = Hello | Bound | Ready | SetupFailed | Heartbeat | Stopped
+WorkerMessage = Hello | Bound | Ready | SetupFailed | Heartbeat | Stopped | Stacks
 
 # -- master protocol: master -> worker ----------------------------------------------------------
 
@@ -191,7 +210,19 @@ class Kill(msgspec.Struct, frozen=True, tag="kill", tag_field="type"):
     pass
 
 
-MasterMessage = Bootstrap | Peers | Activate | Deactivate | Kill
+class Sample(msgspec.Struct, frozen=True, tag="sample", tag_field="type"):
+    """Sample ``percent`` of ``component``'s emits for ``secs`` (percent 0: stop)."""
+
+    component: Name
+    percent: Annotated[float, msgspec.Meta(ge=0, le=100)]
+    secs: Annotated[float, msgspec.Meta(ge=0, le=3600)]
+
+
+class DumpStacks(msgspec.Struct, frozen=True, tag="dump_stacks", tag_field="type"):
+    pass
+
+
+MasterMessage = Bootstrap | Peers | Activate | Deactivate | Kill | Sample | DumpStacks
 
 # -- credit (backpressure) ----------------------------------------------------------------------
 
@@ -243,7 +274,13 @@ class RebalanceRequest(msgspec.Struct, frozen=True, tag="rebalance", tag_field="
                          msgspec.Meta(max_length=10000)] | None = None
 
 
-ControlRequest = InfoRequest | ActivateRequest | DeactivateRequest | KillRequest | RebalanceRequest
+class StacksRequest(msgspec.Struct, frozen=True, tag="stacks", tag_field="op"):
+    """Every thread's Python stack in the worker on port ``worker`` (None: in every worker)."""
+
+    worker: Port | None = None
+
+
+ControlRequest = InfoRequest | ActivateRequest | DeactivateRequest | KillRequest | RebalanceRequest | StacksRequest
 
 
 class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -251,6 +288,7 @@ class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
     error: str | None = None
     info: TopologyInfo | None = None
     message_timeout_secs: float | None = None
+    stacks: dict[str, str] | None = None  # "host:port" -> the worker's stacks
 
 
 # -- encoding -----------------------------------------------------------------------------------

@@ -41,14 +41,22 @@ async function post(url, body) {
   return answer;
 }
 
-// columns: [[title, key or function, text?]]; rows: objects; rowAttrs(row) -> attributes of the <tr>
+const COUNT = new Intl.NumberFormat("en");
+
+// columns: [[title, key or function, text?, raw?]]; rows: objects; rowAttrs(row) -> attributes of
+// the <tr>. Numbers are written as people read them (1,400,889), unless the column is raw (a port).
 function table(columns, rows, rowAttrs = () => ({})) {
   const head = el("tr", {}, ...columns.map(([title, , text]) => el("th", text ? {class: "text"} : {}, title)));
-  const body = rows.map(row => el("tr", rowAttrs(row), ...columns.map(([, key, text]) => {
+  const body = rows.map(row => el("tr", rowAttrs(row), ...columns.map(([, key, text, raw]) => {
     const value = typeof key === "function" ? key(row) : row[key];
-    return el("td", {class: (text ? "text " : "") + (typeof key === "string" ? key : "")}, value);
+    return el("td", {class: (text ? "text " : "") + (typeof key === "string" ? key : "")},
+              typeof value === "number" && !raw ? COUNT.format(value) : value);
   })));
   return el("table", {}, el("thead", {}, head), el("tbody", {}, ...body));
+}
+
+function componentUrl(topology, component) {
+  return `/component.html?id=${encodeURIComponent(topology)}&component=${encodeURIComponent(component)}`;
 }
 
 function fill(id, node) {
@@ -220,7 +228,7 @@ function drawGraph(graph) {
     const node = graph[id], p = pos[id];
     const spout = node[":type"] === "spout";
     const g = svg("g", {"data-component": id});
-    const link = svg("a", {href: `#component-${id}`});
+    const link = svg("a", {href: componentUrl(topologyId, id)});
     link.append(svg("rect", {x: p.x, y: p.y, width: W, height: H, rx: spout ? 18 : 4,
                              fill: spout ? "#9cc3ef" : capacityColour(node[":capacity"]), stroke: "#333"}));
     link.append(svg("text", {x: p.x + W / 2, y: p.y + 18, "text-anchor": "middle"}, id));
@@ -276,7 +284,9 @@ function lineChart(id, title, series, unit) {
                svg("text", {class: "y-tick", x: left - 4, y: y(v) + 4, "text-anchor": "end"}, human(v)));
   }
   for (let t = 0; t >= tMin; t -= tStep) {
-    nodes.push(svg("text", {class: "x-tick", x: x(t), y: H - 6, "text-anchor": t ? "middle" : "end"}, before(-t)));
+    // the first tick at the left edge starts there, clear of the y axis' labels
+    const anchor = !t ? "end" : x(t) - left < 20 ? "start" : "middle";
+    nodes.push(svg("text", {class: "x-tick", x: x(t), y: H - 6, "text-anchor": anchor}, before(-t)));
   }
   const legend = [];
   series.forEach((s, i) => {
@@ -319,7 +329,7 @@ function drawTopology(page) {
     c => `${c.component} emitted ${c.emitted}, acked ${c.acked}, failed ${c.failed}`).join("; ");
   const error = c => c.lastError
     ? el("span", {title: c.lastError}, `${c.lastErrorHeadline} (${ago(c.errorLapsedSecs)})`) : "";
-  const anchor = id => el("a", {id: `component-${id}`, href: `/api/v1/topology/${encodeURIComponent(page.id)}/component/${encodeURIComponent(id)}`}, id);
+  const anchor = id => el("a", {id: `component-${id}`, href: componentUrl(page.id, id)}, id);
   fill("spouts", table([["Id", s => anchor(s.spoutId), true], ["Executors", "executors"], ["Tasks", "tasks"],
                         ["Emitted", "emitted"], ["Transferred", "transferred"],
                         ["Complete latency (ms)", "completeLatency"], ["Acked", "acked"], ["Failed", "failed"],
@@ -334,19 +344,37 @@ function drawTopology(page) {
                       page.bolts, b => ({"data-component": b.boltId})));
   // each error once, with its count: the exception in sight, the traceback a click away
   fill("errors", page.lastErrors.length
-    ? table([["Component", "component", true], ["Count", "count"], ["Last task", "task"],
+    ? table([["Component", "component", true], ["Count", "count"], ["Last task", "task", false, true],
              ["Where", e => `${e.errorHost}:${e.errorPort}`, true],
              ["Last seen", e => el("span", {title: new Date(e.errorTime).toLocaleString()}, ago(e.errorLapsedSecs)),
               true],
              ["Error", e => el("details", {class: "error-text"}, el("summary", {}, e.headline), e.error), true]],
             page.lastErrors, e => ({"data-error-component": e.component}))
     : el("p", {}, "None."));
-  fill("workers", table([["Host", "host", true], ["Port", "port"], ["Pid", "pid"], ["Executors", "executorsTotal"],
-                         ["Tasks per component", w => Object.entries(w.componentNumTasks).map(([c, n]) => `${c}: ${n}`).join(", "), true]],
-                        page.workers));
+  const stacksButton = w => el("button", {class: "stacks", "data-port": w.port,
+                                          ...(CSRF === "" ? {disabled: ""} : {})}, "Stacks");
+  fill("workers", table([["Host", "host", true], ["Port", "port", false, true], ["Pid", "pid", false, true],
+                         ["Executors", "executorsTotal"],
+                         ["Tasks per component", w => Object.entries(w.componentNumTasks).map(([c, n]) => `${c}: ${n}`).join(", "), true],
+                         ["Python stacks", stacksButton, true]],
+                        page.workers, w => ({"data-worker": `${w.host}:${w.port}`})));
+  for (const button of document.querySelectorAll("button.stacks")) {
+    button.onclick = () => showStacks(`${page.workers.find(w => String(w.port) === button.dataset.port).host}:${button.dataset.port}`);
+  }
   fill("configuration", table([["Key", "key", true], ["Value", r => JSON.stringify(r.value), true],
                                ["Doc", r => el("span", {class: "doc"}, r.doc), true]],
                               page.configurationDocs, r => (r.changed ? {class: "changed"} : {})));
+}
+
+// Storm UI's JStack, in Python: every thread's stack of one worker process, taken on request
+async function showStacks(hostPort) {
+  const target = document.getElementById("stacks");
+  try {
+    const answer = await post(`/api/v1/topology/${encodeURIComponent(topologyId)}/profiling/dumpstacks/${encodeURIComponent(hostPort)}`);
+    target.replaceChildren(el("h3", {}, `Python stacks of worker ${hostPort}`), el("pre", {class: "stacks"}, answer.stacks));
+  } catch (error) {
+    say(`stacks refused: ${error.message}`);
+  }
 }
 
 // refreshes asked for, and the latest drawn: one answering after a later one (the old `sys`
@@ -425,8 +453,129 @@ function startTopologyPage() {
   setInterval(refreshTopology, REFRESH_MS);
 }
 
+// -- a component (Storm UI's component.html) ----------------------------------------------------
+
+const componentId = params.get("component");
+
+function drawComponent(page) {
+  const spout = page.componentType === "spout";
+  document.title = `Squall UI: ${page.id}`;
+  document.getElementById("type").textContent = spout ? "Spout" : "Bolt";
+  document.getElementById("name").textContent = page.id;
+  const status = document.getElementById("status");
+  status.textContent = page.topologyStatus;
+  status.className = `status ${page.topologyStatus}`;
+  const link = document.getElementById("topology-link");
+  link.textContent = `Topology ${page.topologyId}`;
+  link.href = `/topology.html?id=${encodeURIComponent(page.topologyId)}`;
+  const summary = [["Id", "id", true], ["Topology", "name", true], ["Executors", "executors"], ["Tasks", "tasks"]];
+  if (page.operations) summary.push(["Runs", "operations", true]);
+  fill("summary", table(summary, [page]));
+  const latencies = spout ? [["Complete latency (ms)", "completeLatency"]]
+    : [["Execute latency (ms)", "executeLatency"], ["Executed", "executed"], ["Process latency (ms)", "processLatency"]];
+  fill("stats", table([["Window", "windowPretty", true], ["Emitted", "emitted"], ["Transferred", "transferred"],
+                       ...latencies, ["Acked", "acked"], ["Failed", "failed"]],
+                      spout ? page.spoutSummary : page.boltStats));
+  document.getElementById("inputs-section").hidden = spout;
+  if (!spout) {
+    fill("inputs", table([["Component", i => el("a", {href: componentUrl(page.topologyId, i.component)}, i.component), true],
+                          ["Stream", "stream", true], ["Grouping", "grouping", true],
+                          ["Execute latency (ms)", i => i.executeLatency ?? "", false],
+                          ["Executed", i => i.executed ?? ""], ["Process latency (ms)", i => i.processLatency ?? ""],
+                          ["Acked", i => i.acked ?? ""], ["Failed", i => i.failed ?? ""]],
+                         page.inputStats, i => ({"data-input": `${i.component}:${i.stream}`})));
+  }
+  fill("outputs", table([["Stream", "stream", true], ["Emitted", "emitted"], ["Transferred", "transferred"]],
+                        page.outputStats, o => ({"data-stream": o.stream})));
+  const where = e => `${e.host}:${e.port}`;
+  const figures = spout ? [["Complete latency (ms)", "completeLatency"]]
+    : [["Capacity", "capacity"], ["Execute latency (ms)", "executeLatency"], ["Executed", "executed"],
+       ["Process latency (ms)", "processLatency"]];
+  fill("executors", table([["Id", "id", true], ["Uptime", "uptime"], ["Host:port", where, true],
+                           ["Emitted", "emitted"], ["Transferred", "transferred"], ...figures,
+                           ["Acked", "acked"], ["Failed", "failed"]],
+                          page.executorStats, e => ({"data-executor": e.id})));
+  fill("errors", page.componentErrors.length
+    ? table([["Time", e => el("span", {title: new Date(e.errorTime).toLocaleString()}, ago(e.errorLapsedSecs)), true],
+             ["Task", "task", false, true], ["Where", e => `${e.errorHost}:${e.errorPort}`, true], ["Count", "count"],
+             ["Error", e => el("details", {class: "error-text"}, el("summary", {}, e.headline), e.error), true]],
+            page.componentErrors)
+    : el("p", {}, "None."));
+  const metrics = Object.entries(page.userMetrics || {});
+  fill("metrics", metrics.length
+    ? table([["Metric", ([name]) => name, true], ["Value", ([, value]) => typeof value === "number" ? value : JSON.stringify(value), true]],
+            metrics)
+    : el("p", {}, "None (a component registers its own with context.register_metric)."));
+  document.getElementById("sampling").textContent = page.samplingPct
+    ? `sampling ${page.samplingPct}% for ${Math.ceil(page.samplingSecsLeft)} more s` : "off";
+}
+
+function drawComponentPlots(points, page) {
+  const mine = points.filter(p => p.components[page.id]).map(p => [p.t, p.components[page.id]]);
+  const spout = page.componentType === "spout";
+  lineChart("plot-throughput", `${page.id}'s throughput`,
+            [{name: "emitted", points: mine.map(([t, c]) => [t, c.emitted])},
+             {name: spout ? "acked" : "executed", points: mine.map(([t, c]) => [t, spout ? c.acked : c.executed])}],
+            "tuples/s");
+  if (spout) {
+    lineChart("plot-capacity", "Complete latency", [{name: "complete", points: mine.map(([t, c]) => [t, c.latency])}], "ms");
+  } else {
+    lineChart("plot-capacity", "Capacity", [{name: "capacity", points: mine.map(([t, c]) => [t, c.capacity])}], "0..1");
+  }
+}
+
+const SAMPLES_SHOWN = 200;  // the newest; the API has up to a thousand
+
+function drawSamples(samples) {
+  fill("samples", samples.length
+    ? table([["Time", s => new Date(s.time * 1000).toLocaleTimeString(), true], ["Stream", "stream", true],
+             ["Task", "task", false, true], ["Values", s => JSON.stringify(s.values), true]],
+            samples.slice(-SAMPLES_SHOWN).reverse(), () => ({class: "sample"}))
+    : el("p", {}, "No tuple sampled."));
+}
+
+let componentTicket = 0, componentDrawn = 0;
+
+async function refreshComponent() {
+  const ticket = ++componentTicket;
+  const base = `/api/v1/topology/${encodeURIComponent(topologyId)}`;
+  const win = document.getElementById("window").value;
+  try {
+    const [page, series] = await Promise.all([
+      getJSON(`${base}/component/${encodeURIComponent(componentId)}?window=${encodeURIComponent(win)}`),
+      getJSON(`${base}/series`)]);
+    if (ticket < componentDrawn) return;
+    componentDrawn = ticket;
+    drawComponent(page);
+    drawComponentPlots(series.points, page);
+    if (CSRF !== "") drawSamples((await getJSON(`${base}/component/${encodeURIComponent(componentId)}/samples`)).samples);
+    say("");
+  } catch (error) {
+    say(`Cannot read component ${componentId} of ${topologyId}: ${error.message}`);
+  }
+}
+
+function startComponentPage() {
+  const signedIn = CSRF !== "";
+  for (const button of document.querySelectorAll("button.control")) button.disabled = !signedIn;
+  document.getElementById("token-note").hidden = signedIn;
+  const debug = action => {
+    const pct = action === "enable" ? document.getElementById("sample-pct").value : "0";
+    const secs = document.getElementById("sample-secs").value;
+    post(`/api/v1/topology/${encodeURIComponent(topologyId)}/component/${encodeURIComponent(componentId)}/debug/${action}/${encodeURIComponent(pct)}?secs=${encodeURIComponent(secs)}`)
+      .then(() => { say(""); refreshComponent(); }, error => say(`sampling refused: ${error.message}`));
+  };
+  document.getElementById("sample-start").onclick = () => debug("enable");
+  document.getElementById("sample-stop").onclick = () => debug("disable");
+  document.getElementById("window").onchange = refreshComponent;
+  refreshComponent();
+  setInterval(refreshComponent, REFRESH_MS);
+}
+
 if (document.body.dataset.page === "topology") {
   startTopologyPage();
+} else if (document.body.dataset.page === "component") {
+  startComponentPage();
 } else {
   refreshIndex();
   setInterval(refreshIndex, REFRESH_MS * 2);
