@@ -258,6 +258,48 @@ def stuck_in_a_known_function(release: str) -> None:
         time.sleep(0.02)  # the user's code the test looks for; released by the test
 
 
+class PacedSpout(Spout):
+    """Emits tracked numbers as fast as it may while the file ``rate`` says ``fast``, a few a
+    second otherwise (input rising and falling, for the autoscaler)."""
+
+    outputs = ["n"]
+
+    def __init__(self, rate: str) -> None:
+        self.rate = rate
+
+    def open(self, conf, context, collector):
+        self.collector, self.n, self.checked, self.fast = collector, 0, 0.0, False
+
+    def next_tuple(self):
+        now = time.monotonic()
+        if now - self.checked > 0.2:
+            self.checked = now
+            with open(self.rate) as f:
+                self.fast = f.read().strip() == "fast"
+        if self.fast or now - getattr(self, "last", 0.0) > 0.1:
+            self.last = now
+            self.n += 1
+            self.collector.emit([self.n], msg_id=self.n)
+
+
+class BusyBolt(Bolt):
+    """Costs ``secs`` of CPU a tuple (a busy loop: the interpreter's lock held, as real work)."""
+
+    outputs = ["n"]
+
+    def __init__(self, secs: float = 0.0001) -> None:
+        self.secs = secs
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        end = time.perf_counter() + self.secs
+        while time.perf_counter() < end:
+            pass
+        self.collector.ack(tup)
+
+
 # -- word count ------------------------------------------------------------------------------------
 
 

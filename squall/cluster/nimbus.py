@@ -30,12 +30,13 @@ from squall.api.state.provider import StateProviderError, provider_for
 from squall.api.system_ids import CHECKPOINT_COMPONENT
 from squall.api.storm_topology import ComponentSpec, StormTopology
 from squall.api.windowing.checks import check_topology_windows
+from squall.cluster.autoscale_controller import AutoscaleController, settings_of
 from squall.cluster.monitor import TopologyMonitor
 from squall.cluster.runner import TopologyRunner
 from squall.cluster.stats_history import Totals
 from squall.runtime.assignment import Assignment, assign
 from squall.runtime.cluster_state import TopologyState
-from squall.runtime.info import TopologyInfo, to_dict
+from squall.runtime.info import AutoscaleDecision, TopologyInfo, to_dict
 from squall.runtime.messaging.schema import TupleSample
 from squall.runtime.sampling import MAX_SAMPLING_SECS, SAMPLES_KEPT
 from squall.utils import time as clock
@@ -62,6 +63,9 @@ class _Running:
     sampling: dict[str, tuple[float, float]] = field(default_factory=dict)
     samples: collections.deque[TupleSample] = field(
         default_factory=lambda: collections.deque(maxlen=SAMPLES_KEPT))
+    #: when (time.monotonic) it started, or was last rebalanced; its autoscaler, when enabled
+    rebalanced_at: float = field(default_factory=time.monotonic)
+    autoscaler: AutoscaleController | None = None
 
 
 class Nimbus(ABC):
@@ -125,6 +129,11 @@ class Nimbus(ABC):
             if topology.checkpointed:
                 check_state(name, topology, merged, self.in_process)
             check_topology_windows(name, topology, merged)
+            if merged[Config.TOPOLOGY_AUTOSCALE_ENABLED]:
+                try:
+                    settings_of(merged)
+                except ValueError as e:
+                    raise InvalidTopologyError(f"topology {name!r}: {e}") from None
             assignment = assign(topology, merged)
             monitor = TopologyMonitor(name, topology, merged)
             monitor.prepare()
@@ -140,6 +149,29 @@ class Nimbus(ABC):
             raise
         # uptime counts from the workers' readiness; through ``running``: a rebalance swaps runners
         monitor.start(lambda: running.runner)
+        running.rebalanced_at = time.monotonic()
+        if merged[Config.TOPOLOGY_AUTOSCALE_ENABLED]:
+            running.autoscaler = AutoscaleController(self, name, merged)
+            running.autoscaler.start()
+
+    def autoscale_slots(self, name: str) -> int | None:
+        """The task slots the cluster can give topology ``name``'s workers now, for the
+        autoscaler; None: no limit but ``topology.autoscale.max.workers`` (this machine's
+        worker processes)."""
+        return None
+
+    def last_rebalance(self, name: str) -> float:
+        """When (``time.monotonic``) topology ``name`` started or was last rebalanced."""
+        return self._get(name).rebalanced_at
+
+    def autoscale_decisions(self, name: str) -> list[AutoscaleDecision]:
+        """The autoscaler's last decisions, oldest first (none when it is off)."""
+        autoscaler = self._get(name).autoscaler
+        return list(autoscaler.decisions) if autoscaler is not None else []
+
+    def status(self, name: str) -> str:
+        """ACTIVE, INACTIVE, REBALANCING, KILLED or FAILED."""
+        return self._status(self._get(name))
 
     def _get(self, name: str) -> _Running:
         try:
@@ -244,6 +276,8 @@ class Nimbus(ABC):
             except BaseException:
                 running.status = FAILED
                 raise
+            finally:
+                running.rebalanced_at = time.monotonic()  # the autoscaler's cool-down starts again
             running.status = previous
 
     def start_rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
@@ -302,6 +336,8 @@ class Nimbus(ABC):
 
     def _stop(self, running: _Running) -> None:
         running.status = KILLED
+        if running.autoscaler is not None:
+            running.autoscaler.stop()
         running.runner.stop()
         running.monitor.stop()  # the consumers get the final figures
         with self._lock:
@@ -358,7 +394,10 @@ class Nimbus(ABC):
 
     @staticmethod
     def _info(running: _Running, status: str) -> TopologyInfo:
-        return running.monitor.topology_info(running.runner, running.topology, running.state, status)
+        info = running.monitor.topology_info(running.runner, running.topology, running.state, status)
+        if running.autoscaler is not None:
+            info.autoscale = list(running.autoscaler.decisions)
+        return info
 
 
 def _rebalanced(running: _Running, num_workers: int | None,

@@ -222,14 +222,17 @@ def _monitor(args: argparse.Namespace, registry: Registry) -> int:
     print(f"{'topology':<16}{'component':<16}{'parallelism':<13}{'stream':<12}{'time-diff ms':>14}"
           f"{args.watch:>14}{'throughput (Kt/s)':>20}")
     last, then = reading(info), time.monotonic()
+    decided = _autoscale_lines(info, 0.0)
     try:
         while True:
             time.sleep(args.interval)
             try:
-                current = reading(control.info(registry, args.name))
+                latest = control.info(registry, args.name)
+                current = reading(latest)
             except (ControlError, NotAliveError):
                 print(f"squall: topology {args.name!r} is gone", file=sys.stderr)
                 return 0
+            decided = _autoscale_lines(latest, decided)
             now = time.monotonic()
             diff = current - last
             print(f"{args.name:<16}{component:<16}{parallelism:<13}{args.stream:<12}{1000 * (now - then):>14.0f}"
@@ -237,6 +240,18 @@ def _monitor(args: argparse.Namespace, registry: Registry) -> int:
             last, then = current, now
     except KeyboardInterrupt:
         return 0
+
+
+def _autoscale_lines(info: TopologyInfo, since: float) -> float:
+    """Print the autoscaler's decisions made after ``since`` (epoch seconds); the time of the
+    last one printed (``since`` when none is new)."""
+    for decision in info.autoscale or []:
+        if decision.time > since:
+            executors = ", ".join(f"{c}={n}" for c, n in decision.executors.items())
+            print(f"autoscaler {time.strftime('%H:%M:%S', time.localtime(decision.time))} {decision.action} to "
+                  f"{decision.workers} workers{f' ({executors})' if executors else ''}: {decision.reason}", flush=True)
+            since = decision.time
+    return since
 
 
 def cmd_ui(args: argparse.Namespace) -> int:

@@ -97,14 +97,27 @@ class WorkerInfo(msgspec.Struct, kw_only=True):
     restarts: int | UnsetType = UNSET
 
 
+class AutoscaleDecision(msgspec.Struct, kw_only=True):
+    """A decision of the autoscaler (squall.cluster.autoscale_controller): when (epoch
+    seconds), what (scale-up, scale-down, or hold when limited), to what, and why."""
+
+    time: float
+    action: str
+    workers: int
+    executors: dict[str, int]
+    reason: str
+
+
 class TopologyInfo(msgspec.Struct, kw_only=True):
-    """A running topology: status, workers and components."""
+    """A running topology: status, workers and components; its autoscaler's last decisions,
+    oldest first, when it has one."""
 
     name: str
     status: str  # ACTIVE, INACTIVE, REBALANCING, KILLED or FAILED
     uptime_secs: float
     workers: list[WorkerInfo]
     components: dict[str, ComponentInfo]
+    autoscale: list[AutoscaleDecision] | UnsetType = UNSET
 
 
 def to_dict(info: TopologyInfo) -> dict[str, Any]:

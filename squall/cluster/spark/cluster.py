@@ -23,6 +23,7 @@ from squall.api.config import Config, squall_home
 from squall.api.storm_topology import StormTopology
 from squall.cluster.nimbus import Nimbus
 from squall.cluster.spark.java import ensure_java
+from squall.cluster.spark.slots import registered_slots
 from squall.cluster.spark.master import SparkTopologyMaster
 from squall.runtime.assignment import Assignment
 from squall.runtime.cluster_state import TopologyState
@@ -246,6 +247,12 @@ class SparkCluster(Nimbus):
         held = {n: len(r.runner.slots) for n, r in self._topologies.items()
                 if n != name and isinstance(r.runner, SparkTopologyMaster) and r.runner.failure is None}
         return SparkTopologyMaster(name, topology, conf, assignment, state, self._sc, held)
+
+    def autoscale_slots(self, name: str) -> int | None:
+        """The cluster's task slots less those this driver's other topologies hold."""
+        held = sum(len(r.runner.slots) for n, r in self._topologies.items()
+                   if n != name and isinstance(r.runner, SparkTopologyMaster) and r.runner.failure is None)
+        return registered_slots(self._sc) - held
 
     def _ship_code(self) -> None:
         """Send Squall and the user's modules to the executors. A new archive each time, of a

@@ -22,6 +22,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 import squall
 from squall.api.config import Config, config_table
 from squall.api.errors import error_headline
@@ -247,6 +249,10 @@ def topology_page(view: TopologyView, window: int | None, sys: bool = False) -> 
         "lastErrors": _last_errors(view, shown),
         "currentRun": [{"component": cid, **{k: getattr(now, k) for k in ("emitted", "transferred", "acked", "failed")}}
                        for cid, now in since_restart(view.info).items() if cid in shown],
+        # and the autoscaler's decisions, newest first (None: no autoscaler)
+        "autoscale": None if view.info.autoscale is msgspec.UNSET else [
+            {"time": int(d.time * 1000), "action": d.action, "workers": d.workers, "executors": d.executors,
+             "reason": d.reason} for d in reversed(view.info.autoscale)],
     }
 
 

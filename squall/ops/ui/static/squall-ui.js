@@ -342,6 +342,16 @@ function drawTopology(page) {
                        ["Process latency (ms)", "processLatency"], ["Acked", "acked"], ["Failed", "failed"],
                        ["Last error", error, true]],
                       page.bolts, b => ({"data-component": b.boltId})));
+  document.getElementById("autoscale-section").hidden = page.autoscale === null;
+  if (page.autoscale !== null) {
+    fill("autoscale", page.autoscale.length
+      ? table([["When", d => el("span", {title: new Date(d.time).toLocaleString()}, new Date(d.time).toLocaleTimeString()), true],
+               ["Decision", "action", true], ["Workers", "workers"],
+               ["Executors", d => Object.entries(d.executors).map(([c, n]) => `${c}: ${n}`).join(", "), true],
+               ["Why", "reason", true]],
+              page.autoscale, d => ({"data-action": d.action}))
+      : el("p", {}, "No decision yet: it watches the topology and acts when a signal holds for its window."));
+  }
   // each error once, with its count: the exception in sight, the traceback a click away
   fill("errors", page.lastErrors.length
     ? table([["Component", "component", true], ["Count", "count"], ["Last task", "task", false, true],
