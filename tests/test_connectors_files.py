@@ -227,6 +227,54 @@ def test_max_outstanding_bounds_the_pending_records(tmp_path):
     assert [v[0] for v, _ in out.emitted] == [str(i) for i in range(6)]
 
 
+def notices(caplog) -> list[str]:
+    """The empty-source notices logged so far."""
+    return [r.getMessage() for r in caplog.records if "nothing to emit until one appears" in r.getMessage()]
+
+
+class IndexedContext(FakeContext):
+    """A context that knows the task's index among its component's tasks, as the real one does."""
+
+    def __init__(self, task: int, index: int) -> None:
+        super().__init__(task)
+        self.index = index
+
+    def get_this_task_index(self) -> int:
+        return self.index
+
+
+def test_an_empty_source_is_said_once_by_the_first_task_naming_the_directory_and_glob(tmp_path, caplog):
+    src, kw = dirs(tmp_path)
+    (src / "notes.csv").write_text("x\n")  # there, but not what glob asks for
+    (src / "b.txt.ignore").write_text("being written\n")  # ignored, and not said
+    first, out = DirectorySpout(str(src), glob="*.txt", poll_secs=0, **kw), FakeCollector()
+    first.open({}, IndexedContext(1, 0), out)
+    second = DirectorySpout(str(src), glob="*.txt", poll_secs=0, lock_dir=str(tmp_path / "locks2"),
+                            archive_dir=kw["archive_dir"], bad_dir=kw["bad_dir"])
+    second.open({}, IndexedContext(2, 1), FakeCollector())
+    drain(first, 20)
+    drain(second, 20)
+    assert notices(caplog) == [f"DirectorySpout t:files:1: no file matches '*.txt' in {src} (1 other file(s) "
+                               f"there, such as 'notes.csv', do not match glob=): nothing to emit until one appears"]
+    assert [r.levelname for r in caplog.records if r.getMessage() in notices(caplog)] == ["WARNING"]
+    write(src / "a.txt", ["one", "two"])  # then a file comes: read without a word
+    drain(first, 3)
+    assert [v for v, _ in out.emitted] == [["one"], ["two"]]
+    assert len(notices(caplog)) == 1
+
+
+def test_a_source_with_files_to_read_says_nothing(tmp_path, caplog):
+    src, kw = dirs(tmp_path)
+    write(src / "a.txt", ["one"])
+    spout, out = opened(DirectorySpout(str(src), **kw))
+    taken = DirectorySpout(str(src), **kw)  # the other task: a.txt is the first's, none left for it
+    taken.open({}, FakeContext(2), FakeCollector())
+    drain(spout, 3)
+    drain(taken, 3)
+    assert [v for v, _ in out.emitted] == [["one"]] and notices(caplog) == []
+
+
+
 # -- DirectorySpout in a LocalCluster -------------------------------------------------------------
 
 
@@ -238,6 +286,22 @@ def test_missing_source_dir_fails_the_submission_naming_the_path(cluster, tmp_pa
     with pytest.raises(TopologySetupError, match="nowhere"):
         cluster.submit_topology("files", Config(), builder.create_topology())
 
+
+
+def test_an_empty_source_in_a_running_topology_is_said_once_for_its_two_tasks(cluster, tmp_path, key, caplog):
+    src, kw = dirs(tmp_path)
+    builder = TopologyBuilder()
+    builder.set_spout("files", DirectorySpout(str(src), glob="*.txt", **kw), 2)
+    builder.set_bolt("sink", LineSink(key)).shuffle_grouping("files")
+    cluster.submit_topology("files", Config(), builder.create_topology())
+    wait_until(lambda: notices(caplog), timeout=10, message="the empty-source notice")
+    write(src / "a.txt", ["late", "lines"])
+    wait_until(lambda: sorted(logged(key)) == ["late", "lines"], timeout=20, message="the late file read")
+    said = notices(caplog)
+    assert len(said) == 1, said  # by the first of the two tasks only
+    first = cluster.get_topology_info("files")["components"]["files"]["executors"][0]["tasks"][0]
+    assert said[0] == (f"DirectorySpout files:files:{first}: no file matches '*.txt' in {src}: "
+                       f"nothing to emit until one appears")
 
 
 class LineSink(Bolt):

@@ -109,6 +109,24 @@ def test_the_same_task_restarted_takes_its_lock_back_and_resumes_at_the_committe
     assert [v[0] for v, _ in out.emitted] == [f"a{i}" for i in range(2, 6)] + [f"b{i}" for i in range(6)]
     assert restarted.metrics["locks_taken_over"] == 1
 
+def test_an_empty_source_is_said_once_and_a_resumed_file_says_nothing(tmp_path, caplog):
+    src, kw = dirs(tmp_path)
+    spout, out = opened(StatefulDirectorySpout(str(src), glob="*.log", poll_secs=0, **kw))
+    spout.init_state(FakeState())
+    drain(spout, 10)
+    said = [r.getMessage() for r in caplog.records if "nothing to emit" in r.getMessage()]
+    assert said == [f"StatefulDirectorySpout t:files:1: no file matches '*.log' in {src}: "
+                    f"nothing to emit until one appears"]
+    write(src / "a.log", ["x", "y"])
+    drain(spout, 3)
+    assert [v for v, _ in out.emitted] == [["x"], ["y"]]
+    caplog.clear()
+    restarted, _ = opened(StatefulDirectorySpout(str(src), glob="*.log", **kw))
+    restarted.init_state(FakeState({"file": "a.log", "offset": 2}))  # resumes its file: no scan, no notice
+    drain(restarted, 3)
+    assert not [r for r in caplog.records if "nothing to emit" in r.getMessage()]
+
+
 # -- in a LocalCluster ------------------------------------------------------------------------------
 
 

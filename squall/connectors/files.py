@@ -38,6 +38,10 @@ visible when the checkpoint commits; on a local or mounted path.
   beside it giving the reason; the error is logged with the file name and reported as an
   error of the component. Tuples of it still pending are forgotten (their acks are ignored).
 * A ``source_dir`` that does not exist makes ``open`` raise ``FileNotFoundError`` naming it.
+* A ``source_dir`` with no file to read at the first scan (none matches ``glob``) is said in
+  one warning, by the component's first task: ``DirectorySpout t:files:3: no file matches
+  '*.txt' in /data/in: nothing to emit until one appears`` (with the files there that ``glob``
+  leaves out, if any). Files that appear later are read without a word.
 
 :class:`StatefulDirectorySpout` contract
 ----------------------------------------
@@ -275,6 +279,10 @@ class DirectorySpout(Spout):
         self.metrics = {"records_read": 0, "files_done": 0, "bad_files": 0, "errors": 0, "replayed": 0,
                         "locks_taken_over": 0, "locks_lost": 0}
         self._next_scan = 0.0
+        # the empty-source notice is the component's to give, once: its first task says it
+        # (every task looks at the same directory), at its first scan
+        index = getattr(context, "get_this_task_index", None)
+        self._scanned = index is not None and index() != 0
         self._reset_file()
 
     def _reset_file(self) -> None:
@@ -300,7 +308,12 @@ class DirectorySpout(Spout):
             now = time.monotonic()
             if now < self._next_scan:
                 return
-            if not self._claim():
+            claimed = self._claim()
+            if not self._scanned:
+                self._scanned = True
+                if not claimed:
+                    self._say_if_empty()
+            if not claimed:
                 self._next_scan = now + self.poll_secs
                 return
         if self._maybe_commit():  # lost the lock
@@ -426,6 +439,20 @@ class DirectorySpout(Spout):
             if fnmatch.fnmatch(name, self.glob) and os.path.isfile(os.path.join(self.source_dir, name)):
                 names.append(name)
         return names
+
+    def _say_if_empty(self) -> None:
+        """Log a warning when ``source_dir`` holds no file this spout would read (a wrong
+        ``source_dir`` or ``glob`` would otherwise show only as 0 emitted), naming the files
+        there that ``glob`` leaves out, if any. Called once, at the first scan."""
+        if self._candidates():
+            return  # files to read, held by other tasks for now
+        left_out = [name for name in sorted(os.listdir(self.source_dir))
+                    if not name.startswith(".") and not (self.ignore_suffix and name.endswith(self.ignore_suffix))
+                    and os.path.isfile(os.path.join(self.source_dir, name))]
+        others = (f" ({len(left_out)} other file(s) there, such as {left_out[0]!r}, do not match glob=)"
+                  if left_out else "")
+        log.warning("%s %s: no file matches %r in %s%s: nothing to emit until one appears",
+                    type(self).__name__, self.task, self.glob, self.source_dir, others)
 
     def _claim(self) -> bool:
         """Take over an abandoned lock, or lock a new file; True when a file is claimed."""

@@ -358,7 +358,8 @@ DURATION_HELP = "stop after this many seconds (default: until Ctrl-C)"
 
 
 FAIL_ON_ERROR_HELP = ("exit 1 if any component reported an error (without it: only if the topology failed, or "
-                      "a component failed every tuple it got)")
+                      "a component did no work: a bolt failed every tuple it got, a spout emitted nothing but "
+                      "errors)")
 FRESH_HELP = "drop the state a stateful topology of this name committed before (saying what), and start empty"
 CHECKPOINT_DIR_HELP = ("where a topology with stateful components keeps its state (SQLite files; default "
                        "$SQUALL_HOME/state/NAME, else ~/.squall/state/NAME): the same NAME and PATH resume from "

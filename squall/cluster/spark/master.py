@@ -6,7 +6,8 @@ on a task slot of an executor. Each task calls :func:`squall.cluster.worker_proc
 the same worker as a local worker process — after learning its executor's address; the
 workers exchange their addresses with ``BarrierTaskContext.allGather`` and then talk to each
 other directly over ZeroMQ. The driver's master thread hands out the topology, collects
-heartbeats, figures and errors, and relays activate/deactivate/kill, as for local processes.
+heartbeats, figures and errors, and relays activate/deactivate/kill, as for local processes;
+what the workers print reaches the driver's stdout and stderr (:mod:`squall.cluster.spark.output`).
 Before the first job it waits, as Spark's scheduler does, for the executors the cluster is still
 starting (:mod:`squall.cluster.spark.slots`).
 
@@ -42,6 +43,7 @@ from typing import Any
 from squall.api.config import Config
 from squall.api.storm_topology import StormTopology
 from squall.cluster.master import TopologyMaster, WorkerSlot, WorkerStartError
+from squall.cluster.spark.output import OutputRelay
 from squall.cluster.spark.slots import SlotsRefused, SlotsWait, registered_slots
 from squall.cluster.spark_master_url import is_embedded
 from squall.runtime.assignment import Assignment, assign
@@ -63,10 +65,14 @@ MISSING_MODULE_FIX = ("ship a packed virtualenv (--archives env.tar.gz#env --con
                       "or install Squall's dependencies there: see the README, Spark clusters")
 
 
-def barrier_worker(master: str, generation: int, keys: LinkKeys | None) -> Callable[[Iterable[Any]], Iterator[int]]:
+def barrier_worker(master: str, generation: int, keys: LinkKeys | None,
+                   output: str | None = None) -> Callable[[Iterable[Any]], Iterator[int]]:
     """The function each barrier task runs, shipped to the executors by Spark with the
     topology's link ``keys`` in its closure (Spark's own channel: turn on
-    ``spark.authenticate`` and ``spark.network.crypto.enabled`` on a shared cluster).
+    ``spark.authenticate`` and ``spark.network.crypto.enabled`` on a shared cluster). With
+    ``output`` (the address of the master's :class:`~squall.cluster.spark.output.OutputRelay`),
+    what the worker prints goes to the driver's terminal
+    (:func:`~squall.cluster.spark.output.forward_output`), not to the executor's log.
 
     It refers to the standard library only until it runs: an executor whose Python lacks one
     of Squall's dependencies fails the task with one line naming the module, the host, the
@@ -74,6 +80,7 @@ def barrier_worker(master: str, generation: int, keys: LinkKeys | None) -> Calla
     keys_text, prefix, fix = keys_json(keys), TASK_FAILURE_PREFIX, MISSING_MODULE_FIX
 
     def run_worker(_: Iterable[Any]) -> Iterator[int]:
+        import contextlib
         import json
         import signal
         import socket
@@ -87,6 +94,7 @@ def barrier_worker(master: str, generation: int, keys: LinkKeys | None) -> Calla
         host = socket.gethostbyname(context.getTaskInfos()[index].address.rsplit(":", 1)[0])
         try:
             from squall.cluster import worker_process
+            from squall.cluster.spark.output import forward_output
             from squall.runtime.messaging.security import LinkKeys
         except ImportError as e:
             raise RuntimeError(f"{prefix}the executors' Python ({sys.executable}) on {host} has no module "
@@ -96,7 +104,9 @@ def barrier_worker(master: str, generation: int, keys: LinkKeys | None) -> Calla
             gathered = context.allGather(json.dumps(address))  # ordered by partition id
             return {i: tuple(json.loads(a)) for i, a in enumerate(gathered)}
 
-        code = worker_process.run(master, index, LinkKeys.from_json(keys_text), generation, host, exchange)
+        link_keys = LinkKeys.from_json(keys_text)
+        with forward_output(output, link_keys) if output is not None else contextlib.nullcontext():
+            code = worker_process.run(master, index, link_keys, generation, host, exchange)
         if code:
             # failing the task aborts the barrier stage: the other workers are stopped too
             raise RuntimeError(f"squall worker {index} stopped with code {code}; the driver has the cause")
@@ -150,6 +160,8 @@ class SparkTopologyMaster(TopologyMaster):
         self._num_ackers = assignment.num_ackers  # kept whatever the workers: tasks keep their ids
         self._next_slots_check = 0.0
         self._waiting_for_slot = False
+        #: where the workers' output goes: the driver's stdout and stderr, as under squall run
+        self.output = OutputRelay(self.keys, host, bind_host, name)
 
     def start(self) -> None:
         """Wait for the task slots the topology needs (:class:`~squall.cluster.spark.slots.SlotsWait`:
@@ -164,6 +176,14 @@ class SparkTopologyMaster(TopologyMaster):
             raise WorkerStartError(str(e)) from None
         super().start()
 
+    def stop(self) -> None:
+        """Stop the workers and the master (:meth:`TopologyMaster.stop`), then the relay of their
+        output, once what they printed last has been written."""
+        try:
+            super().stop()
+        finally:
+            self.output.close()
+
     def _launch(self, slots: list[WorkerSlot]) -> None:
         generation, count = self.generation, len(self.slots)
         self._job_ended = None
@@ -175,7 +195,7 @@ class SparkTopologyMaster(TopologyMaster):
             self._sc.setLocalProperty("callSite.short", f"squall topology {self.name}")  # the job's name in the UI
             try:
                 rdd = self._sc.parallelize(range(count), count).barrier()
-                rdd.mapPartitions(barrier_worker(self.address, generation, self.keys)).collect()
+                rdd.mapPartitions(barrier_worker(self.address, generation, self.keys, self.output.address)).collect()
                 why = "its Spark job ended"
             except Exception as e:  # noqa: BLE001 - whatever ended the job, the master decides what next
                 why = _job_failure(e)

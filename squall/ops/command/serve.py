@@ -43,7 +43,8 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
     reported; the status line counts them all.
 
     Returns 1 when the topology FAILED (the cluster gave up restarting its workers), when a
-    component failed every tuple it got, or, with ``fail_on_error``, when any error was
+    component did no work (a bolt failed every tuple it got, a spout emitted nothing and
+    reported errors: :func:`did_no_work`), or, with ``fail_on_error``, when any error was
     reported; else 0."""
     tty = sys.stderr.isatty()
     stop = {"signal": False}
@@ -103,21 +104,35 @@ def serve_topology(cluster: Nimbus, name: str, topology: StormTopology, config: 
 
 
 def _exit_status(name: str, info: TopologyInfo, fail_on_error: bool) -> int:
-    """1, with the reason on stderr, for a topology that FAILED, a component that failed every
-    tuple it got (it did no work at all), or any error with ``fail_on_error``; else 0."""
-    components = info.components
-    hopeless = [cid for cid, c in components.items() if c.failed > 0 and c.acked == 0]
-    errors = sum(c.error_count for c in components.values())
+    """1, with the reason on stderr, for a topology that FAILED, a component that did no work
+    (:func:`did_no_work`), or any error with ``fail_on_error``; else 0."""
+    errors = sum(c.error_count for c in info.components.values())
+    idle = did_no_work(info)
     if info.status == FAILED:
         why = "FAILED; see the last error above"
-    elif hopeless:
-        why = f"did no work: {', '.join(repr(c) for c in hopeless)} failed every tuple it got; see the errors above"
+    elif idle:
+        why = f"did no work: {', '.join(idle)}; see the errors above"
     elif fail_on_error and errors:
         why = f"reported {errors:,} error(s) (--fail-on-error); see above"
     else:
         return 0
     print(f"squall: topology {name!r} {why}", file=sys.stderr)
     return 1
+
+
+def did_no_work(info: TopologyInfo) -> list[str]:
+    """A phrase for each component of ``info`` that did no work at all, naming it and saying
+    what it did instead, in the topology's order: one that failed every tuple it got (some
+    failed, none acked), and a user spout that emitted nothing and reported errors (its
+    ``next_tuple`` raised on every call, say, or never returned). A spout that emitted nothing
+    and reported nothing is not in it: an empty source is no error. [] when none."""
+    idle = []
+    for cid, c in info.components.items():
+        if c.failed > 0 and c.acked == 0:
+            idle.append(f"{cid!r} failed every tuple it got")
+        elif c.type == "spout" and not cid.startswith("__") and c.emitted == 0 and c.error_count > 0:
+            idle.append(f"{cid!r} emitted nothing and reported {c.error_count:,} error(s)")
+    return idle
 
 
 class ErrorPrinter:
