@@ -212,6 +212,21 @@ def test_deactivate_stops_the_spouts_and_activate_resumes_them(start, tmp_path):
     wait_until(lambda: spout_emitted() > emitted, timeout=5, message="the spout emitting again")
 
 
+def test_squall_stacks_prints_each_workers_threads_and_refuses_an_unknown_worker(start, tmp_path):
+    run = start("--in-process")
+    run.wait_running()
+    port = info()["workers"][0]["port"]
+    proc = squall_cli("stacks", NAME, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"== worker 127.0.0.1:{port} of topology {NAME!r}\nThread ")
+    assert "in next_tuple" in proc.stdout or "run_once" in proc.stdout, proc.stdout[-2000:]
+    one = squall_cli("stacks", NAME, f"127.0.0.1:{port}", cwd=tmp_path)
+    assert one.returncode == 0 and one.stdout.count("== worker ") == 1, one.stderr
+    refused = squall_cli("stacks", NAME, "1", cwd=tmp_path)
+    assert refused.returncode != 0 and refused.stderr.strip().count("\n") == 0
+    assert f"topology {NAME!r} has no worker on port 1" in refused.stderr
+
+
 def test_kill_with_no_wait_returns_once_squall_run_has_printed_its_summary_and_exited(start, home, tmp_path):
     # as processes: the worker processes must go too
     run = start("-c", "supervisor.slots.ports=[]")

@@ -281,6 +281,21 @@ def cmd_activate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stacks(args: argparse.Namespace) -> int:
+    """Every thread's Python stack in the topology's workers (or one), taken now."""
+    port = None
+    if args.worker is not None:
+        text = args.worker.rsplit(":", 1)[-1]
+        if not text.isdigit():
+            raise UsageError(f"a worker is its port or host:port, not {args.worker!r}")
+        port = int(text)
+    with _registry(args) as registry:
+        dumps = control.stacks(registry, args.name, port)
+    for worker, text in dumps.items():
+        print(f"== worker {worker} of topology {args.name!r}\n{text}")
+    return 0
+
+
 def cmd_deactivate(args: argparse.Namespace) -> int:
     with _registry(args) as registry:
         control.deactivate(registry, args.name)
@@ -469,6 +484,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                "called; pending tuples still complete)")
     deactivate.add_argument("name")
     deactivate.set_defaults(func=cmd_deactivate)
+    stacks = control_command("stacks", "print the Python stack of every thread of a running topology's workers "
+                                       "(Storm UI's JStack)")
+    stacks.add_argument("name")
+    stacks.add_argument("worker", nargs="?", help="one worker, as its port or host:port (default: every worker)")
+    stacks.set_defaults(func=cmd_stacks)
     return parser
 
 
