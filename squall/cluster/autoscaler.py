@@ -21,8 +21,8 @@ its share of that load nears 1.
 * **Scale down** when, in every observation of the window, the load per worker is at most
   ``scale_down_utilization`` and no lag grows: workers = ceil(load / ``target_utilization``).
 * Workers stay within ``[min_workers, max_workers]`` and the task slots there are; a busy
-  component (load of at least half a worker) gets an executor per worker, up to its task count,
-  so that its work spreads over them; the others keep theirs.
+  component (:data:`BUSY_LOAD`: a fifth of a worker's work or more) gets an executor per
+  worker, up to its task count, so that its work spreads over them; the others keep theirs.
 * **Never flap**: nothing within ``cooldown_secs`` of the last rebalance (the autoscaler's or
   a user's), and a change only when every observation of the window (``window_secs``) agrees.
 """
@@ -176,12 +176,17 @@ def _rebalance(action: str, now: Observation, workers: int, settings: Settings, 
     (up to its tasks), or back down to its share when scaling down."""
     executors = {}
     for c in now.components:
-        if c.load >= 0.5 or (action == SCALE_DOWN and c.executors > workers):
+        if c.load >= BUSY_LOAD or (action == SCALE_DOWN and c.executors > workers):
             wanted = min(c.tasks, max(workers, _ceil(c.load / settings.target_utilization))
                          if action == SCALE_UP else max(1, min(c.executors, workers)))
             if wanted != c.executors:
                 executors[c.component] = wanted
     return Decision(action, workers, executors, reason, limited)
+
+
+#: a component doing at least this much of a worker's work is spread over the workers: left on
+#: one, it would keep that worker the busiest
+BUSY_LOAD = 0.2
 
 
 def _ceil(x: float) -> int:

@@ -63,8 +63,8 @@ class _Running:
     sampling: dict[str, tuple[float, float]] = field(default_factory=dict)
     samples: collections.deque[TupleSample] = field(
         default_factory=lambda: collections.deque(maxlen=SAMPLES_KEPT))
-    #: when (time.monotonic) it started, or was last rebalanced; its autoscaler, when enabled
-    rebalanced_at: float = field(default_factory=time.monotonic)
+    #: when (time.monotonic) it was last rebalanced (-inf: never); its autoscaler, when enabled
+    rebalanced_at: float = float("-inf")
     autoscaler: AutoscaleController | None = None
 
 
@@ -149,7 +149,6 @@ class Nimbus(ABC):
             raise
         # uptime counts from the workers' readiness; through ``running``: a rebalance swaps runners
         monitor.start(lambda: running.runner)
-        running.rebalanced_at = time.monotonic()
         if merged[Config.TOPOLOGY_AUTOSCALE_ENABLED]:
             running.autoscaler = AutoscaleController(self, name, merged)
             running.autoscaler.start()
@@ -161,7 +160,7 @@ class Nimbus(ABC):
         return None
 
     def last_rebalance(self, name: str) -> float:
-        """When (``time.monotonic``) topology ``name`` started or was last rebalanced."""
+        """When (``time.monotonic``) topology ``name`` was last rebalanced; -inf if never."""
         return self._get(name).rebalanced_at
 
     def autoscale_decisions(self, name: str) -> list[AutoscaleDecision]:

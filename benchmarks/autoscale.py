@@ -1,0 +1,194 @@
+"""The autoscaler against the target of issue 40: a bolt costing ~100 µs a tuple, input rising
+past one worker's capacity.
+
+The topology: a spout of the lines of a file -> a split costing ``--busy-us`` of CPU per line
+(4 tasks) -> the stateful word count (4 tasks), on worker processes of this machine; the spout
+is ``--spout``:
+
+* ``tracked``: the lines, each a tracked tuple (replayed if it fails): at least once;
+* ``stateful``: examples/stateful_wordcount.py's file spout, which keeps its position, so the
+  counts are effectively once (its in-flight window, topology.state.spout.inflight.ms, and the
+  spout's own work in its worker bound what a second worker can add: see the closing note of
+  issue 40).
+
+1. **One worker**, autoscaler off: lines/s over ``--measure`` seconds after a warm-up.
+2. **Autoscaled** (max 2 workers, window 5 s, cool-down 30 s), from one worker, input at full
+   speed from the start (the rise): when it scaled, how many rebalances, lines/s over
+   ``--measure`` seconds once it runs on two workers, and, once the input is read, whether every
+   line was acked (tracked) and whether the committed counts are exactly the input's
+   (stateful: nothing lost, nothing counted twice; tracked: nothing lost).
+
+Target: autoscaled / one worker >= 1.6x within 60 s of the rise, <= 2 rebalances, nothing lost,
+state exact.
+
+Reproduce:  python benchmarks/autoscale.py [--spout tracked|stateful] [--lines 400000] [--busy-us 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from stateful_wordcount import FileSpout, WordCount, make_input  # noqa: E402 - the example's components
+
+from squall import BasicBolt, LocalCluster, Spout, TopologyBuilder  # noqa: E402
+from squall.testing import committed_state, wait_until  # noqa: E402
+
+
+class BusySplit(BasicBolt):
+    """Splits a line after ``secs`` of CPU (a busy loop: real work holds the interpreter lock)."""
+
+    outputs = ["word"]
+
+    def __init__(self, secs: float) -> None:
+        self.secs = secs
+
+    def execute(self, tup: Any, collector: Any) -> None:
+        end = time.perf_counter() + self.secs
+        while time.perf_counter() < end:
+            pass
+        for word in tup.values[0].split():
+            collector.emit([word])
+
+
+class LineSpout(Spout):
+    """The lines of a file, each a tracked tuple (its number the message id), replayed on fail."""
+
+    outputs = ["line"]
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
+        self.collector = collector
+        with open(self.path) as f:
+            self.todo = collections.deque(enumerate(line.rstrip("\n") for line in f))
+        self.pending: dict[int, str] = {}
+
+    def next_tuple(self) -> None:
+        for _ in range(100):
+            if not self.todo:
+                return
+            n, line = self.todo.popleft()
+            self.pending[n] = line
+            self.collector.emit([line], msg_id=n)
+
+    def ack(self, msg_id: int) -> None:
+        del self.pending[msg_id]
+
+    def fail(self, msg_id: int) -> None:
+        self.todo.append((msg_id, self.pending.pop(msg_id)))
+
+
+class MemoryCount(BasicBolt):
+    """Counts words in memory (the tracked run: a stateful bolt would hold the acks of a spout
+    that keeps no position until each commit)."""
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def execute(self, tup: Any, collector: Any) -> None:
+        self.counts[tup.values[0]] += 1
+
+
+SPOUTS = {"tracked": LineSpout, "stateful": FileSpout}
+COUNTS = {"tracked": MemoryCount, "stateful": WordCount}
+
+
+def topology(path: str, busy_secs: float, spout: str = "stateful") -> Any:
+    builder = TopologyBuilder()
+    builder.set_spout("lines", SPOUTS[spout](path))
+    builder.set_bolt("split", BusySplit(busy_secs), 1).set_num_tasks(4).shuffle_grouping("lines")
+    builder.set_bolt("count", COUNTS[spout](), 1).set_num_tasks(4).fields_grouping("split", ["word"])
+    return builder.create_topology()
+
+
+def conf(state_dir: str, autoscale: bool) -> dict[str, Any]:
+    return {"topology.workers": 1, "supervisor.slots.ports": [], "topology.max.spout.pending": 2000,
+            "topology.state.provider": "sqlite",
+            "topology.state.provider.config": {"path": state_dir}, "topology.state.checkpoint.interval.ms": 500,
+            "topology.autoscale.enabled": autoscale, "topology.autoscale.max.workers": 2,
+            "topology.autoscale.window.secs": 5, "topology.autoscale.cooldown.secs": 30,
+            "worker.heartbeat.frequency.secs": 0.5}
+
+
+def executed(cluster: LocalCluster, name: str) -> int:
+    return cluster.get_topology_info(name)["components"]["split"]["executed"]
+
+
+def rate(cluster: LocalCluster, name: str, secs: float) -> float:
+    """Lines/s the split executed over the next ``secs``."""
+    start, then = executed(cluster, name), time.monotonic()
+    time.sleep(secs)
+    return (executed(cluster, name) - start) / (time.monotonic() - then)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=400_000)
+    parser.add_argument("--busy-us", type=float, default=100.0)
+    parser.add_argument("--measure", type=float, default=10.0)
+    parser.add_argument("--spout", choices=sorted(SPOUTS), default="tracked")
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="squall-autoscale-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    path = make_input(os.path.join(root, "lines.txt"), args.lines)
+    with open(path) as f:
+        expected = collections.Counter(word for line in f for word in line.split())
+    busy = args.busy_us / 1e6
+
+    with LocalCluster(processes=True) as cluster:
+        cluster.submit_topology("one", conf(os.path.join(root, "one"), False), topology(path, busy, args.spout))
+        wait_until(lambda: executed(cluster, "one") > 2000, timeout=60, message="one worker warmed up")
+        one = rate(cluster, "one", args.measure)
+        cluster.kill_topology("one", 0)
+    print(f"one worker:  {one:,.0f} lines/s ({args.busy_us:g} us of CPU a line, {args.spout} spout)")
+
+    state = os.path.join(root, "scaled")
+    with LocalCluster(processes=True) as cluster:
+        started = time.monotonic()
+        cluster.submit_topology("scaled", conf(state, True), topology(path, busy, args.spout))
+        wait_until(lambda: len(cluster.get_topology_info("scaled")["workers"]) == 2
+                   and cluster.get_topology_info("scaled")["status"] == "ACTIVE", timeout=120,
+                   message="scaled to two workers")
+        scaled_at = time.monotonic() - started
+        wait_until(lambda: executed(cluster, "scaled") > 0, timeout=30)
+        two = rate(cluster, "scaled", args.measure)
+        if args.spout == "stateful":
+            wait_until(lambda: sum(sum(task.values()) for task in committed_state(
+                "scaled", topology(path, busy, args.spout), "count", conf(state, True)).values())
+                >= sum(expected.values()), timeout=600, interval=1.0, message="every word counted and committed")
+        else:
+            wait_until(lambda: cluster.get_topology_info("scaled")["components"]["lines"]["acked"] >= args.lines,
+                       timeout=600, interval=1.0, message="every line acked")
+        decisions = cluster.autoscale_decisions("scaled")
+        acked = cluster.get_topology_info("scaled")["components"]["lines"]["acked"]
+        cluster.kill_topology("scaled", 0)
+    rebalances = [d for d in decisions if d.action != "hold"]
+    if args.spout == "stateful":  # effectively once: the committed counts are the input's
+        counts: collections.Counter[str] = collections.Counter()
+        for task in committed_state("scaled", topology(path, busy, args.spout), "count", conf(state, True)).values():
+            counts.update(task)
+        lost, doubled = sum((expected - counts).values()), sum((counts - expected).values())
+    else:  # at least once: every line acked
+        lost, doubled = max(0, args.lines - acked), 0
+    print(f"autoscaled:  scaled to 2 workers {scaled_at:.0f} s after the rise, {len(rebalances)} rebalance(s); "
+          f"then {two:,.0f} lines/s")
+    for d in decisions:
+        print(f"  decision: {d.action} -> {d.workers} workers {d.executors}: {d.reason}")
+    print(f"autoscaled / one worker: {two / one:.2f}x (target >= 1.6x within 60 s: "
+          f"{'met' if two / one >= 1.6 and scaled_at <= 60 else 'NOT MET'}); rebalances {len(rebalances)} "
+          f"(target <= 2); {'nothing lost' if not lost else f'{lost} LOST'}"
+          + (f", state {'exact' if not doubled and not lost else f'NOT exact: {doubled} extra'}"
+             if args.spout == "stateful" else " (at least once: every line acked)"))
+    print("reproduce: python benchmarks/autoscale.py " + " ".join(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
