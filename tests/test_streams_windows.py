@@ -237,6 +237,60 @@ def test_a_join_takes_out_of_order_values_and_leaves_late_ones_to_the_late_strea
     assert logged(key + "late") == [(("a", 500, "late"),)] and len(logged(key)) == 4
 
 
+# Storm's JoinProcessorTest and CoGroupByKeyProcessorTest, ported: the same rows in one window
+STORM_LEFT = [(2, 4), (5, 25), (7, 49)]
+STORM_RIGHT = [(1, 1), (2, 8), (5, 125), (6, 216)]
+
+
+def storm_join(cluster, key, kind, left_rows, right_rows):
+    """``kind`` of two streams of (key, value) rows, all in the event-time window ending at 1000
+    (a value at 5000 on each side ends it)."""
+    left, right = FeederSpout(["k", "v", "ts"]), FeederSpout(["k", "v", "ts"])
+    builder = StreamBuilder()
+    window = event_time(TumblingWindows.of(Duration(1))).with_timestamp(lambda row: row[2])
+    lefts, rights = (builder.new_stream(s).window(window).map_to_pair(lambda row: (row[0], row[1]))
+                     for s in (left, right))
+    getattr(lefts, kind)(rights).to(TupleSink(key))
+    cluster.submit_topology(f"storm-{kind}", Config(), builder.build())
+    feed(left, [(k, v, 100) for k, v in left_rows] + [("z", 0, 5000)], "l")
+    feed(right, [(k, v, 200) for k, v in right_rows] + [("z", 0, 5000)], "r")
+
+
+@pytest.mark.parametrize("kind,expected", [
+    ("join", [(2, (4, 8)), (5, (25, 125))]),
+    ("left_outer_join", [(2, (4, 8)), (5, (25, 125)), (7, (49, None))]),
+    ("right_outer_join", [(1, (None, 1)), (2, (4, 8)), (5, (25, 125)), (6, (None, 216))]),
+    ("full_outer_join", [(1, (None, 1)), (2, (4, 8)), (5, (25, 125)), (6, (None, 216)), (7, (49, None))]),
+])
+def test_storm_join_processor_cases(cluster, key, kind, expected):
+    storm_join(cluster, key, kind, STORM_LEFT, STORM_RIGHT)
+    wait_until(lambda: len(logged(key)) == len(expected), WAIT, message=kind)
+    assert by_window(logged(key)) == {1000: expected}
+
+
+def test_a_join_with_one_windowed_side_windows_the_other_alike(cluster, key):
+    """Storm's docs: ``squares.window(...).join(cubes)``: the bolt windows both inputs."""
+    squares, cubes = FeederSpout(["n"]), FeederSpout(["n"])
+    builder = StreamBuilder()
+    windowed = builder.new_stream(squares).window(TumblingWindows.of(Count(3))).map_to_pair(lambda n: (n, n * n))
+    windowed.join(builder.new_stream(cubes).map_to_pair(lambda n: (n, n ** 3))).to(TupleSink(key))
+    topology = builder.build()
+    assert sum(1 for spec in topology.components.values() if (spec.operations or "").startswith("window")) == 2
+    cluster.submit_topology("one-side-windowed", Config(), topology)
+    feed(squares, [[1], [2], [3]], "s")
+    feed(cubes, [[2], [3], [4]], "c")
+    wait_until(lambda: len(logged(key)) == 2, WAIT, message="the first windows joined")
+    assert by_window(logged(key)) == {1: [(2, (4, 8)), (3, (9, 27))]}
+
+
+def test_storm_co_group_by_key_case(cluster, key):
+    storm_join(cluster, key, "co_group_by_key", [(2, 4), (5, 25), (7, 49), (7, 87)],
+               [(1, 1), (2, 8), (5, 125), (5, 50), (6, 216)])
+    wait_until(lambda: len(logged(key)) == 5, WAIT, message="five keys co-grouped")
+    assert {k: v for k, v, _ in logged(key)} == {
+        2: ([4], [8]), 5: ([25], [125, 50]), 7: ([49, 87], []), 1: ([], [1]), 6: ([], [216])}
+
+
 def test_storm_branch_and_join_shape():
     """Storm's StreamBuilderTest.testBranchAndJoin, windowed (a join here needs windows): the
     branches run fused in the spout's bolt, each window in a bolt of its own, and the join
@@ -284,9 +338,7 @@ def streams():
 
 
 @pytest.mark.parametrize("make,error,message", [
-    (lambda s: s.join(s), InvalidTopologyError, r"^join: both streams must be windowed: call window\(\.\.\.\) on each"),
-    (lambda s: s.window(TumblingWindows.of(Count(2))).left_outer_join(s), InvalidTopologyError,
-     r"^left_outer_join: both streams must be windowed: call window\(\.\.\.\) on the other"),
+    (lambda s: s.join(s), InvalidTopologyError, r"^join: the streams are not windowed: call window\(\.\.\.\) on one"),
     (lambda s: s.window(TumblingWindows.of(Count(2))).co_group_by_key(s.window(TumblingWindows.of(Count(3)))),
      InvalidTopologyError, r"^co_group_by_key: the streams have different windows, TumblingWindows.of\(Count\(2\)\) "
      r"and TumblingWindows.of\(Count\(3\)\)"),

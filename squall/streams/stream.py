@@ -292,8 +292,9 @@ class PairStream(Stream[tuple[K, V]]):
     def join(self, other: PairStream[K, Any], joiner: Callable[[V, Any], Any] | None = None) -> PairStream[K, Any]:
         """Per window, ``(key, joiner(v, w))`` for every value ``v`` of this stream and ``w``
         of ``other`` with that key (default joiner: the pair ``(v, w)``), emitted when the
-        window ends. Both streams must be windowed alike; runs on this stream's parallelism
-        behind a fields grouping on the key."""
+        window ends. The streams must be windowed alike, or one of them windowed (the other
+        then gets the same window, as in Storm); runs on this stream's parallelism behind a
+        fields grouping on the key."""
         return self._join(ops.Join("inner", joiner), other)
 
     def left_outer_join(self, other: PairStream[K, Any],
@@ -325,9 +326,14 @@ class PairStream(Stream[tuple[K, V]]):
         if other._builder is not self._builder:
             raise InvalidTopologyError(f"{name}: the other stream belongs to another StreamBuilder")
         mine, theirs = self._node.window, other._node.window
-        if mine is None or theirs is None:
-            raise InvalidTopologyError(f"{name}: both streams must be windowed: call window(...) on "
-                                       f"{'each' if mine is theirs else 'this one' if mine is None else 'the other'}")
+        if mine is None and theirs is None:
+            raise InvalidTopologyError(f"{name}: the streams are not windowed: call window(...) on one (or both); "
+                                       "a join pairs the values of a window")
+        # one side windowed: the other gets the same window (Storm windows every input of the bolt)
+        if theirs is None:
+            other, theirs = other.window(mine), mine
+        elif mine is None:
+            return self.window(theirs)._join(operation, other)
         if not mine.alike(theirs):
             raise InvalidTopologyError(f"{name}: the streams have different windows, {mine!r} and {theirs!r}; "
                                        "window both streams alike")
