@@ -1,6 +1,6 @@
 """The ``squall`` command: ``run``, ``submit``, ``plan``, ``list``, ``kill``, ``rebalance``,
-``monitor``, ``ui``, ``activate``, ``deactivate`` and ``--version``. Its arguments, and one ``cmd_*`` per subcommand calling the
-jobs of :mod:`squall.ops.command`.
+``monitor``, ``ui``, ``activate``, ``deactivate``, ``stacks``, ``state`` and ``--version``. Its
+arguments, and one ``cmd_*`` per subcommand calling the jobs of :mod:`squall.ops.command`.
 
 Bad input — a topology file that does not compile or raises, a bad argument or setting —
 ends the command with one line on stderr (``squall: error: ...``, a file's errors naming
@@ -34,7 +34,8 @@ from squall.ops.command import UsageError
 from squall.ops.command.overrides import parse_overrides, parse_spark_conf
 from squall.ops.command.plan import format_plan
 from squall.ops.command.serve import serve_topology, serve_ui
-from squall.ops.command.state import announce_state
+from squall.ops.command.state import announce_state, recorded_settings, settings_of
+from squall.ops.command.state_report import state_report
 from squall.ops.command.topology_file import load_topology_file
 from squall.ops.control import ControlError
 from squall.ops.ui.machine import MachineUi
@@ -296,6 +297,21 @@ def cmd_stacks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_state(args: argparse.Namespace) -> int:
+    """What a stateful topology committed, read with the state settings its last ``run`` /
+    ``submit`` recorded, or with a topology file's (``--topology FILE``, its config layered as
+    ``squall run`` layers it)."""
+    if args.file is None:
+        if args.conf or args.checkpoint_dir is not None:
+            raise UsageError("-c and --checkpoint-dir go with --topology FILE: without it, the settings "
+                             f"the last run of {args.name!r} recorded are used")
+        settings = recorded_settings(args.name)
+    else:
+        settings = settings_of(*_file_topology(args))
+    print(state_report(settings, args.component, args.key, args.json))
+    return 0
+
+
 def cmd_deactivate(args: argparse.Namespace) -> int:
     with _registry(args) as registry:
         control.deactivate(registry, args.name)
@@ -489,6 +505,21 @@ def build_parser() -> argparse.ArgumentParser:
     stacks.add_argument("name")
     stacks.add_argument("worker", nargs="?", help="one worker, as its port or host:port (default: every worker)")
     stacks.set_defaults(func=cmd_stacks)
+    state = subcommand("state", "print what a stateful topology committed: its last checkpoint, its stateful "
+                                "components' tasks and keys, or a component's values (running or stopped)")
+    state.add_argument("name", help="the topology's name, as run or submitted")
+    state.add_argument("--component", metavar="C", help="print the keys and values of this stateful component, "
+                                                         "task by task")
+    state.add_argument("--key", metavar="K", help="with --component: just this key (read as JSON if it parses, "
+                                                  "else as a string)")
+    state.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    state.add_argument("--topology", dest="file", metavar="FILE",
+                       help="read the state with this topology file's settings (as squall run takes it) instead "
+                            "of those its last run recorded")
+    state.add_argument("-c", dest="conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="with --topology: override a config key, as the run did")
+    state.add_argument("--checkpoint-dir", metavar="PATH", help="with --topology: the run's --checkpoint-dir")
+    state.set_defaults(func=cmd_state)
     return parser
 
 
