@@ -187,8 +187,8 @@ KEYS: dict[str, ConfigKey] = _registry(
     ConfigKey("topology.autoscale.target.utilization", 0.7, POSITIVE,
               "The share of a worker's time the autoscaler sizes the topology for.", storm=False),
     ConfigKey("topology.autoscale.scale.up.utilization", 0.85, POSITIVE,
-              "Busier than this per worker (or a bolt this busy with its queue filling, or a lag growing) "
-              "for the whole window: scale up.", storm=False),
+              "Busier than this per worker for the whole window (or a spout's lag growing): scale up.",
+              storm=False),
     ConfigKey("topology.autoscale.scale.down.utilization", 0.35, POSITIVE,
               "Idler than this per worker for the whole window: scale down.", storm=False),
     ConfigKey("topology.autoscale.window.secs", 15, POSITIVE,
