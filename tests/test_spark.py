@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -152,13 +153,16 @@ def test_kill_9_of_a_worker_resubmits_the_job_and_loses_no_message(scluster, tmp
 
 
 class CrashingBolt(BasicBolt):
-    """Ends its worker's Python process abruptly after ``after`` tuples."""
+    """Ends its worker's Python process abruptly after ``after`` tuples. Its second task takes
+    ``slow_start`` seconds to prepare, so the first one crashes before that task's worker is ready."""
 
-    def __init__(self, after: int) -> None:
-        self.after = after
+    def __init__(self, after: int, slow_start: float = 0.0) -> None:
+        self.after, self.slow_start = after, slow_start
 
     def prepare(self, conf, context):
         self.seen = 0
+        if context.get_this_task_index() == 1:
+            time.sleep(self.slow_start)
 
     def execute(self, tup, collector):
         self.seen += 1
@@ -172,7 +176,8 @@ def test_restarts_are_bounded_then_the_topology_fails_with_the_cause(scluster, t
     put_messages(tmp_path, [f"m{i:03d}" for i in range(50)])
     builder = TopologyBuilder()
     builder.set_spout("src", DirSpout(tmp_path))
-    builder.set_bolt("crash", CrashingBolt(5)).shuffle_grouping("src")
+    # a crash before the other worker is ready is the topology's failure, not its submission's
+    builder.set_bolt("crash", CrashingBolt(5, slow_start=2.0), 2).shuffle_grouping("src")
     scluster.submit_topology("crashy", sconf({"topology.spark.max.restarts": 2}), builder.create_topology())
     wait_until(lambda: scluster.get_topology_info("crashy")["status"] == "FAILED", timeout=60, interval=0.1,
                message="the topology given up")

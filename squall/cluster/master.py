@@ -160,7 +160,7 @@ class TopologyMaster(ABC):
         try:
             while True:
                 with self._lifecycle:
-                    if self.failure is None and all(s.ready for s in self.slots):
+                    if self.failure is None and (not self.starting or all(s.ready for s in self.slots)):
                         self.starting = False
                         return
                     if self.failure is None and time.monotonic() > deadline:

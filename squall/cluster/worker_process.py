@@ -169,7 +169,9 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         sys.setswitchinterval(conf[Config.TOPOLOGY_WORKER_GIL_SWITCH_INTERVAL_SECS])
         transport = ZmqTransport(control.context, index, control.security, host,
                                  conf[Config.TOPOLOGY_RECEIVER_BUFFER_SIZE], incarnation(generation, restarts))
-        worker = Worker(name, topology, conf, assignment, index, transport, state, active, restarts > 0)
+        # spouts start once every executor of this worker is ready (Storm's active worker): a
+        # topology's own failure comes after the master heard this worker is ready
+        worker = Worker(name, topology, conf, assignment, index, transport, state, False, restarts > 0)
         port, bp_port = transport.bind(assignment.workers[index].port)
         control.send(schema.Bound(host, port, bp_port))
         if exchange_peers is not None:
@@ -198,6 +200,8 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
     else:
         ready = True
         control.send(schema.Ready())
+        if active:
+            worker.set_active(True)
         room_read, room_write = os.pipe()  # closed once no executor can signal on it
         os.set_blocking(room_write, False)
         worker.on_failure = lambda: _wake(room_write)

@@ -323,11 +323,15 @@ class SparkTopologyMaster(TopologyMaster):
         self._sc.cancelJobGroup(self.job_group)
         self._healthy_since = None
         limit = self._conf[Config.TOPOLOGY_SPARK_MAX_RESTARTS]
-        # every worker said ready: a failure of the running topology, though start() may not have
-        # seen them all ready yet (its thread takes the lock after this one)
-        if self.starting and not all(slot.ready for slot in self.slots):
+        # A worker runs its spouts once it is ready itself, so the topology's own failure (a bolt
+        # ending its process) can come before the master heard every worker's ready: a submission
+        # fails only when no worker got that far, or one said why it could not start.
+        setup_failed = any(slot.setup_error for slot in self.slots)
+        if self.starting and (setup_failed or not any(slot.ready for slot in self.slots)):
             self.failure = f"its Spark job failed before every worker was ready: {cause}"
-        elif self._restarts_in_row >= limit:
+            return
+        self.starting = False  # running: start() returns, restarts follow the rules below
+        if self._restarts_in_row >= limit:
             self.failure = f"gave up after {limit} restarts of its Spark job in a row; the last failure: {cause}"
             self.report(None, self.failure)
         else:
