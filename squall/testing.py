@@ -389,7 +389,8 @@ class KafkaBroker:
 
     Started on entering the ``with`` block (which waits until it accepts connections, up to
     ``start_timeout`` seconds; ``RuntimeError`` with its log otherwise), killed by its pid on
-    leaving it; :attr:`bootstrap_servers` is its address."""
+    leaving it; :attr:`bootstrap_servers` is its address. :meth:`restart` restarts it on the
+    same address and data."""
 
     def __init__(self, directory: str | os.PathLike[str], start_timeout: float = 20.0) -> None:
         self.directory = Path(directory)
@@ -406,30 +407,43 @@ class KafkaBroker:
         return os.path.join(os.path.dirname(spec.origin), "noida-db")
 
     def __enter__(self) -> KafkaBroker:
-        executable = self.executable()
-        if executable is None:
+        if self.executable() is None:
             raise RuntimeError("no Kafka broker: pip install noida-db==0.2.3")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.directory.mkdir(parents=True, exist_ok=True)
-        log_path = self.directory / "broker.log"
-        with open(log_path, "wb") as log:
+        with open(self.directory / "broker.log", "wb") as log:
             # the binary itself: the noida-db script runs it as a child that a kill would orphan
-            self._process = subprocess.Popen([executable, "start", "--only", "kafka", "--host", "127.0.0.1",
+            self._process = subprocess.Popen([self.executable(), "start", "--only", "kafka", "--host", "127.0.0.1",
                                               "--kafka-port", str(port), "--data-dir", str(self.directory)],
                                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._wait_accepting(port)
+        self.bootstrap_servers = f"127.0.0.1:{port}"
+        return self
+
+    def restart(self) -> None:
+        """Restart the broker: its Kafka service stops (connections closed, data saved, memory
+        freed) and starts again on the same port over the same data, by ``noida-db restart
+        kafka`` (a SIGINT and a new process can lose what was appended as it stopped); returns once
+        it accepts connections again."""
+        port = int(self.bootstrap_servers.rsplit(":", 1)[1])
+        done = subprocess.run([self.executable(), "restart", "kafka", "--data-dir", str(self.directory)],
+                              capture_output=True, text=True, timeout=self._start_timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"the Kafka broker did not restart: {done.stdout[-1000:]}{done.stderr[-1000:]}")
+        self._wait_accepting(port)
+
+    def _wait_accepting(self, port: int) -> None:
         deadline = time.monotonic() + self._start_timeout
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-            if self._process.poll() is not None or time.monotonic() > deadline:
+                return
+            if self._process is None or self._process.poll() is not None or time.monotonic() > deadline:
                 self.__exit__()
-                raise RuntimeError(f"the Kafka broker ({executable}) did not start: "
-                                   f"{log_path.read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(f"the Kafka broker ({self.executable()}) did not start: "
+                                   f"{(self.directory / 'broker.log').read_text(errors='replace')[-2000:]}")
             time.sleep(0.05)
-        self.bootstrap_servers = f"127.0.0.1:{port}"
-        return self
 
     def create_topics(self, *names: str, partitions: int = 4) -> None:
         """Create ``names`` with ``partitions`` partitions each."""

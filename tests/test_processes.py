@@ -297,6 +297,23 @@ class BadPrepareBolt(BasicBolt):
         pass
 
 
+class SlowFirstPrepareBolt(BasicBolt):
+    """Its first prepare records its pid in ``root/preparing`` and takes a minute (the test
+    kills it meanwhile); a later one returns at once."""
+
+    def __init__(self, root):
+        self.root = str(root)
+
+    def prepare(self, conf, context):
+        path = os.path.join(self.root, "preparing")
+        if not os.path.exists(path):
+            append_line(path, str(os.getpid()))
+            time.sleep(60)
+
+    def execute(self, tup, collector):
+        pass
+
+
 class PoisonableBolt(BasicBolt):
     """Prepares fine until ``root/poison`` exists; from then on raises in prepare."""
 
@@ -876,6 +893,34 @@ def test_import_error_in_a_worker_fails_submission_with_the_cause(pcluster, tmp_
     assert "b_ghost" in text and "ModuleNotFoundError" in text and module in text, text
     assert supervisor_kills(caplog) == []  # failed on the worker's report, not on a timeout
     assert pcluster.get_topologies() == []
+    assert worker_children() == []
+
+
+def test_a_worker_killed_while_the_topology_starts_is_restarted_and_the_submission_succeeds(pcluster, tmp_path):
+    builder = TopologyBuilder()
+    builder.set_spout("a_ok", PidSpout(tmp_path))
+    builder.set_bolt("b_slow", SlowFirstPrepareBolt(tmp_path)).shuffle_grouping("a_ok")
+    outcome = []
+
+    def submit():
+        try:
+            pcluster.submit_topology("slowstart", pconf({"supervisor.worker.start.timeout.secs": 30}),
+                                     builder.create_topology())
+            outcome.append("submitted")
+        except Exception as e:  # noqa: BLE001 - the test reports it
+            outcome.append(e)
+
+    submitting = threading.Thread(target=submit)
+    submitting.start()
+    wait_until(lambda: read_file_lines(tmp_path / "preparing"), timeout=20, message="the first prepare under way")
+    os.kill(int(read_file_lines(tmp_path / "preparing")[0]), signal.SIGKILL)
+    submitting.join(30)
+    assert outcome == ["submitted"]
+    v = worker_index(pcluster, "slowstart", "b_slow")
+    assert workers(pcluster, "slowstart")[v]["restarts"] == 1
+    errors = [e["error"] for e in component(pcluster, "slowstart", "b_slow")["errors"]]
+    assert any("failed to start; restarting it: exited with code -9" in e for e in errors), errors
+    pcluster.kill_topology("slowstart", wait_secs=0)
     assert worker_children() == []
 
 

@@ -156,7 +156,10 @@ class ProcessSupervisor(TopologyMaster):
             self._failed_starts[slot.index] += 1
             cause = (slot.setup_error
                      or f"exited with code {code} before it was ready; its output:\n{_log_tail(self._log_path(slot))}")
-            if self.starting or self._failed_starts[slot.index] >= MAX_FAILED_STARTS:
+            # killed by a signal (kill -9, the OOM killer) and silent about why: not the topology's
+            # fault, so restarted even while the topology starts (a rebalance's new workers too)
+            killed = code < 0 and not slot.setup_error
+            if self.starting and not killed or self._failed_starts[slot.index] >= MAX_FAILED_STARTS:
                 self._given_up.add(slot.index)
                 if self.starting:  # the submission fails with it: said once, there
                     self.failure = f"worker {slot.index} could not start: {cause}"
