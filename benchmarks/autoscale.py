@@ -18,10 +18,14 @@ is ``--spout``:
    line was acked (tracked) and whether the committed counts are exactly the input's
    (stateful: nothing lost, nothing counted twice; tracked: nothing lost).
 
-Target: autoscaled / one worker >= 1.6x within 60 s of the rise, <= 2 rebalances, nothing lost,
-state exact.
+3. **Steady input** (tracked spout): once every line is acked, the spout sends the lines again
+   (untracked) at a fifth of one worker's rate for ``--steady`` seconds: the autoscaler must
+   scale down once, after its cool-down, and make no other change (no flapping).
 
-Reproduce:  python benchmarks/autoscale.py [--spout tracked|stateful] [--lines 400000] [--busy-us 100]
+Target: autoscaled / one worker >= 1.6x within 60 s of the rise, <= 2 rebalances, nothing lost,
+state exact; then one scale-down and no flapping over 10 minutes of steady input.
+
+Reproduce:  python benchmarks/autoscale.py [--spout tracked|stateful] [--lines 400000] [--busy-us 100] [--steady 600]
 """
 
 from __future__ import annotations
@@ -59,26 +63,48 @@ class BusySplit(BasicBolt):
 
 
 class LineSpout(Spout):
-    """The lines of a file, each a tracked tuple (its number the message id), replayed on fail."""
+    """The lines of a file, each a tracked tuple (its number the message id), replayed on fail;
+    once the file ``mode`` says ``trickle``, the same lines untracked at ``then_rate`` lines a
+    second instead (the input falling back; a file, so that a spout a rebalance started anew
+    trickles too)."""
 
     outputs = ["line"]
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, then_rate: float = 0.0, mode: str = "") -> None:
+        self.path, self.then_rate, self.mode = path, then_rate, mode
 
     def open(self, conf: dict[str, Any], context: Any, collector: Any) -> None:
         self.collector = collector
         with open(self.path) as f:
-            self.todo = collections.deque(enumerate(line.rstrip("\n") for line in f))
+            self.lines = [line.rstrip("\n") for line in f]
+        self.todo = collections.deque(enumerate(self.lines))
         self.pending: dict[int, str] = {}
+        self.steady_since: float | None = None
+        self.trickling, self.checked = False, 0.0
 
     def next_tuple(self) -> None:
+        now = time.monotonic()
+        if self.mode and now - self.checked > 0.2:
+            self.checked = now
+            with open(self.mode) as f:
+                self.trickling = f.read().strip() == "trickle"
+        if self.trickling:
+            self._trickle()
+            return
         for _ in range(100):
             if not self.todo:
                 return
             n, line = self.todo.popleft()
             self.pending[n] = line
             self.collector.emit([line], msg_id=n)
+
+    def _trickle(self) -> None:
+        now = time.monotonic()
+        if self.steady_since is None:
+            self.steady_since, self.sent = now, 0
+        while self.sent < (now - self.steady_since) * self.then_rate:
+            self.collector.emit([self.lines[self.sent % len(self.lines)]])  # untracked: the first pass is checked
+            self.sent += 1
 
     def ack(self, msg_id: int) -> None:
         del self.pending[msg_id]
@@ -102,16 +128,18 @@ SPOUTS = {"tracked": LineSpout, "stateful": FileSpout}
 COUNTS = {"tracked": MemoryCount, "stateful": WordCount}
 
 
-def topology(path: str, busy_secs: float, spout: str = "stateful") -> Any:
+def topology(path: str, busy_secs: float, spout: str = "stateful", then_rate: float = 0.0,
+             mode: str = "") -> Any:
     builder = TopologyBuilder()
-    builder.set_spout("lines", SPOUTS[spout](path))
+    builder.set_spout("lines", LineSpout(path, then_rate, mode) if spout == "tracked" else FileSpout(path))
     builder.set_bolt("split", BusySplit(busy_secs), 1).set_num_tasks(4).shuffle_grouping("lines")
     builder.set_bolt("count", COUNTS[spout](), 1).set_num_tasks(4).fields_grouping("split", ["word"])
     return builder.create_topology()
 
 
-def conf(state_dir: str, autoscale: bool) -> dict[str, Any]:
-    return {"topology.workers": 1, "supervisor.slots.ports": [], "topology.max.spout.pending": 2000,
+def conf(state_dir: str, autoscale: bool, pending: int = 2000, loadaware: bool = True) -> dict[str, Any]:
+    return {"topology.workers": 1, "supervisor.slots.ports": [], "topology.max.spout.pending": pending,
+            "topology.disable.loadaware.messaging": not loadaware,
             "topology.state.provider": "sqlite",
             "topology.state.provider.config": {"path": state_dir}, "topology.state.checkpoint.interval.ms": 500,
             "topology.autoscale.enabled": autoscale, "topology.autoscale.max.workers": 2,
@@ -136,7 +164,14 @@ def main() -> None:
     parser.add_argument("--busy-us", type=float, default=100.0)
     parser.add_argument("--measure", type=float, default=10.0)
     parser.add_argument("--spout", choices=sorted(SPOUTS), default="tracked")
+    parser.add_argument("--pending", type=int, default=2000, help="topology.max.spout.pending (default: %(default)s)")
+    parser.add_argument("--no-loadaware", dest="loadaware", action="store_false",
+                        help="topology.disable.loadaware.messaging: plain round-robin shuffle")
+    parser.add_argument("--steady", type=float, default=600.0,
+                        help="seconds of steady input at a fifth of one worker's rate after the rise (tracked spout; "
+                             "0: none; default: %(default)s)")
     args = parser.parse_args()
+    steady = args.steady if args.spout == "tracked" else 0.0
     root = tempfile.mkdtemp(prefix="squall-autoscale-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     path = make_input(os.path.join(root, "lines.txt"), args.lines)
     with open(path) as f:
@@ -144,16 +179,21 @@ def main() -> None:
     busy = args.busy_us / 1e6
 
     with LocalCluster(processes=True) as cluster:
-        cluster.submit_topology("one", conf(os.path.join(root, "one"), False), topology(path, busy, args.spout))
+        cluster.submit_topology("one", conf(os.path.join(root, "one"), False, args.pending, args.loadaware),
+                                topology(path, busy, args.spout))
         wait_until(lambda: executed(cluster, "one") > 2000, timeout=60, message="one worker warmed up")
         one = rate(cluster, "one", args.measure)
         cluster.kill_topology("one", 0)
     print(f"one worker:  {one:,.0f} lines/s ({args.busy_us:g} us of CPU a line, {args.spout} spout)")
 
     state = os.path.join(root, "scaled")
+    mode = os.path.join(root, "mode")
+    with open(mode, "w") as f:
+        f.write("fast")
     with LocalCluster(processes=True) as cluster:
         started = time.monotonic()
-        cluster.submit_topology("scaled", conf(state, True), topology(path, busy, args.spout))
+        cluster.submit_topology("scaled", conf(state, True, args.pending, args.loadaware),
+                                topology(path, busy, args.spout, then_rate=one / 5, mode=mode))
         wait_until(lambda: len(cluster.get_topology_info("scaled")["workers"]) == 2
                    and cluster.get_topology_info("scaled")["status"] == "ACTIVE", timeout=120,
                    message="scaled to two workers")
@@ -167,10 +207,15 @@ def main() -> None:
         else:
             wait_until(lambda: cluster.get_topology_info("scaled")["components"]["lines"]["acked"] >= args.lines,
                        timeout=600, interval=1.0, message="every line acked")
-        decisions = cluster.autoscale_decisions("scaled")
         acked = cluster.get_topology_info("scaled")["components"]["lines"]["acked"]
+        with open(mode, "w") as f:
+            f.write("trickle")
+        fell_at = time.time()  # the spout trickles from now on
+        time.sleep(steady)  # the decisions of a steady input (they are logged; nothing to wait for)
+        decisions = cluster.autoscale_decisions("scaled")
         cluster.kill_topology("scaled", 0)
-    rebalances = [d for d in decisions if d.action != "hold"]
+    rebalances = [d for d in decisions if d.action != "hold" and d.time < fell_at]
+    steady_rebalances = [d for d in decisions if d.action != "hold" and d.time >= fell_at]
     if args.spout == "stateful":  # effectively once: the committed counts are the input's
         counts: collections.Counter[str] = collections.Counter()
         for task in committed_state("scaled", topology(path, busy, args.spout), "count", conf(state, True)).values():
@@ -187,6 +232,14 @@ def main() -> None:
           f"(target <= 2); {'nothing lost' if not lost else f'{lost} LOST'}"
           + (f", state {'exact' if not doubled and not lost else f'NOT exact: {doubled} extra'}"
              if args.spout == "stateful" else " (at least once: every line acked)"))
+    if steady:
+        down = steady_rebalances[0] if steady_rebalances else None
+        met = down is not None and down.action == "scale-down" and len(steady_rebalances) == 1
+        print(f"input fell to {one / 5:,.0f} lines/s for {steady:.0f} s: "
+              + (f"scaled down to {down.workers} worker(s) {down.time - fell_at:.0f} s after the fall; "
+                 if down is not None and down.action == "scale-down" else "no scale-down; ")
+              + f"{len(steady_rebalances)} rebalance(s) in all (target: the one scale-down after the cool-down, "
+              f"no flapping: {'met' if met else 'NOT MET'})")
     print("reproduce: python benchmarks/autoscale.py " + " ".join(sys.argv[1:]))
 
 

@@ -101,14 +101,20 @@ class OutputCheck:
 
 
 class OutputTally:
-    """How many times each ``(word, n)`` was seen, compactly: a byte per n (saturating at 255)."""
+    """How many times each ``(word, n)`` was seen, compactly: a byte per n (saturating at 255);
+    and where the first copies seen twice were (for the report: which fault let them through)."""
+
+    #: the second copies kept with where they were read
+    KEPT = 20
 
     def __init__(self) -> None:
         self.seen: dict[str, bytearray] = {}
         self.records = 0
         self.malformed: list[Any] = []
+        self.seconds: list[tuple[tuple[str, int], Any]] = []
 
-    def add(self, word: str, n: int) -> None:
+    def add(self, word: str, n: int, where: Any = None) -> None:
+        """Count ``(word, n)``, read at ``where`` (anything: partition, offset, time)."""
         self.records += 1
         if n < 1:
             self.malformed.append((word, n))
@@ -117,6 +123,8 @@ class OutputTally:
         if n > len(counts):
             counts.extend(bytes(n - len(counts)))
         counts[n - 1] = min(255, counts[n - 1] + 1)
+        if counts[n - 1] == 2 and len(self.seconds) < self.KEPT:
+            self.seconds.append(((word, n), where))
 
 
 def check_output(words: collections.Counter[str], tally: OutputTally) -> OutputCheck:
@@ -210,6 +218,8 @@ class Report:
     state_read: bool = False
     rss_growth: float | None = None
     rss_mib: tuple[float, float] = (0.0, 0.0)
+    #: the first records read a second time, with (partition, offset, seconds into the run)
+    second_copies: list[tuple[tuple[str, int], Any]] = field(default_factory=list)
 
     def recoveries(self) -> list[float]:
         return [f.recovery for f in self.faults if f.recovery is not None]
@@ -278,9 +288,9 @@ class Producer(threading.Thread):
 class OutputReader(threading.Thread):
     """Follows ``topic`` as a ``read_committed`` consumer, tallying its ``(word, n)`` records."""
 
-    def __init__(self, servers: str, topic: str) -> None:
+    def __init__(self, servers: str, topic: str, now: Callable[[], float]) -> None:
         super().__init__(name="chaos-reader", daemon=True)
-        self._servers, self._topic = servers, topic
+        self._servers, self._topic, self.now = servers, topic, now
         self.tally = OutputTally()
         self._stopping = threading.Event()
 
@@ -296,7 +306,8 @@ class OutputReader(threading.Thread):
                 for message in consumer.consume(5000, timeout=0.2):
                     if message.error() is None:
                         value = message.value().decode()
-                        self.tally.add(message.key().decode(), int(value) if value.isdigit() else 0)
+                        self.tally.add(message.key().decode(), int(value) if value.isdigit() else 0,
+                                       (message.partition(), message.offset(), round(self.now(), 1)))
         finally:
             consumer.close()
 
@@ -400,14 +411,14 @@ class Chaos:
         env = {**os.environ, "CHAOS_KAFKA": broker.bootstrap_servers, "CHAOS_IN": source, "CHAOS_OUT": sink}
         self.driver = Driver(self.root, env)
         producer = Producer(broker.bootstrap_servers, source, self.rate, self.seed)
-        reader = OutputReader(broker.bootstrap_servers, sink)
+        reader = OutputReader(broker.bootstrap_servers, sink, self.now)
         try:
             self.driver.start()
             self._wait_running(60)
             producer.start()
             reader.start()
             self._t0 = time.monotonic()
-            self._inject_until(self.duration, producer)
+            self._inject_until(self.duration)
             producer.stop()
             if producer.errors:
                 raise RuntimeError(f"the producer failed: {producer.errors[:3]}")
@@ -435,6 +446,7 @@ class Chaos:
             else:
                 os.environ["SQUALL_HOME"] = home
         self.report.output = check_output(words, reader.tally)
+        self.report.second_copies = reader.tally.seconds
         rss = [(s.time, s.rss) for s in self.samples if s.rss]
         self.report.rss_growth = rss_growth(rss, self.rss_after)
         if rss:
@@ -488,29 +500,33 @@ class Chaos:
             self._sample()
             time.sleep(max(0.0, min(0.5, end - time.monotonic())))
 
-    def _inject_until(self, duration: float, producer: Producer) -> None:
-        words_rate = self.rate * WORDS_PER_LINE
+    def _inject_until(self, duration: float) -> None:
         self._sleep(min(10.0, duration / 6))  # a steady start
         while self.now() < duration:
             self._sleep(self.random.uniform(*self.gap))
             if self.now() >= duration:
                 break
             fault = self._inject(self.random.choice(self.kinds))
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                self._sleep(0.5)
-                pending = [f for f in self.report.faults if f.recovery is None]
-                for f in pending:
-                    f.recovery = recovery_secs(self.samples, f.at, words_rate)
-                if fault.recovery is not None and all(f.recovery is not None for f in pending):
-                    break
+            self._settle()
             self.say(f"{self.now():6.0f}s    recovered in {fault.recovery:.1f}s" if fault.recovery is not None
                      else f"{self.now():6.0f}s    NOT recovered in 60 s")
+        self._settle()  # an autoscaler's decision near the end
+
+    def _settle(self, timeout: float = 60.0) -> None:
+        """Sample until every fault so far has recovered, at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pending = [f for f in self.report.faults if f.recovery is None]
+            for f in pending:
+                f.recovery = recovery_secs(self.samples, f.at, self.rate * WORDS_PER_LINE)
+            if all(f.recovery is not None for f in pending):
+                return
+            self._sleep(0.5)
 
     def _inject(self, kind: str) -> Fault:
         info = self._info()
         deadline = time.monotonic() + 60
-        while info is None or not info.workers or not all(w.pid for w in info.workers):
+        while info is None or info.status != "ACTIVE" or not info.workers or not all(w.pid for w in info.workers):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the topology not running 60 s before the fault {kind!r}")
             self._sleep(0.5)  # between a fault and the restart
@@ -546,7 +562,15 @@ class Chaos:
         elif kind == "rebalance":
             workers = self.random.choice([n for n in (1, 2, 3) if n != len(pids)])
             fault = self._fault(kind, f"{len(pids)} -> {workers} workers")
-            control.rebalance(self.registry, NAME, wait_secs=2, num_workers=workers)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    control.rebalance(self.registry, NAME, wait_secs=2, num_workers=workers)
+                    break
+                except control.ControlError as e:  # the autoscaler's rebalance began meanwhile: refused
+                    if "REBALANCING" not in str(e) or time.monotonic() > deadline:
+                        raise
+                    self._sleep(1.0)
         else:
             raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
         return fault
@@ -576,6 +600,8 @@ def print_report(report: Report) -> None:
               f"(target max <= {MAX_RECOVERY_SECS:g}s)")
     if report.output is not None:
         print(f"  output (exactly once): {report.output.describe()}")
+    for record, (partition, offset, at) in report.second_copies:
+        print(f"    {record} read again at {at}s: partition {partition}, offset {offset}")
     print(f"  committed state: {'exact' if report.state_read and not report.state else report.state[:3]}")
     if report.rss_growth is not None:
         print(f"  workers' mean RSS: {report.rss_mib[0]:.0f} MiB at the start, {report.rss_mib[1]:.0f} MiB at the "

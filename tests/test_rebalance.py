@@ -119,6 +119,8 @@ def test_a_deactivated_topology_stays_deactivated(cluster, key):
     ({"executors": {"nope": 1}}, "no component 'nope'"),
     ({"executors": {"__acker": 2}}, "no component '__acker'"),
     ({"num_workers": 0}, "numWorkers must be an integer >= 1"),
+    ({"cpu_loads": {"count": 0}}, "cpu_loads: 'count' must be a component and its load a number > 0, got 0"),
+    ({"cpu_loads": {"nope": 50}}, "cpu_loads: 'nope' must be a component"),
 ])
 def test_bad_options_are_refused_naming_them_before_anything_changes(cluster, key, options, culprit):
     _, topology = wordcount(key)

@@ -471,6 +471,56 @@ def test_seed_example_assignment_via_scheduler():
     assert len({w.port for w in assignment.workers}) == 2
 
 
+def _busy_topology(split_load=None, spout_load=None):
+    """The autoscale benchmark's shape: a spout, a busy split over 4 executors, a count."""
+    builder = TopologyBuilder()
+    spout = builder.set_spout("lines", WordSpout())
+    split = builder.set_bolt("split", ListOutputsBolt(), 4).shuffle_grouping("lines")
+    builder.set_bolt("count", Sink()).shuffle_grouping("split")
+    if split_load is not None:
+        split.set_cpu_load(split_load)
+    if spout_load is not None:
+        spout.set_cpu_load(spout_load)
+    return builder.create_topology()
+
+
+def _layout(topology, workers=2):
+    conf = merged_config(Config().set_num_workers(workers))
+    return [sorted(e.component for e in w.executors) for w in assign(topology, conf).workers]
+
+
+def test_without_cpu_loads_executors_are_dealt_round_robin():
+    # count, lines, split x4, then the ackers, dealt in turn
+    assert _layout(_busy_topology()) == [["__acker", "count", "split", "split"], ["__acker", "lines", "split", "split"]]
+
+
+def test_with_cpu_loads_the_executors_are_placed_by_load():
+    # largest first, each on the worker with the least so far: the spout (50) on the first, three
+    # splits (20 each) on the second, the last split on the first (70, 60), the count (10 by
+    # default) on the second, an acker (10) on each (ties: the worker with fewer executors): 80, 80
+    assert _layout(_busy_topology(split_load=20, spout_load=50)) == [
+        ["__acker", "lines", "split"], ["__acker", "count", "split", "split", "split"]]
+    # equal loads: the round-robin order breaks the ties
+    assert _layout(_busy_topology(split_load=10, spout_load=10)) == _layout(_busy_topology())
+
+
+def test_cpu_loads_keep_every_task_once():
+    conf = merged_config(Config().set_num_workers(3))
+    assignment = assign(_busy_topology(split_load=30), conf)
+    tasks = [t for w in assignment.workers for e in w.executors for t in e.tasks]
+    assert sorted(tasks) == sorted(t for ts in assignment.component_tasks.values() for t in ts)
+    assert all(assignment.task_worker[t] == w.index for w in assignment.workers for e in w.executors for t in e.tasks)
+
+
+@pytest.mark.parametrize("load", [0, -5, "lots", True])
+def test_a_cpu_load_that_is_not_a_positive_number_is_refused_naming_the_component(load):
+    builder = TopologyBuilder()
+    builder.set_spout("lines", WordSpout()).set_cpu_load(load)
+    with pytest.raises(InvalidTopologyError, match=r"component 'lines': 'topology.component.cpu.pcore.percent' "
+                                                   r"\(set_cpu_load\) must be a number > 0, got "):
+        builder.create_topology()
+
+
 def test_seed_example_assignment_in_local_cluster(cluster):
     cluster.submit_topology("seed", seed_config(), seed_topology())
     info = cluster.get_topology_info("seed")

@@ -27,6 +27,15 @@ def test_a_saturated_worker_for_the_whole_window_scales_up_and_spreads_the_busy_
     assert "saturated for 10s" in decision.reason and "busiest count at capacity 1.00" in decision.reason
 
 
+def test_a_rebalance_carries_each_executors_measured_cpu_for_placement():
+    # the count's work (a whole worker's) shared by its 2 new executors; the spout's as it was (5%
+    # of a core on 1 executor); nothing below 1% (idle now is not free later)
+    decision = decide(observations(1, 1.0), SETTINGS, since_rebalance=120)
+    assert decision.cpu_loads == {"spout": 5.0, "count": 50.0}
+    idle = decide(observations(2, 0.004, count_executors=2, queue_fill=0.0), SETTINGS, since_rebalance=120)
+    assert idle.action == SCALE_DOWN and idle.cpu_loads["count"] == 1.0
+
+
 def test_nothing_happens_in_the_cool_down_or_before_a_whole_window_is_seen():
     assert decide(observations(1, 1.0), SETTINGS, since_rebalance=30).action == HOLD
     assert "cooling down: 30s" in decide(observations(1, 1.0), SETTINGS, since_rebalance=30).reason

@@ -157,6 +157,11 @@ KEYS: dict[str, ConfigKey] = _registry(
               "True: shuffle and local-or-shuffle groupings ignore the targets' load (plain round-robin).",
               note="By default, as in Storm 2, targets with fuller incoming queues get fewer tuples, so a slow "
                    "task does not hold its stream back (squall.runtime.grouping.LoadAwareShuffleGrouper)."),
+    ConfigKey("topology.component.cpu.pcore.percent", 10.0, POSITIVE,
+              "An executor's CPU in percent of a core (set_cpu_load); any set: executors placed by load.",
+              note="Storm's resource-aware placement, in small: the executors, largest load first, each go to the "
+                   "worker with the least load so far (squall.runtime.assignment). The autoscaler sets it from what "
+                   "it measured when it rebalances."),
     ConfigKey("topology.component.blocking", False, BOOLEAN,
               "Set per component (set_blocking or a `blocking` attribute): its executors get their own thread.",
               storm=False),

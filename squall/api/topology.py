@@ -44,6 +44,13 @@ class _ComponentDeclarer:
         self._builder._confs[self._id].update(conf)
         return self
 
+    def set_cpu_load(self, percent: float) -> _ComponentDeclarer:
+        """Storm's ``setCPULoad``: the CPU each executor of the component needs, in percent of a
+        core (``topology.component.cpu.pcore.percent``). Once any component has one, executors
+        are placed by load (the largest first, each on the worker with the least so far) instead
+        of dealt round-robin; the others count the topology's default (10)."""
+        return self.add_configuration(Config.TOPOLOGY_COMPONENT_CPU_PCORE_PERCENT, percent)
+
     def set_blocking(self, blocking: bool = True) -> _ComponentDeclarer:
         """Whether the component's methods may block (I/O, sleeps, waiting on a lock): its
         executors then get a thread of their own instead of sharing the worker's cooperative
@@ -198,6 +205,10 @@ class TopologyBuilder:
             if isinstance(entry.obj, WindowedBoltExecutor):
                 check_windowed_bolt(cid, conf, entry.obj.bolt.get_timestamp_extractor(), inputs, outputs,
                                     isinstance(entry.obj, StatefulComponent))
+            cpu = conf.get(Config.TOPOLOGY_COMPONENT_CPU_PCORE_PERCENT, 1.0)
+            if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
+                raise InvalidTopologyError(f"component {cid!r}: 'topology.component.cpu.pcore.percent' (set_cpu_load) "
+                                           f"must be a number > 0, got {cpu!r}")
             if not isinstance(conf.get(Config.TOPOLOGY_COMPONENT_BLOCKING, False), bool):
                 raise InvalidTopologyError(f"component {cid!r}: 'topology.component.blocking' must be true or false, "
                                            f"got {conf[Config.TOPOLOGY_COMPONENT_BLOCKING]!r}")

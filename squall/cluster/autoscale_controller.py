@@ -51,7 +51,7 @@ class Cluster(Protocol):
     def autoscale_slots(self, name: str) -> int | None: ...
 
     def start_rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
-                        executors: dict[str, int] | None = None) -> None: ...
+                        executors: dict[str, int] | None = None, cpu_loads: dict[str, float] | None = None) -> None: ...
 
 
 def settings_of(conf: dict[str, Any]) -> Settings:
@@ -121,7 +121,8 @@ class AutoscaleController:
             return decision
         self._log(decision)
         history.clear()  # what comes after the rebalance is a new topology
-        self._nimbus.start_rebalance(self._name, self._wait, decision.workers, decision.executors or None)
+        self._nimbus.start_rebalance(self._name, self._wait, decision.workers, decision.executors or None,
+                                     decision.cpu_loads or None)
         return decision
 
     def observe(self) -> Observation | None:

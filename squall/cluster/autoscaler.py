@@ -112,6 +112,9 @@ class Decision:
     reason: str = ""
     #: the slots limited the workers below what the load asked for
     limited: bool = False
+    #: component -> an executor's measured CPU after the change, in percent of a core: the
+    #: rebalance places the executors by it (``topology.component.cpu.pcore.percent``)
+    cpu_loads: dict[str, float] = field(default_factory=dict)
 
 
 def decide(history: list[Observation], settings: Settings, since_rebalance: float) -> Decision:
@@ -181,12 +184,18 @@ def _rebalance(action: str, now: Observation, workers: int, settings: Settings, 
                          if action == SCALE_UP else max(1, min(c.executors, workers)))
             if wanted != c.executors:
                 executors[c.component] = wanted
-    return Decision(action, workers, executors, reason, limited)
+    # what each executor does now, shared among its new number: placed by it, no worker is the
+    # busiest by placement alone (a spout's worker need not also take half of a busy bolt)
+    cpu_loads = {c.component: round(max(MIN_CPU_PERCENT, 100 * c.load / executors.get(c.component, c.executors)), 1)
+                 for c in now.components}
+    return Decision(action, workers, executors, reason, limited, cpu_loads)
 
 
 #: a component doing at least this much of a worker's work is spread over the workers: left on
 #: one, it would keep that worker the busiest
 BUSY_LOAD = 0.2
+#: the least CPU an executor is placed as (percent of a core): idle now is not free later
+MIN_CPU_PERCENT = 1.0
 
 
 def _ceil(x: float) -> int:

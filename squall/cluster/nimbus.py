@@ -239,7 +239,7 @@ class Nimbus(ABC):
         return self._get(name).runner.dump_stacks(port)
 
     def rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
-                  executors: dict[str, int] | None = None) -> None:
+                  executors: dict[str, int] | None = None, cpu_loads: dict[str, float] | None = None) -> None:
         """Storm's rebalance: the spouts are deactivated, ``wait_secs`` (default: the message
         timeout) let pending trees complete, every worker is stopped (close/cleanup run), and
         the topology starts again on ``num_workers`` workers with ``executors`` (component ->
@@ -247,13 +247,14 @@ class Nimbus(ABC):
         activation. Task ids stay as they were, so a fields grouping sends every key to the same
         task; what the executors kept in memory is gone, as in Storm (state kept in checkpoints
         is restored); the figures count on (``current`` starts again from 0). Returns once the
-        topology runs again.
+        topology runs again. ``cpu_loads`` (component -> an executor's CPU in percent of a core,
+        as ``set_cpu_load``) places the executors by load: the autoscaler's measure.
 
         Raises ``ValueError`` naming the option at fault (an unknown component, a parallelism
         above the task count, a number of workers below 1) before anything changes, and
         ``NotAliveError`` for a topology that is not running (or is being killed)."""
         running = self._get(name)
-        topology, conf = _rebalanced(running, num_workers, executors)
+        topology, conf = _rebalanced(running, num_workers, executors, cpu_loads)
         with running.transition:
             with running.lock:
                 if running.status not in (ACTIVE, INACTIVE) or self._status(running) == FAILED:
@@ -280,18 +281,18 @@ class Nimbus(ABC):
             running.status = previous
 
     def start_rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
-                        executors: dict[str, int] | None = None) -> None:
+                        executors: dict[str, int] | None = None, cpu_loads: dict[str, float] | None = None) -> None:
         """:meth:`rebalance` on a thread of its own, as Storm's Nimbus takes a rebalance: the
         options are checked now (ValueError, NotAliveError), the rest happens after this call
         returns; the topology's status is REBALANCING meanwhile (FAILED should it not restart)."""
         running = self._get(name)
-        _rebalanced(running, num_workers, executors)
+        _rebalanced(running, num_workers, executors, cpu_loads)
         if running.status not in (ACTIVE, INACTIVE):
             raise NotAliveError(f"topology {name!r} is {running.status}: it cannot be rebalanced")
 
         def rebalance() -> None:
             try:
-                self.rebalance(name, wait_secs, num_workers, executors)
+                self.rebalance(name, wait_secs, num_workers, executors, cpu_loads)
             except Exception:  # noqa: BLE001 - nobody waits for this thread: say it here
                 log.exception("rebalance of topology %r failed", name)
 
@@ -399,10 +400,11 @@ class Nimbus(ABC):
         return info
 
 
-def _rebalanced(running: _Running, num_workers: int | None,
-                executors: dict[str, int] | None) -> tuple[StormTopology, dict[str, Any]]:
-    """The topology and config ``running`` gets from a rebalance to ``num_workers`` workers and
-    ``executors`` (component -> executors); ValueError naming the option at fault."""
+def _rebalanced(running: _Running, num_workers: int | None, executors: dict[str, int] | None,
+                cpu_loads: dict[str, float] | None = None) -> tuple[StormTopology, dict[str, Any]]:
+    """The topology and config ``running`` gets from a rebalance to ``num_workers`` workers,
+    ``executors`` (component -> executors) and ``cpu_loads`` (component -> an executor's CPU in
+    percent of a core); ValueError naming the option at fault."""
     where = f"rebalance of topology {running.name!r}"
     if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int)
                                     or num_workers < 1):
@@ -417,6 +419,13 @@ def _rebalanced(running: _Running, num_workers: int | None,
             raise ValueError(f"{where}: executors of {cid!r} must be an integer from 1 to its {spec.num_tasks} "
                              f"task(s) (tasks are fixed at submission; set_num_tasks raises them), got {parallelism!r}")
         components[cid] = dataclasses.replace(spec, parallelism=parallelism)
+    for cid, load in (cpu_loads or {}).items():
+        spec = components.get(cid)
+        if spec is None or isinstance(load, bool) or not isinstance(load, (int, float)) or not load > 0:
+            raise ValueError(f"{where}: cpu_loads: {cid!r} must be a component and its load a number > 0, "
+                             f"got {load!r}")
+        components[cid] = dataclasses.replace(
+            spec, conf=types.MappingProxyType({**spec.conf, Config.TOPOLOGY_COMPONENT_CPU_PCORE_PERCENT: load}))
     conf = dict(running.conf)
     if num_workers is not None:
         conf[Config.TOPOLOGY_WORKERS] = num_workers

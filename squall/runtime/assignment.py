@@ -6,6 +6,10 @@
   ids first (4 tasks on 2 executors: [1, 2], [3, 4]).
 * User executors are dealt round-robin over the workers, then the ackers: with the seeds'
   example (2 + 2 + 6 executors, 2 workers) each worker gets 5 user executors and 1 acker.
+* Unless a component declares its executors' CPU (``topology.component.cpu.pcore.percent``,
+  ``set_cpu_load``, or the autoscaler's measure): then the executors, largest load first, each go
+  to the worker with the least load so far (the others, ackers included, count the topology's
+  default), so that no worker is the busiest by placement alone.
 * Worker i gets the i-th port of ``supervisor.slots.ports``; past the end of the list (or
   with an empty list) its port is 0: a worker process then binds an ephemeral port.
 """
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from squall.api.config import Config
+from squall.api.defaults import DEFAULTS
 from squall.api.system_ids import ACKER_COMPONENT
 from squall.api.storm_topology import StormTopology
 
@@ -82,8 +87,19 @@ def assign(topology: StormTopology, conf: dict[str, Any]) -> Assignment:
         executors = [ExecutorAssignment(cid, tuple(ts)) for ts in split_evenly(component_tasks[cid], sizes[cid][1])]
         (system if cid.startswith("__") else user).extend(executors)
     per_worker: list[list[ExecutorAssignment]] = [[] for _ in range(num_workers)]
-    for i, executor in enumerate(user + system):
-        per_worker[i % num_workers].append(executor)
+    cpu_key = Config.TOPOLOGY_COMPONENT_CPU_PCORE_PERCENT
+    declared = {cid: c.conf[cpu_key] for cid, c in topology.components.items() if cpu_key in c.conf}
+    if declared:
+        default = conf.get(cpu_key, DEFAULTS[cpu_key])
+        placed = [0.0] * num_workers
+        # sorted() is stable: equal loads keep the round-robin order
+        for executor in sorted(user + system, key=lambda e: -declared.get(e.component, default)):
+            w = min(range(num_workers), key=lambda i: (placed[i], len(per_worker[i]), i))
+            per_worker[w].append(executor)
+            placed[w] += declared.get(executor.component, default)
+    else:
+        for i, executor in enumerate(user + system):
+            per_worker[i % num_workers].append(executor)
     ports = list(conf.get(Config.SUPERVISOR_SLOTS_PORTS) or [])
     workers, task_worker = [], {}
     for i, executors in enumerate(per_worker):

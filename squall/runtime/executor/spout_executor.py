@@ -147,6 +147,7 @@ class SpoutExecutor(Executor):
     def run_once(self, timeout: float) -> bool:
         queue = self.queue
         with self.lock:
+            started = time.thread_time()
             items = queue.take_all(0)
             if items:
                 self._handle(items)
@@ -156,6 +157,10 @@ class SpoutExecutor(Executor):
             emitted = False
             if self.active and not self.transfer.overflow and not self.stopping:
                 emitted = self._next_tuples()
+            if emitted or items:
+                # a spout's busy time (next_tuple, ack, fail), for its capacity and the autoscaler:
+                # this thread's CPU, not the clock's, as a spout may wait in next_tuple (a poll)
+                self.stats.record_execute(0, time.thread_time() - started)
         if emitted or items or not timeout or self.stopping:
             return emitted or bool(items)
         # idle, throttled or inactive: wait for acks (Storm's sleep wait strategy)
