@@ -93,6 +93,7 @@ class _Clock:
         return self.ns / 1e9
 
     perf_counter = monotonic
+    thread_time = monotonic  # a spout's busy time, in steps too
 
     def time_ns(self) -> int:
         return self.ns
