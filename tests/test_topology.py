@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import collections
 import threading
+import types
 
 import pytest
 
 from helpers import BasicSink, Sink, feeder_builder, logged, record
 from squall import Bolt, Config, CustomStreamGrouping, Fields, InvalidTopologyError, Spout, TopologyBuilder
 from squall.api.config import merged_config
+from squall.cluster.nimbus import _rebalanced
 from squall.runtime.assignment import assign
 from squall.testing import wait_until
 
@@ -540,6 +542,30 @@ def test_seed_example_with_acking_off_has_no_acker():
     components = [e.component for w in assignment.workers for e in w.executors]
     assert "__acker" not in components
     assert [sum(1 for e in w.executors) for w in assignment.workers] == [5, 5]
+
+
+def _ackers(assignment) -> list[list[tuple[int, ...]]]:
+    """Each worker's acker executors' tasks, in the order of their first tasks."""
+    return sorted(([e.tasks for e in w.executors if e.component == "__acker"] for w in assignment.workers),
+                  key=lambda tasks: tasks[0] if tasks else (1 << 30,))
+
+
+def test_ackers_have_tasks_for_the_autoscalers_most_workers_and_keep_them_as_executors_follow_the_workers():
+    conf = merged_config({"topology.workers": 1, "topology.autoscale.enabled": True,
+                          "topology.autoscale.max.workers": 3})
+    one = assign(seed_topology(), conf)
+    assert _ackers(one) == [[(1, 2, 3)]], "three tasks, on the one worker's one acker executor"
+    running = types.SimpleNamespace(name="t", topology=seed_topology(), conf=conf)
+    topology, conf3 = _rebalanced(running, 3, None)
+    three = assign(topology, conf3)
+    assert _ackers(three) == [[(1,)], [(2,)], [(3,)]], "an acker executor per worker, the same task ids"
+    assert three.component_tasks == one.component_tasks
+    running = types.SimpleNamespace(name="t", topology=topology, conf=conf3)
+    assert _ackers(assign(*_rebalanced(running, 2, None))) == [[(1, 2)], [(3,)]]
+    # without the autoscaler, one task per executor (Storm's), kept by a rebalance by hand
+    fixed = merged_config({"topology.workers": 1})
+    running = types.SimpleNamespace(name="t", topology=seed_topology(), conf=fixed)
+    assert _ackers(assign(*_rebalanced(running, 2, None))) == [[(1,)], []]
 
 
 @pytest.mark.parametrize("executors,tasks", [(3, 7), (2, 5), (4, 4), (1, 3), (3, 10)])

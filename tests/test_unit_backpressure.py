@@ -41,7 +41,7 @@ class Pair:
         self.wakes = 0
         self.grants = CreditGrants({2: self.b, 4: self.a}, WINDOW, self._wake)
         keys = queue_keys(ASSIGNMENT)
-        self.credits = Credits(0, 0, keys, ASSIGNMENT.task_worker, {1: BatchQueue(CAPACITY, "s")}, 2)
+        self.credits = Credits(0, 0, keys, ASSIGNMENT.task_worker, {1: BatchQueue(CAPACITY, "s")}, 2, WINDOW, CAPACITY)
 
     def _wake(self) -> None:
         self.wakes += 1
@@ -96,6 +96,18 @@ def test_a_sender_spends_only_what_was_granted_all_or_nothing():
     assert pair.b.offer(list(range(4)), 4) and not pair.b.offer([4], 1)
 
 
+def test_another_workers_load_is_what_it_holds_of_this_workers_tuples_over_a_local_queues_room():
+    pair = Pair()
+    pair.grants.heard(0, 0)
+    pair.announce()
+    assert pair.credits.spend([tuples(2)])
+    assert pair.credits.load(2) == pytest.approx(1 / CAPACITY), "one tuple sent, not yet taken"
+    assert pair.arrive(pair.b, 1) and pair.credits.load(2) == pytest.approx(1 / CAPACITY), "queued there"
+    assert pair.b.take_all(0)
+    pair.announce()
+    assert pair.credits.load(2) == 0.0, "taken: its credit is back"
+
+
 def test_credit_comes_back_as_the_executor_is_done_with_the_tuples():
     pair = Pair()
     pair.grants.heard(0, 0)
@@ -120,7 +132,7 @@ def test_a_restarted_sender_gets_the_credit_of_its_dead_run_back_and_its_leftove
     assert pair.credits.spend([tuples(2, 2, 2)])  # 2 of them die with run 0, unsent
     assert pair.arrive(pair.b, 1)
     pair.grants.heard(0, 1)
-    new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, {}, 2)
+    new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, {}, 2, WINDOW, CAPACITY)
     new_run.update(1, 0, pair.grants.state()[0])  # as a worker process publishes them
     assert not new_run.spend([tuples(2, 2, 2, 2)]), "one tuple of run 0 is still held"
     assert new_run.spend([tuples(2, 2, 2)])

@@ -103,6 +103,11 @@ KEYS: dict[str, ConfigKey] = _registry(
               "Worker slots (Storm: worker processes) the topology's executors spread over."),
     ConfigKey("topology.acker.executors", None, optional(integer(0)),
               "Acker executors; None: one per worker (as Storm); 0 turns acking off."),
+    ConfigKey("topology.acker.tasks", None, optional(integer(1)),
+              "Acker tasks, fixed once submitted; None: one per executor, or autoscale.max.workers if autoscaling.",
+              note="Rebalances keep the tasks (a tuple tree's acker is its root id modulo them) and spread them "
+                   "over the acker executors, which follow the workers when topology.acker.executors is None.",
+              storm=False),
     ConfigKey("topology.message.timeout.secs", 30, POSITIVE,
               "A spout tuple whose tree is not complete within this many seconds is failed.",
               note="It expires between T and 2T, as the pending map is rotated every T seconds."),

@@ -34,7 +34,7 @@ from squall.cluster.autoscale_controller import AutoscaleController, settings_of
 from squall.cluster.monitor import TopologyMonitor
 from squall.cluster.runner import TopologyRunner
 from squall.cluster.stats_history import Totals
-from squall.runtime.assignment import Assignment, assign
+from squall.runtime.assignment import Assignment, acker_layout, assign
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.info import AutoscaleDecision, TopologyInfo, to_dict
 from squall.runtime.messaging.schema import TupleSample
@@ -430,7 +430,7 @@ def _rebalanced(running: _Running, num_workers: int | None, executors: dict[str,
     if num_workers is not None:
         conf[Config.TOPOLOGY_WORKERS] = num_workers
     # the ackers keep their tasks, so that every task keeps its id (ids are numbered over all)
-    conf[Config.TOPOLOGY_ACKER_EXECUTORS] = assign(running.topology, running.conf).num_ackers
+    conf[Config.TOPOLOGY_ACKER_TASKS] = acker_layout(running.conf)[0] or None
     return dataclasses.replace(running.topology, components=types.MappingProxyType(components)), conf
 
 

@@ -50,7 +50,7 @@ class Assignment:
     task_component: dict[int, str]
     workers: tuple[WorkerAssignment, ...]
     task_worker: dict[int, int]  # task id -> worker index
-    num_ackers: int
+    num_ackers: int  # acker tasks
 
     @property
     def acker_tasks(self) -> list[int]:
@@ -68,14 +68,29 @@ def split_evenly(items: list[Any], parts: int) -> list[list[Any]]:
     return out
 
 
+def acker_layout(conf: dict[str, Any]) -> tuple[int, int]:
+    """(acker tasks, acker executors) under ``conf``: executors are ``topology.acker.executors``
+    (None: one per worker); tasks are ``topology.acker.tasks`` (None: one per executor, or
+    enough for ``topology.autoscale.max.workers`` workers when autoscaling, so that the ackers
+    grow with the workers while every task keeps its id); (0, 0) when acking is off."""
+    executors = conf[Config.TOPOLOGY_ACKER_EXECUTORS]
+    if executors is None:
+        executors = conf[Config.TOPOLOGY_WORKERS]
+    if not executors:
+        return 0, 0
+    tasks = conf.get(Config.TOPOLOGY_ACKER_TASKS)
+    if tasks is None:
+        autoscaled = conf[Config.TOPOLOGY_ACKER_EXECUTORS] is None and conf.get(Config.TOPOLOGY_AUTOSCALE_ENABLED)
+        tasks = max(executors, conf[Config.TOPOLOGY_AUTOSCALE_MAX_WORKERS]) if autoscaled else executors
+    return tasks, min(executors, tasks)
+
+
 def assign(topology: StormTopology, conf: dict[str, Any]) -> Assignment:
     num_workers = conf[Config.TOPOLOGY_WORKERS]
-    num_ackers = conf[Config.TOPOLOGY_ACKER_EXECUTORS]
-    if num_ackers is None:
-        num_ackers = num_workers
+    num_ackers, acker_executors = acker_layout(conf)
     sizes = {cid: (c.num_tasks, min(c.parallelism, c.num_tasks)) for cid, c in topology.components.items()}
     if num_ackers:
-        sizes[ACKER_COMPONENT] = (num_ackers, num_ackers)
+        sizes[ACKER_COMPONENT] = (num_ackers, acker_executors)
     component_tasks: dict[str, list[int]] = {}
     next_task = 1
     for cid in sorted(sizes):

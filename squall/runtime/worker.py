@@ -91,7 +91,8 @@ class Worker:
         self.grants = CreditGrants({keys[t]: q for t, q in self.task_queues.items()}, window,
                                    lambda: self.transfer.queue.wake(), not transport.credit_based)
         self.credits = Credits(index, transport.run, keys, assignment.task_worker, self.task_queues,
-                               send_batch_size(conf), not transport.credit_based)
+                               send_batch_size(conf), window, conf[Config.TOPOLOGY_EXECUTOR_RECEIVE_BUFFER_SIZE],
+                               not transport.credit_based)
         self.transfer = WorkerTransfer(index, conf, transport, self.grants, self.credits,
                                        bell if cooperative else None)
         self.context = WorkerContext(topology_name, topology, conf, assignment, index, self.task_queues,

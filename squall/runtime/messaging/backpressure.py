@@ -212,16 +212,20 @@ class Credits:
     """The credit one worker holds to send to the executors of the others.
 
     ``keys`` maps each task to its queue key, ``task_worker`` each task to its worker,
-    ``local_queues`` this worker's tasks to their queues, ``batch`` the send paths' batch size
-    (both for :meth:`load`). :meth:`spend` is
+    ``local_queues`` this worker's tasks to their queues; ``batch`` (the send paths' batch
+    size), ``window`` (a credit window) and ``capacity`` (an executor queue's own room) are for
+    :meth:`load`. :meth:`spend` is
     called by executors' send paths (any thread), :meth:`update` by whoever reads the peers'
     announcements; ``unlimited``: every spend succeeds (a transport that keeps no credit).
     """
 
     def __init__(self, index: int, run: int, keys: Mapping[int, int], task_worker: Mapping[int, int],
-                 local_queues: Mapping[int, BatchQueue], batch: int, unlimited: bool = False) -> None:
+                 local_queues: Mapping[int, BatchQueue], batch: int, window: int, capacity: int,
+                 unlimited: bool = False) -> None:
         self.run = run
         self._batch = batch
+        self._window = window
+        self._capacity = capacity
         self._local_queues = local_queues
         self._key = {t: k for t, k in keys.items() if task_worker[t] != index}
         self._key_worker = {k: task_worker[k] for k in self._key.values()}
@@ -295,12 +299,19 @@ class Credits:
 
     def load(self, task: int) -> float:
         """How full ``task``'s queue looks from here, 0 to 1 (load-aware shuffle): measured for
-        this worker's tasks; another worker's is full while this worker has less credit for it
-        than a batch, else empty (credit in flight says little of the queue itself)."""
+        this worker's tasks. Another worker's is full while this worker has less credit for it
+        than a batch; else what this worker sent it and it has not taken yet (its window less the
+        credit left: in flight, queued there, or being executed), over the room of a local queue.
+        So a remote task and a local one with as many of this worker's tuples waiting weigh
+        alike: were remote tasks read by their window's share, a window larger than a local
+        queue would hold most of the spout's pending tuples, and starve the local tasks."""
         q = self._local_queues.get(task)
         if q is not None:
             return q.load()
         if self.unlimited:
             return 0.0
         k = self._key[task]
-        return 1.0 if self._granted.get(k, 0) - self._spent.get(k, 0) < self._batch else 0.0
+        left = self._granted.get(k, 0) - self._spent.get(k, 0)
+        if left < self._batch:
+            return 1.0
+        return min(1.0, (self._window - left) / self._capacity)
