@@ -14,8 +14,8 @@ is ``--spout``:
 1. **One worker**, autoscaler off: lines/s over ``--measure`` seconds after a warm-up.
 2. **Autoscaled** (max 2 workers, window 5 s, cool-down 30 s), from one worker, input at full
    speed from the start (the rise): when it scaled, how many rebalances, lines/s over
-   ``--measure`` seconds from ``--warmup`` seconds after it runs on two workers, and, once the input is read, whether every
-   line was acked (tracked) and whether the committed counts are exactly the input's
+   ``--measure`` seconds from ``--warmup`` seconds after it runs on two workers, and, once the
+   input is read, whether every line was acked (tracked) and whether the committed counts are exactly the input's
    (stateful: nothing lost, nothing counted twice; tracked: nothing lost).
 
 3. **Steady input** (tracked spout): once every line is acked, the spout sends the lines again

@@ -291,7 +291,8 @@ class SparkTopologyMaster(TopologyMaster):
         restarts = max(slot.restarts for slot in self.slots)
         for slot in self.slots:
             self.renew(slot)  # what their executors did counts on
-        self._conf = {**self._conf, Config.TOPOLOGY_WORKERS: workers, Config.TOPOLOGY_ACKER_TASKS: self._num_ackers or None}
+        self._conf = {**self._conf, Config.TOPOLOGY_WORKERS: workers,
+                      Config.TOPOLOGY_ACKER_TASKS: self._num_ackers or None}
         self._assignment = assign(self._topology, self._conf)
         self.slots = [WorkerSlot(w.index, w.port) for w in self._assignment.workers]
         for slot in self.slots:
