@@ -398,6 +398,11 @@ class KafkaBroker:
         self._process: subprocess.Popen[bytes] | None = None
         self.bootstrap_servers = ""
 
+    @property
+    def pid(self) -> int:
+        """The broker's process id (to pause it with SIGSTOP); 0 when it is not running."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else 0
+
     @staticmethod
     def executable() -> str | None:
         """The broker's binary, or None without the ``noida-db`` package."""

@@ -20,7 +20,7 @@ import exactly_once_run as eo
 from helpers import free_ports
 from kafka_broker import kafka_broker  # noqa: F401  (a fixture)
 from kafka_zombie import sink
-from squall.connectors.kafka import ExactlyOnceKafkaBolt, KafkaBolt
+from squall.connectors.kafka import ExactlyOnceKafkaBolt, KafkaBolt, KafkaConnectorError
 from squall.testing import wait_until
 from test_checkpoint_kill9 import KafkaSource, make_lines
 from test_connectors_kafka_exactly_once import read_all
@@ -83,6 +83,48 @@ def test_a_zombie_sink_replaced_while_paused_commits_nothing(kafka_broker, tmp_p
     # the zombie's records reached the log: hidden, not missing
     assert len(read_all(servers, topic, "read_uncommitted")) == 4
     replacement.close()
+
+
+class BrokerPausedInCommit:
+    """The sink's producer, whose first commit the broker receives but does not answer in time:
+    the broker is paused (SIGSTOP) once the epoch's records are in its log, and goes on once the
+    commit has timed out, committing it then."""
+
+    def __init__(self, producer, broker) -> None:
+        self._producer, self._broker, self.paused = producer, broker, False
+
+    def commit_transaction(self, *args):
+        if self.paused:
+            return self._producer.commit_transaction(*args)
+        self.paused = True
+        self._producer.flush()
+        os.kill(self._broker.pid, signal.SIGSTOP)
+        try:
+            return self._producer.commit_transaction(*args)
+        finally:
+            os.kill(self._broker.pid, signal.SIGCONT)
+
+    def __getattr__(self, name):
+        return getattr(self._producer, name)
+
+
+def test_a_commit_whose_outcome_is_unknown_is_tried_again_never_published_twice(kafka_broker, tmp_path):  # noqa: F811
+    servers = kafka_broker.bootstrap_servers
+    topic, name = f"doubt-{uuid.uuid4().hex[:8]}", f"doubt-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topics(topic, f"{topic}.markers")
+    h = sink(servers, topic, str(tmp_path / "state"), name)
+    h.bolt.transaction_timeout_ms = 2000  # how long publish waits for the commit
+    h.bolt._producer = paused = BrokerPausedInCommit(h.bolt._producer, kafka_broker)
+    h.feed(["a", "1"], tracked=False)
+    with pytest.raises(KafkaConnectorError, match="epoch 1's commit not confirmed \\(it will be tried again\\)"):
+        h.commit_checkpoint(h.prepare_checkpoint())
+    assert paused.paused and h.bolt.metrics["errors"] == 1, "the commit timed out"
+    h.feed(["b", "1"], tracked=False)
+    h.checkpoint()  # its commit publishes the pending epoch (the doubtful one), then this one
+    h.checkpoint()
+    assert sorted(read_all(servers, topic)) == [("a", "1"), ("b", "1")]
+    assert h.bolt.metrics["transactions"] == 2
+    h.close()
 
 
 class DiesBeforeItsCommit(ExactlyOnceKafkaBolt):

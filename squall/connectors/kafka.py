@@ -1018,6 +1018,10 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
       fenced: its task's commits fail (reported) until its worker is stopped.
     * **Failures.** An abortable error aborts the transaction and raises: the epoch stays
       pending and the next commit, or the recovery after a restart, publishes it again whole.
+      A retriable error of the commit itself (a timeout, the broker restarting) leaves the
+      outcome unknown: the next commit retries that same commit, never the epoch anew; a
+      restart in between resolves it (``init_transactions`` finishes or aborts it, then the
+      marker says whether it is published).
     * **Costs.** Records are visible one checkpoint interval after they arrive; each task holds
       an epoch's records in memory and writes them into its state at each checkpoint; one
       marker record per task and epoch.
@@ -1069,6 +1073,8 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
             self.marker_partition = self._marker_partition(metadata)
             #: the txid of the last epoch published (the marker; -1: none)
             self.published = self._read_marker(timeout)
+            #: the txid whose commit failed with a retriable error: its outcome is unknown
+            self._in_doubt: int | None = None
             self._topics = {name for name, topic in metadata.topics.items() if topic.error is None}
         except KafkaException as e:
             self.cleanup()
@@ -1141,10 +1147,11 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
         timeout = self.transaction_timeout_ms / 1000
         producer = self._producer
         try:
-            producer.begin_transaction()
-            for record in records:
-                self._produce(record)
-            self._produce([self.marker_topic, self.transactional_id, str(txid), self.marker_partition])
+            if self._in_doubt != txid:
+                producer.begin_transaction()
+                for record in records:
+                    self._produce(record)
+                self._produce([self.marker_topic, self.transactional_id, str(txid), self.marker_partition])
             producer.commit_transaction(timeout)
         except (KafkaException, BufferError) as e:
             self.metrics["errors"] += 1
@@ -1152,12 +1159,23 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
             if error is not None and error.fatal():
                 raise KafkaConnectorError(f"{self._where}: epoch {txid} not published, and this producer is done "
                                           f"(fenced by a newer instance of the task?): {_reason(e)}") from e
+            if error is not None and error.retriable() and not error.txn_requires_abort():
+                # the commit may have reached the broker (a timeout, a broker restarting): only
+                # the same commit may be tried again, never the epoch anew (librdkafka's rule)
+                self._in_doubt = txid
+                raise KafkaConnectorError(f"{self._where}: epoch {txid}'s commit not confirmed (it will be "
+                                          f"tried again): {_reason(e)}") from e
+            if self._in_doubt == txid and self._read_marker(timeout) >= txid:
+                self._in_doubt, self.published = None, txid  # the doubtful commit had gone through
+                return
+            self._in_doubt = None
             try:
                 producer.abort_transaction(timeout)
             except KafkaException as abort_error:
                 log.warning("%s: aborting epoch %d's transaction failed: %s", self._where, txid, _reason(abort_error))
             raise KafkaConnectorError(f"{self._where}: epoch {txid} not published (it will be again): "
                                       f"{_reason(e) if error is not None else e}") from e
+        self._in_doubt = None
         self.published = txid
         self.metrics["transactions"] += 1
         self.metrics["produced"] += len(records)
