@@ -378,7 +378,8 @@ class RedisServer:
 
 
 class KafkaBroker:
-    """A Kafka-protocol broker process of its own on 127.0.0.1 whose transactions are real, for
+    """A Kafka-protocol broker process of its own on ``host`` (127.0.0.1 unless a test bed's host
+    address is given) whose transactions are real, for
     exactly-once tests and benchmarks: ``read_committed`` consumers do not see aborted records,
     and ``init_transactions`` fences an older producer of the same ``transactional.id`` and
     aborts its open transaction (librdkafka's mock cluster, :class:`KafkaMockCluster`, does
@@ -392,8 +393,9 @@ class KafkaBroker:
     leaving it; :attr:`bootstrap_servers` is its address. :meth:`restart` restarts it on the
     same address and data."""
 
-    def __init__(self, directory: str | os.PathLike[str], start_timeout: float = 20.0) -> None:
+    def __init__(self, directory: str | os.PathLike[str], start_timeout: float = 20.0, host: str = "127.0.0.1") -> None:
         self.directory = Path(directory)
+        self.host = host
         self._start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self.bootstrap_servers = ""
@@ -415,16 +417,16 @@ class KafkaBroker:
         if self.executable() is None:
             raise RuntimeError("no Kafka broker: pip install noida-db==0.2.3")
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind((self.host, 0))
             port = s.getsockname()[1]
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / "broker.log", "wb") as log:
             # the binary itself: the noida-db script runs it as a child that a kill would orphan
-            self._process = subprocess.Popen([self.executable(), "start", "--only", "kafka", "--host", "127.0.0.1",
+            self._process = subprocess.Popen([self.executable(), "start", "--only", "kafka", "--host", self.host,
                                               "--kafka-port", str(port), "--data-dir", str(self.directory)],
                                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._wait_accepting(port)
-        self.bootstrap_servers = f"127.0.0.1:{port}"
+        self.bootstrap_servers = f"{self.host}:{port}"
         return self
 
     def restart(self) -> None:
@@ -442,7 +444,7 @@ class KafkaBroker:
     def _wait_accepting(self, port: int) -> None:
         deadline = time.monotonic() + self._start_timeout
         while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with contextlib.suppress(OSError), socket.create_connection((self.host, port), timeout=0.2):
                 return
             if self._process is None or self._process.poll() is not None or time.monotonic() > deadline:
                 self.__exit__()

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -124,6 +125,42 @@ def test_a_commit_whose_outcome_is_unknown_is_tried_again_never_published_twice(
     h.checkpoint()
     assert sorted(read_all(servers, topic)) == [("a", "1"), ("b", "1")]
     assert h.bolt.metrics["transactions"] == 2
+    h.close()
+
+
+def test_a_transaction_another_task_left_open_does_not_hide_this_tasks_marker(kafka_broker, tmp_path):  # noqa: F811
+    """Tasks share marker partitions: a marker read that stops where a read_committed reader is
+    shown the end (the last stable offset) misses this task's markers behind another's open
+    transaction, and publishes their epochs again."""
+    from confluent_kafka import Producer
+
+    servers = kafka_broker.bootstrap_servers
+    topic, name = f"open-{uuid.uuid4().hex[:8]}", f"open-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topics(topic, f"{topic}.markers")
+    state = str(tmp_path / "state")
+    h = sink(servers, topic, state, name)
+    h.feed(["z", "1"], tracked=False)
+    h.checkpoint()  # a first epoch published: the marker read then
+    # another task's worker, killed while publishing: its marker sent, its transaction open
+    other = {"bootstrap.servers": servers, "transactional.id": f"{name}.other", "logger": LOG}
+    killed = Producer(other)
+    killed.init_transactions(10)
+    killed.begin_transaction()
+    killed.produce(f"{topic}.markers", key=b"other", value=b"1", partition=h.bolt.marker_partition)
+    killed.flush(10)
+    h.feed(["a", "1"], tracked=False)
+    txid = h.prepare_checkpoint()
+    h.commit_checkpoint(txid, barrier=False)
+    h.bolt.publish(txid, [[topic, "a", "1", None]])  # published; the crash came before the state said so
+    # that other task starts again a second later: its new producer aborts what the killed one left
+    restart = threading.Timer(1.0, lambda: Producer(other).init_transactions(10))
+    restart.start()
+    try:
+        h = sink(servers, topic, state, name)  # the recovery publishes the pending epoch: skipped
+    finally:
+        restart.join()
+    assert h.bolt.published == txid and h.bolt.metrics["skipped"] == 1
+    assert sorted(read_all(servers, topic)) == [("a", "1"), ("z", "1")]
     h.close()
 
 

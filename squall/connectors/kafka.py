@@ -1007,12 +1007,13 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
       transaction, with a *marker* in that same transaction: a record of ``marker_topic``
       (default ``squall.exactly-once.markers``; make it compacted, ``cleanup.policy=compact``,
       so that it keeps one record per task), key the task's transactional id, value the
-      epoch's txid. ``prepare`` reads the task's last marker back (``read_committed``); an epoch
+      epoch's txid. The first publish reads the task's last marker back (``read_committed``, to
+      the partition's high watermark: past the transactions other tasks left open); an epoch
       at or below it is skipped, so a commit repeated after a crash between the transaction's
       commit and the checkpoint state saying so publishes nothing twice.
     * **Fencing.** Each task's producer has the stable ``transactional.id``
       ``<transactional_id_prefix>.<topology>.<component>.<task>``; ``prepare`` calls
-      ``init_transactions`` (before reading the marker), which aborts what an earlier instance
+      ``init_transactions``, which aborts what an earlier instance
       of the task left open and fences it: a zombie (a worker paused past its timeout and
       replaced) fails its next transaction and publishes nothing. A fenced producer stays
       fenced: its task's commits fail (reported) until its worker is stopped.
@@ -1071,8 +1072,10 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
             metadata = _check_reachable(self._producer, self.bootstrap_servers, self._where, self.open_timeout_ms)
             self._producer.init_transactions(timeout)  # fences earlier instances, aborts what they left open
             self.marker_partition = self._marker_partition(metadata)
-            #: the txid of the last epoch published (the marker; -1: none)
-            self.published = self._read_marker(timeout)
+            #: the txid of the last epoch published (the marker; -1: none), read at the first
+            #: publish: by then every task restarted with this one has fenced its predecessor,
+            #: whose open transaction would hold the read back (see _read_marker)
+            self.published: int | None = None
             #: the txid whose commit failed with a retriable error: its outcome is unknown
             self._in_doubt: int | None = None
             self._topics = {name for name, topic in metadata.topics.items() if topic.error is None}
@@ -1100,26 +1103,45 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
 
     def _read_marker(self, timeout: float) -> int:
         """The last txid this task's markers say was published (-1: none), reading its marker
-        partition to its end with ``read_committed``."""
+        partition with ``read_committed`` to where it ended when asked (its high watermark).
+
+        Not just to the end a ``read_committed`` reader is shown (the last stable offset): the
+        tasks share marker partitions, and a transaction another task left open (its worker
+        killed while publishing, not yet restarted) holds that end back, before markers of this
+        task committed after it. Read only that far, an epoch published would look unpublished,
+        and be published twice. So this waits, up to ``timeout``, for every transaction open
+        when it began to end (committed, or aborted by its task's next instance)."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": self.transactional_id,
-                             "enable.auto.commit": False, "isolation.level": "read_committed",
-                             "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG})
+        settings = {"bootstrap.servers": self.bootstrap_servers, "group.id": self.transactional_id,
+                    "enable.auto.commit": False, "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG}
+        partition = TopicPartition(self.marker_topic, self.marker_partition)
+        probe = Consumer({**settings, "isolation.level": "read_uncommitted"})  # is told the high watermark
+        try:
+            end = probe.get_watermark_offsets(partition, timeout=timeout)[1]
+        finally:
+            probe.close()
+        last, key = -1, self.transactional_id.encode()
+        if end == 0:
+            return last
+        consumer = Consumer({**settings, "isolation.level": "read_committed"})
         try:
             consumer.assign([TopicPartition(self.marker_topic, self.marker_partition, OFFSET_BEGINNING)])
-            last, key = -1, self.transactional_id.encode()
             deadline = time.monotonic() + timeout
             while True:
                 if time.monotonic() > deadline:
-                    raise KafkaConnectorError(f"{self._where}: reading its marker from {self.marker_topic!r} "
-                                              f"partition {self.marker_partition} took over {timeout:g} s")
+                    at = max(0, consumer.position([partition])[0].offset)  # negative: nothing read
+                    raise KafkaConnectorError(
+                        f"{self._where}: its marker in {self.marker_topic!r} partition {self.marker_partition} not "
+                        f"read in {timeout:g} s: read to offset {at} of {end} (a transaction another task left "
+                        "open there holds the rest back until that task starts again)")
                 for message in consumer.consume(1000, timeout=0.1):
                     error = message.error()
                     if error is None and message.key() == key:
                         last = max(last, int(message.value()))
-                    elif error is not None and error.code() == KafkaError._PARTITION_EOF:
-                        return last  # the end (of what is committed)
+                    elif (error is not None and error.code() == KafkaError._PARTITION_EOF
+                          and consumer.position([partition])[0].offset >= end):
+                        return last  # every record then: committed, or aborted and skipped
         finally:
             consumer.close()
 
@@ -1141,10 +1163,12 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
     def publish(self, txid: int, records: list[Any]) -> None:
         from confluent_kafka import KafkaException
 
+        timeout = self.transaction_timeout_ms / 1000
+        if self.published is None:
+            self.published = self._read_marker(self.open_timeout_ms / 1000)
         if txid <= self.published:
             self.metrics["skipped"] += 1
             return
-        timeout = self.transaction_timeout_ms / 1000
         producer = self._producer
         try:
             if self._in_doubt != txid:
