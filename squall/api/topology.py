@@ -11,6 +11,7 @@ from squall.api.bolt import BasicBolt, Bolt
 from squall.api.checkpoint_spout import CHECKPOINT_FIELDS, CheckpointSpout
 from squall.api.component import Component, OutputFieldsDeclarer, check_id
 from squall.api.config import Config
+from squall.api.defaults import POSITIVE
 from squall.api.errors import InvalidTopologyError
 from squall.api.grouping import (
     ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE, CustomStreamGrouping,
@@ -206,7 +207,7 @@ class TopologyBuilder:
                 check_windowed_bolt(cid, conf, entry.obj.bolt.get_timestamp_extractor(), inputs, outputs,
                                     isinstance(entry.obj, StatefulComponent))
             cpu = conf.get(Config.TOPOLOGY_COMPONENT_CPU_PCORE_PERCENT, 1.0)
-            if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0:
+            if not POSITIVE.accepts(cpu):
                 raise InvalidTopologyError(f"component {cid!r}: 'topology.component.cpu.pcore.percent' (set_cpu_load) "
                                            f"must be a number > 0, got {cpu!r}")
             if not isinstance(conf.get(Config.TOPOLOGY_COMPONENT_BLOCKING, False), bool):

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, Self
 
 from squall.api.config import Config, checked_config
+from squall.api.defaults import POSITIVE
 from squall.api.dsl import Topology, as_storm_topology
 from squall.api.errors import AlreadyAliveError, InvalidTopologyError, NotAliveError
 from squall.api.state.provider import StateProviderError, provider_for
@@ -421,7 +422,7 @@ def _rebalanced(running: _Running, num_workers: int | None, executors: dict[str,
         components[cid] = dataclasses.replace(spec, parallelism=parallelism)
     for cid, load in (cpu_loads or {}).items():
         spec = components.get(cid)
-        if spec is None or isinstance(load, bool) or not isinstance(load, (int, float)) or not load > 0:
+        if spec is None or not POSITIVE.accepts(load):
             raise ValueError(f"{where}: cpu_loads: {cid!r} must be a component and its load a number > 0, "
                              f"got {load!r}")
         components[cid] = dataclasses.replace(
