@@ -1111,7 +1111,7 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
         task committed after it. Read only that far, an epoch published would look unpublished,
         and be published twice. So this waits, up to ``timeout``, for every transaction open
         when it began to end (committed, or aborted by its task's next instance)."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
         settings = {"bootstrap.servers": self.bootstrap_servers, "group.id": self.transactional_id,
                     "enable.auto.commit": False, "enable.partition.eof": True, "logger": _LIBRDKAFKA_LOG}
@@ -1119,6 +1119,9 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
         probe = Consumer({**settings, "isolation.level": "read_uncommitted"})  # is told the high watermark
         try:
             end = probe.get_watermark_offsets(partition, timeout=timeout)[1]
+        except KafkaException as e:
+            raise KafkaConnectorError(f"{self._where}: cannot read its marker's partition ({self.marker_topic!r} "
+                                      f"partition {self.marker_partition}): {_reason(e)}") from e
         finally:
             probe.close()
         last, key = -1, self.transactional_id.encode()
