@@ -1020,9 +1020,8 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
     * **Failures.** An abortable error aborts the transaction and raises: the epoch stays
       pending and the next commit, or the recovery after a restart, publishes it again whole.
       A retriable error of the commit itself (a timeout, the broker restarting) leaves the
-      outcome unknown: the next commit retries that same commit, never the epoch anew; a
-      restart in between resolves it (``init_transactions`` finishes or aborts it, then the
-      marker says whether it is published).
+      outcome unknown: the next commit retries that same commit, never the epoch anew. If that
+      fails otherwise, or the task restarts in between, the marker says whether it went through.
     * **Costs.** Records are visible one checkpoint interval after they arrive; each task holds
       an epoch's records in memory and writes them into its state at each checkpoint; one
       marker record per task and epoch.
@@ -1192,14 +1191,15 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
                 self._in_doubt = txid
                 raise KafkaConnectorError(f"{self._where}: epoch {txid}'s commit not confirmed (it will be "
                                           f"tried again): {_reason(e)}") from e
-            if self._in_doubt == txid and self._read_marker(timeout) >= txid:
-                self._in_doubt, self.published = None, txid  # the doubtful commit had gone through
-                return
-            self._in_doubt = None
+            doubtful, self._in_doubt = self._in_doubt == txid, None
             try:
                 producer.abort_transaction(timeout)
             except KafkaException as abort_error:
                 log.warning("%s: aborting epoch %d's transaction failed: %s", self._where, txid, _reason(abort_error))
+            if doubtful:
+                # whether the doubtful commit went through: the marker says, read before the next
+                # publish (after this abort: a transaction left open would hold the read back)
+                self.published = None
             raise KafkaConnectorError(f"{self._where}: epoch {txid} not published (it will be again): "
                                       f"{_reason(e) if error is not None else e}") from e
         self._in_doubt = None
