@@ -173,7 +173,13 @@ def main() -> None:
                              "0: none; default: %(default)s)")
     args = parser.parse_args()
     steady = args.steady if args.spout == "tracked" else 0.0
-    root = tempfile.mkdtemp(prefix="squall-autoscale-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    with tempfile.TemporaryDirectory(prefix="squall-autoscale-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) \
+            as root:
+        measure(args, steady, root)
+
+
+def measure(args: argparse.Namespace, steady: float, root: str) -> None:
+    """The three parts (see the module), with their files under ``root``."""
     path = make_input(os.path.join(root, "lines.txt"), args.lines)
     with open(path) as f:
         expected = collections.Counter(word for line in f for word in line.split())

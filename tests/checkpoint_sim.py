@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import squall.api.checkpoint_spout
+import squall.runtime.executor.executor
 import squall.runtime.executor.inflight
 import squall.runtime.executor.spout_executor
 from squall import Fields, TopologyBuilder
@@ -104,8 +105,10 @@ CLOCK = _Clock()
 
 @contextlib.contextmanager
 def simulated_time() -> Iterator[None]:
-    """While it lasts, the checkpoint spout and the spout executors read :data:`CLOCK`."""
-    modules = (squall.api.checkpoint_spout, squall.runtime.executor.inflight, squall.runtime.executor.spout_executor)
+    """While it lasts, the checkpoint spout and the executors read :data:`CLOCK` (which stands
+    still within a step: a bolt's slice never ends mid-step, so runs replay alike)."""
+    modules = (squall.api.checkpoint_spout, squall.runtime.executor.inflight, squall.runtime.executor.spout_executor,
+               squall.runtime.executor.executor)
     real = [module.time for module in modules]
     for module in modules:
         module.time = CLOCK

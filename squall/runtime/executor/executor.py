@@ -237,6 +237,13 @@ class InputExecutor(Executor):
 
     #: task -> its component's finish_batch, for those that buffer work until the end of a batch
     _finishers: dict[int, Any] = {}
+    #: the most one run_once spends on what it took before it returns, keeping the rest for the
+    #: next: however slow a bolt is on a queueful, its cooperative thread runs the other
+    #: executors (the spout feeding it, the acker) and moves the worker's tuples to and from the
+    #: other workers at least this often, so that they do not wait on it (the queue still counts
+    #: the rest as held: backpressure is unchanged)
+    SLICE_SECS = 0.005
+    _rest: list[Any] = []  # what the last run_once took and left (its slice ended)
 
     def process_batch(self, batch: list[Any]) -> None:
         """Process one incoming batch (bare tuples for a one-task executor, else ``(task,
@@ -254,19 +261,26 @@ class InputExecutor(Executor):
             with self.lock:
                 if not transfer.retry_overflow():
                     return False  # no new input until the output is handed on (backpressure)
-        items = self.queue.take_all(timeout)
+        items, self._rest = self._rest, []
         if not items:
-            return False
+            items = self.queue.take_all(timeout)
+            if not items:
+                return False
         stats = self.stats
         perf_counter = time.perf_counter
         executed = 0
+        end = perf_counter() + self.SLICE_SECS
         with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
-            for item in items:
+            for i, item in enumerate(items):
                 if item.__class__ is list:
                     t0 = perf_counter()
                     self.process_batch(item)
-                    stats.record_execute(len(item), perf_counter() - t0)  # figures stay current
+                    t1 = perf_counter()
+                    stats.record_execute(len(item), t1 - t0)  # figures stay current
                     executed += len(item)
+                    if t1 >= end and i + 1 < len(items) and not self.stopping:
+                        self._rest = items[i + 1:]
+                        break
                 else:
                     self.control(item)
                 if self.stopping:
@@ -274,7 +288,8 @@ class InputExecutor(Executor):
             if self._finishers:
                 self.finish_batches()
             self.flush_all()
-        self.queue.done()
+        if not self._rest:
+            self.queue.done()
         if self._tracker is not None:
             self._tracker.done(executed)
         return True

@@ -9,7 +9,9 @@ Bytewax/Timely workers run their operators (:class:`CooperativeThread`): a round
 same round; executors hand batches to each other without locks and without handing the
 GIL to another thread. The same thread moves the worker's tuples to and from other
 workers between rounds (its :class:`WorkerIO`: the transfer and receive paths), so the
-data path of a busy worker never waits for the GIL. When a round did nothing, the thread
+data path of a busy worker never waits for the GIL. A bolt's turn ends once it has spent
+``InputExecutor.SLICE_SECS`` (5 ms) on what it took, the rest waiting for its next turn: a
+slow bolt with a full queue does not keep its spout, its acker or the other workers waiting. When a round did nothing, the thread
 sleeps until something arrives — on the bell its queues share, and on the transport — or a
 spout wants its next call.
 
