@@ -173,8 +173,8 @@ def main() -> None:
                              "0: none; default: %(default)s)")
     args = parser.parse_args()
     steady = args.steady if args.spout == "tracked" else 0.0
-    with tempfile.TemporaryDirectory(prefix="squall-autoscale-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) \
-            as root:
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="squall-autoscale-", dir=shm) as root:
         measure(args, steady, root)
 
 

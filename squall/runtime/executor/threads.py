@@ -11,7 +11,8 @@ GIL to another thread. The same thread moves the worker's tuples to and from oth
 workers between rounds (its :class:`WorkerIO`: the transfer and receive paths), so the
 data path of a busy worker never waits for the GIL. A bolt's turn ends once it has spent
 ``InputExecutor.SLICE_SECS`` (5 ms) on what it took, the rest waiting for its next turn: a
-slow bolt with a full queue does not keep its spout, its acker or the other workers waiting. When a round did nothing, the thread
+slow bolt with a full queue does not keep its spout, its acker or the other workers waiting.
+When a round did nothing, the thread
 sleeps until something arrives — on the bell its queues share, and on the transport — or a
 spout wants its next call.
 
