@@ -9,15 +9,26 @@ follows the output topic, as a downstream consumer would. The faults, one every 
 seconds (drawn uniformly) once the last one recovered:
 
 * ``kill-worker``: ``kill -9`` of one worker process;
-* ``kill-workers``: ``kill -9`` of every worker at once (what a lost host does to its workers;
-  this run is on one machine's worker processes, not on the multi-host test bed);
+* ``kill-workers``: ``kill -9`` of every worker at once (what a lost host does to its workers,
+  on one machine);
 * ``freeze-worker``: SIGSTOP of a worker until the driver declares it silent and replaces it
   (what a cut link looks like to the driver);
-* ``kill-driver``: ``kill -9`` of ``squall run`` (its workers end with it), then the same
-  command again, which resumes from the last commit;
+* ``kill-driver``: ``kill -9`` of the driver (its workers end with it), then the same command
+  again, which resumes from the last commit;
 * ``broker-restart``: the broker stopped and started again on the same port and data;
 * ``rebalance``: ``squall rebalance`` to another number of workers (1 to 3);
 * and the autoscaler's own decisions (it is on, 1 to 3 workers), counted as faults when they come.
+
+With ``--bed`` (root) it runs on the multi-host test bed (tests/netbed.py): three hosts, each a
+network namespace; host 0 runs a Spark standalone master, the broker, this harness and the
+driver (``squall submit``), hosts 1 and 2 a Spark worker each, so the workers are Spark tasks
+reaching the broker and the driver over the bed's bridge. ``kill-workers`` gives way to:
+
+* ``kill-host``: ``kill -9`` of everything on a worker host (its Spark worker, executors and
+  workers), whose Spark worker then starts again: the topology goes on on the host left and
+  grows back;
+* ``cut-link``: a worker host's link to the bridge down for 8 s (past the worker timeout), then
+  up again: its workers, cut off, are replaced, and come back as zombies the sink must fence.
 
 **Recovery time** of a fault: from the fault to the first two seconds after it in which the
 count executed at least 90% of the input's words a second. **At the end** the producer stops;
@@ -27,14 +38,17 @@ once the output holds as many records as the input has words, the topology is ki
   exactly once: a missing one is lost, one seen twice is duplicated, any other is unexpected;
 * the committed state (``squall state chaos --component count --json``) is the input's counts;
 * the workers' memory (their mean RSS) grew by at most 10% from ``--rss-after`` seconds
-  (default: 5 minutes, or a quarter of a shorter run) to the end.
+  (default: 5 minutes, or a quarter of a shorter run) to the end. Faults restart the workers
+  every few seconds to minutes, so this shows what restarts leave behind; ``--faults none``
+  injects nothing, so that the workers live the whole run and show what their life does.
 
 It prints the faults, each one's recovery time, p50 and max, and the checks; exit status 1 when
 a check fails (or a recovery took more than 30 s).
 
 Reproduce:
     pip install -e ".[test]"                     # confluent-kafka, noida-db (the broker)
-    python benchmarks/chaos.py --duration 1800   # the closing note's run; --duration 120: CI's
+    python benchmarks/chaos.py --duration 1800   # on worker processes; --duration 120: CI's
+    python benchmarks/chaos.py --bed --duration 1800   # on the multi-host test bed (root, Java)
 """
 
 from __future__ import annotations
@@ -69,6 +83,11 @@ PARTITIONS = 4
 WORDS_PER_LINE = 5
 VOCABULARY = [f"w{i:03d}" for i in range(300)]
 FAULTS = ("kill-worker", "kill-workers", "freeze-worker", "kill-driver", "broker-restart", "rebalance")
+#: on the multi-host test bed (--bed): a lost host and a cut link in place of every worker killed
+BED_FAULTS = ("kill-worker", "kill-host", "cut-link", "freeze-worker", "kill-driver", "broker-restart", "rebalance")
+#: how long a cut link stays cut: past the driver's worker timeout (the topology's 4 s)
+CUT_SECS = 8.0
+TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 #: the most a fault may take to recover from (the issue's target)
 MAX_RECOVERY_SECS = 30.0
 #: the most the workers' memory may grow after the warm-up
@@ -234,8 +253,9 @@ class Report:
                           else "state: not read")
         slow = [f for f in self.faults if f.recovery is None or f.recovery > MAX_RECOVERY_SECS]
         if slow:
-            failed.append("recovery over 30 s: " + ", ".join(f"{f.kind} at {f.at:.0f}s ({f.recovery or 'never'})"
-                                                             for f in slow))
+            failed.append("recovery over 30 s: " + ", ".join(
+                f"{f.kind} at {f.at:.0f}s ({f'{f.recovery:.1f}s' if f.recovery is not None else 'never'})"
+                for f in slow))
         if self.rss_growth is not None and self.rss_growth > MAX_RSS_GROWTH:
             failed.append(f"memory: the workers' RSS grew {self.rss_growth:.0%} (at most {MAX_RSS_GROWTH:.0%})")
         return failed
@@ -341,25 +361,75 @@ def read_input(servers: str, topic: str) -> tuple[int, collections.Counter[str]]
 
 
 class Driver:
-    """``squall run`` of the chaos topology, as a user would start it (and start it again)."""
+    """The chaos topology's driver, as a user would start it (and start it again): ``squall
+    run``, or ``squall submit`` to the bed's Spark master (``bed``); :meth:`kill9` kills its
+    process group (a submit's JVM too)."""
 
-    def __init__(self, root: str, env: dict[str, str]) -> None:
+    def __init__(self, root: str, env: dict[str, str], bed: BedCluster | None = None) -> None:
         self._root, self._env = root, env
+        self._how = ["run"] if bed is None else bed.submit_args()
+        self.command = self._how[0]
         self.process: subprocess.Popen[bytes] | None = None
         self.started = 0
 
     def start(self) -> None:
         with open(os.path.join(self._root, "driver.log"), "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "squall", "run", TOPOLOGY, "--name", NAME,
+                [sys.executable, "-m", "squall", *self._how, TOPOLOGY, "--name", NAME,
                  "--checkpoint-dir", os.path.join(self._root, "state")],
-                env=self._env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                env=self._env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         self.started += 1
 
     def kill9(self) -> None:
         assert self.process is not None
-        self.process.kill()
+        os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
+
+
+class BedCluster:
+    """The multi-host test bed (tests/netbed.py): ``hosts`` network namespaces on a bridge of
+    their own. Host 0 runs a Spark standalone master, the broker, the driver and this harness
+    (moved into host 0's namespace, so its producer and reader reach the broker there as the
+    workers do); every other host a Spark worker of ``cores`` cores. The state is SQLite in a
+    directory all hosts share (the bed's hosts share one file system). :meth:`close` stops
+    everything and deletes the namespaces."""
+
+    def __init__(self, root: str, hosts: int = 3, cores: int = 2) -> None:
+        sys.path.insert(0, TESTS)
+        from netbed import Bed, SparkBed, bed_unavailable
+        from spark_standalone import spark_unavailable_reason
+
+        why = bed_unavailable() or spark_unavailable_reason()
+        if why is not None:
+            raise RuntimeError(f"no multi-host test bed here: {why}")
+        self.bed = Bed(hosts)
+        try:
+            self.spark = SparkBed(self.bed, os.path.join(root, "spark"), cores=cores)
+            self.spark.wait_for_workers({Bed.address(h) for h in range(1, hosts)})
+            self.bed.enter(0)
+        except BaseException:
+            self.bed.close()
+            raise
+        self.address = Bed.address(0)
+
+    @property
+    def worker_hosts(self) -> list[int]:
+        return list(range(1, len(self.bed.hosts)))
+
+    def submit_args(self) -> list[str]:
+        # the JVMs' compiler kept to its quick tier: a driver or executor JVM does little but start
+        # (the workers are Python), and at full tiers its JIT takes this machine's two cores for seconds
+        quick = "-XX:TieredStopAtLevel=1"
+        return ["submit", "--master", self.spark.master_url, "--conf", f"spark.driver.host={self.address}",
+                "--conf", f"spark.driver.extraJavaOptions={quick}",
+                "--conf", f"spark.executor.extraJavaOptions={quick}"]
+
+    def driver_env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` as a user's shell on host 0 has it (see ``SparkBed.driver_env``)."""
+        return {**self.spark.driver_env(), **{k: v for k, v in env.items() if k.startswith(("CHAOS_", "SQUALL_"))}}
+
+    def close(self) -> None:
+        self.bed.close()
 
 
 def rss_of(pid: int) -> int:
@@ -379,8 +449,9 @@ class Chaos:
 
     def __init__(self, root: str, duration: float, rate: float, gap: tuple[float, float], seed: int,
                  faults: tuple[str, ...] = FAULTS, rss_after: float | None = None,
-                 say: Callable[[str], None] = print, broker: KafkaBroker | None = None) -> None:
-        self.root, self.duration, self.rate, self.gap, self.broker = root, duration, rate, gap, broker
+                 say: Callable[[str], None] = print, broker: KafkaBroker | None = None,
+                 bed: BedCluster | None = None) -> None:
+        self.root, self.duration, self.rate, self.gap, self.broker, self.bed = root, duration, rate, gap, broker, bed
         self.random = random.Random(seed)
         self.seed, self.kinds, self.say = seed, faults, say
         self.rss_after = rss_after if rss_after is not None else min(300.0, duration / 4)
@@ -397,7 +468,8 @@ class Chaos:
     def run(self) -> Report:
         """The run, on the broker given (which it restarts), else on one of its own."""
         if self.broker is None:
-            with KafkaBroker(os.path.join(self.root, "broker")) as self.broker:
+            host = self.bed.address if self.bed is not None else "127.0.0.1"
+            with KafkaBroker(os.path.join(self.root, "broker"), host=host) as self.broker:
                 return self._run()
         return self._run()
 
@@ -409,7 +481,7 @@ class Chaos:
         source, sink = f"chaos-in-{suffix}", f"chaos-out-{suffix}"
         broker.create_topics(source, sink, partitions=PARTITIONS)
         env = {**os.environ, "CHAOS_KAFKA": broker.bootstrap_servers, "CHAOS_IN": source, "CHAOS_OUT": sink}
-        self.driver = Driver(self.root, env)
+        self.driver = Driver(self.root, env if self.bed is None else self.bed.driver_env(env), self.bed)
         producer = Producer(broker.bootstrap_servers, source, self.rate, self.seed)
         reader = OutputReader(broker.bootstrap_servers, sink, self.now)
         try:
@@ -504,8 +576,8 @@ class Chaos:
         self._sleep(min(10.0, duration / 6))  # a steady start
         while self.now() < duration:
             self._sleep(self.random.uniform(*self.gap))
-            if self.now() >= duration:
-                break
+            if self.now() >= duration or not self.kinds:  # none: the input alone (memory over a worker's life)
+                continue
             fault = self._inject(self.random.choice(self.kinds))
             self._settle()
             self.say(f"{self.now():6.0f}s    recovered in {fault.recovery:.1f}s" if fault.recovery is not None
@@ -549,13 +621,27 @@ class Chaos:
             if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         elif kind == "kill-driver":
-            fault = self._fault(kind, f"squall run (pid {self.driver.process.pid}), then run again")
+            fault = self._fault(kind, f"squall {self.driver.command} (pid {self.driver.process.pid}), then again")
             self._driver_killed = True
             self.driver.kill9()
-            wait_until(lambda: not any(process_alive(p) for p in pids), timeout=30,
-                       message="the driver's workers ended")
+            if self.bed is None:  # (on Spark, its executors end as the master hears the driver is gone)
+                wait_until(lambda: not any(process_alive(p) for p in pids), timeout=30,
+                           message="the driver's workers ended")
             self.driver.start()
             self._driver_killed = False
+        elif kind == "kill-host":
+            host = self.random.choice(self.bed.worker_hosts)
+            fault = self._fault(kind, f"host {host} ({self.bed.bed.address(host)}), its Spark worker started again")
+            self.bed.bed.kill_host(host)
+            self.bed.spark.start_worker(host)  # the machine back at once: the topology grows back onto it
+        elif kind == "cut-link":
+            host = self.random.choice(self.bed.worker_hosts)
+            fault = self._fault(kind, f"host {host} ({self.bed.bed.address(host)}) cut off for {CUT_SECS:g} s")
+            self.bed.bed.cut(host)
+            try:
+                self._sleep(CUT_SECS)
+            finally:
+                self.bed.bed.mend(host)
         elif kind == "broker-restart":
             fault = self._fault(kind, self.broker.bootstrap_servers)
             self.broker.restart()
@@ -572,7 +658,7 @@ class Chaos:
                         raise
                     self._sleep(1.0)
         else:
-            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS)}")
+            raise ValueError(f"unknown fault {kind!r}; known: {', '.join(FAULTS if self.bed is None else BED_FAULTS)}")
         return fault
 
     def _read_state(self, words: collections.Counter[str]) -> None:
@@ -616,16 +702,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=300.0, help="input lines a second (default: %(default)s)")
     parser.add_argument("--gap", type=float, nargs=2, default=(5.0, 20.0), metavar=("MIN", "MAX"),
                         help="seconds between a recovery and the next fault (default: 5 20)")
-    parser.add_argument("--faults", default=",".join(FAULTS), help="the kinds to draw from (default: all)")
+    parser.add_argument("--bed", action="store_true",
+                        help="on the multi-host test bed (root; Spark standalone across network namespaces)")
+    parser.add_argument("--faults", help="the kinds to draw from, comma-separated (default: all of the mode's: "
+                                         f"{', '.join(FAULTS)}; with --bed: {', '.join(BED_FAULTS)}); none: "
+                                         "the input alone, for the memory of workers that live the whole run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rss-after", type=float, help="the warm-up before memory counts (default: 300 s, or a "
                                                         "quarter of a shorter run)")
     args = parser.parse_args(argv)
+    known = BED_FAULTS if args.bed else FAULTS
+    kinds = () if args.faults == "none" else tuple(args.faults.split(",")) if args.faults else known
+    if not set(kinds) <= set(known):
+        parser.error(f"--faults: {', '.join(sorted(set(kinds) - set(known)))} not among {', '.join(known)}")
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="squall-chaos-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) \
             as root:
-        report = Chaos(root, args.duration, args.rate, tuple(args.gap), args.seed, tuple(args.faults.split(",")),
-                       args.rss_after).run()
+        bed = BedCluster(root) if args.bed else None
+        try:
+            report = Chaos(root, args.duration, args.rate, tuple(args.gap), args.seed, kinds, args.rss_after,
+                           bed=bed).run()
+        finally:
+            if bed is not None:
+                bed.close()
     print_report(report)
     print("reproduce: python benchmarks/chaos.py " + " ".join(sys.argv[1:]))
     return 1 if report.failures() else 0

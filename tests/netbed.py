@@ -16,6 +16,7 @@ machine died).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 import pytest
 
 SUBNET = "10.77.0"
+CLONE_NEWNET = 0x40000000  # setns(2): the network namespace
 
 
 def bed_unavailable() -> str | None:
@@ -101,6 +103,19 @@ class Bed:
         return subprocess.run(["ip", "netns", "exec", self.hosts[host], *argv], capture_output=True, text=True,
                               timeout=timeout)
 
+    def enter(self, host: int) -> None:
+        """Move the calling thread into host ``host``'s namespace: what it starts from now on
+        (threads, processes, sockets) runs there. Call it from the main thread before starting
+        others (a harness that must reach the bed's addresses)."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(f"/var/run/netns/{self.hosts[host]}", os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"setns into {self.hosts[host]}: {os.strerror(errno)}")
+        finally:
+            os.close(fd)
+
     def pids(self, host: int) -> list[int]:
         """Every process running in host ``host``'s namespace."""
         out = subprocess.run(["ip", "netns", "pids", self.hosts[host]], capture_output=True, text=True).stdout
@@ -109,7 +124,7 @@ class Bed:
     def kill_host(self, host: int) -> None:
         """kill -9 everything on host ``host`` (its network stays: the machine died, not the link)."""
         for _ in range(10):  # a dying process's children may show up once
-            pids = self.pids(host)
+            pids = [p for p in self.pids(host) if p != os.getpid()]  # not a caller that entered the host
             if not pids:
                 return
             for pid in pids:

@@ -58,7 +58,7 @@ def test_a_run_with_a_planted_fault_fails_naming_it():
     failures = report.failures()
     assert failures[0].startswith("output: 2 records: 4 lost"), failures
     assert "1 duplicated" in failures[0]
-    assert failures[1] == "recovery over 30 s: kill-worker at 10s (45.0)"
+    assert failures[1] == "recovery over 30 s: kill-worker at 10s (45.0s)"
     assert failures[2] == "memory: the workers' RSS grew 25% (at most 10%)"
 
 
@@ -69,6 +69,13 @@ def test_memory_growth_compares_the_warm_up_with_the_end():
     # the medians of 300-355 s and of 535-595 s
     assert chaos.rss_growth(growing, after=300) == pytest.approx((100 + 56.5) / (100 + 32.75) - 1)
     assert chaos.rss_growth(flat[:10], after=300) is None  # too short to tell
+
+
+def test_a_fault_of_the_bed_is_refused_without_it(capsys):
+    with pytest.raises(SystemExit) as refused:
+        chaos.main(["--faults", "kill-worker,kill-host"])
+    assert refused.value.code == 2
+    assert "--faults: kill-host not among kill-worker, kill-workers, freeze-worker" in capsys.readouterr().err
 
 
 def test_recovery_is_the_first_two_seconds_at_nine_tenths_of_the_input_rate():
