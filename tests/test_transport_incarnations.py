@@ -1,4 +1,5 @@
-"""What a killed worker process left unread never arrives after its new run's payloads.
+"""What a killed worker process left unread never arrives after its new run's payloads (over
+ZeroMQ, and over the same-host link, where the dead run's connection may be read after the new one's).
 
 ZeroMQ keeps a pipe per connection and takes turns between them: a sender killed with
 payloads still unread at the receiver has them read *between* the payloads of the process
@@ -30,10 +31,10 @@ SENDER = textwrap.dedent("""
     import sys, time, zmq
     from squall.runtime.messaging.security import LinkKeys, LinkSecurity
     from squall.runtime.messaging.zmq_transport import ZmqTransport
-    port, run, count = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    port, run, count, same_host = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
     context = zmq.Context()
     transport = ZmqTransport(context, 0, LinkSecurity(context, LinkKeys.from_json(sys.stdin.readline()), "sender"),
-                             buffered_payloads=8, incarnation=run)
+                             buffered_payloads=8, incarnation=run, same_host=same_host)
     transport.bind(None)
     transport.set_peers({1: ("127.0.0.1", port, 1)})
     for i in range(count):
@@ -45,19 +46,20 @@ SENDER = textwrap.dedent("""
 """)
 
 
-def start_sender(keys: LinkKeys, port: int, run: int, count: int) -> subprocess.Popen:
-    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(port), str(run), str(count)],
+def start_sender(keys: LinkKeys, port: int, run: int, count: int, same_host: bool) -> subprocess.Popen:
+    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(port), str(run), str(count), str(int(same_host))],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     sender.stdin.write(keys.to_json() + "\n")
     sender.stdin.flush()
     return sender
 
 
-def test_a_killed_senders_unread_payloads_are_dropped_once_its_next_run_is_heard():
+@pytest.mark.parametrize("same_host", [False, True], ids=["zeromq", "same-host link"])
+def test_a_killed_senders_unread_payloads_are_dropped_once_its_next_run_is_heard(same_host):
     keys = LinkKeys.generate()
     context = zmq.Context()
     security = LinkSecurity(context, keys, "receiver")
-    receiver = ZmqTransport(context, 1, security, buffered_payloads=8)
+    receiver = ZmqTransport(context, 1, security, buffered_payloads=8, same_host=same_host)
     receiver.bind(None)
     receiver.register(1, None, None, Bell())
     got: list[tuple[int, int]] = []
@@ -65,7 +67,7 @@ def test_a_killed_senders_unread_payloads_are_dropped_once_its_next_run_is_heard
     def read() -> None:
         got.extend(tuple(map(int, p.split(b":")[:2])) for _, _, p in receiver.receive(1, 0.05))
 
-    old = start_sender(keys, receiver.port, incarnation(0, 0), 300)
+    old = start_sender(keys, receiver.port, incarnation(0, 0), 300, same_host)
     new = None
     try:
         wait_until(lambda: read() or len(got) >= 5, timeout=20, message="the first run's payloads")
@@ -73,7 +75,7 @@ def test_a_killed_senders_unread_payloads_are_dropped_once_its_next_run_is_heard
         old.wait()
         # nothing is read until the second run has sent all it sends (its payloads fit in the
         # buffers between the two): then both runs' pipes hold payloads
-        new = start_sender(keys, receiver.port, incarnation(0, 1), 10)
+        new = start_sender(keys, receiver.port, incarnation(0, 1), 10, same_host)
         assert new.stdout.readline() == "sent\n"
         wait_until(lambda: read() or sum(run == 1 for run, _ in got) == 10, timeout=20,
                    message="every payload of the second run")

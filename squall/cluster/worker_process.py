@@ -19,6 +19,8 @@ messages of :mod:`squall.runtime.messaging.schema`:
    ``deactivate`` and ``kill`` (stop the executors, calling close/cleanup, say ``stopped``
    with the final figures, and exit).
 
+Workers of one host exchange their payloads over Unix sockets
+(:mod:`squall.runtime.messaging.same_host`), workers of different hosts over ZeroMQ.
 Its control thread (the main thread) also publishes the credit the worker grants the others
 and reads theirs (:mod:`squall.runtime.messaging.backpressure`), and logs refused connections. A message from the master that
 does not fit its schema is logged and dropped. It exits when its parent (the supervisor) is
@@ -168,7 +170,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         # to each other this often
         sys.setswitchinterval(conf[Config.TOPOLOGY_WORKER_GIL_SWITCH_INTERVAL_SECS])
         transport = ZmqTransport(control.context, index, control.security, host,
-                                 conf[Config.TOPOLOGY_RECEIVER_BUFFER_SIZE], incarnation(generation, restarts))
+                                 conf[Config.TOPOLOGY_RECEIVER_BUFFER_SIZE], incarnation(generation, restarts), name)
         # spouts start once every executor of this worker is ready (Storm's active worker): a
         # topology's own failure comes after the master heard this worker is ready
         worker = Worker(name, topology, conf, assignment, index, transport, state, False, restarts > 0)

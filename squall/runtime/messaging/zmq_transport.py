@@ -20,6 +20,10 @@ reconnects by itself when a peer restarts on the same port and queues what is se
 meanwhile (up to its high-water mark); a peer that comes back on another port is
 reconnected when the master announces the new address.
 
+Payloads to a worker of the same host (the same network namespace) do not take ZeroMQ: they
+go over a Unix socket that the workers' own threads write and read
+(:mod:`squall.runtime.messaging.same_host`); credit announcements still use the PUB/SUB ports.
+
 A payload travels as two frames: a header naming the sending worker and its incarnation,
 then the batch. What a dead run of a worker left unread is dropped once its new run is heard
 from (see :mod:`squall.runtime.messaging.incarnation`).
@@ -39,6 +43,7 @@ import zmq
 
 from squall.runtime.messaging import schema
 from squall.runtime.messaging.incarnation import Incarnations
+from squall.runtime.messaging.same_host import SameHostLinks
 from squall.runtime.messaging.security import LinkSecurity
 from squall.runtime.messaging.transport import Received, Transport
 from squall.utils.batch_queue import Bell
@@ -69,7 +74,8 @@ def endpoint(host: str, port: int) -> str:
 
 class ZmqTransport(Transport):
     def __init__(self, context: zmq.Context, index: int, security: LinkSecurity, host: str = LOOPBACK,
-                 buffered_payloads: int = 8, incarnation: int = 0) -> None:
+                 buffered_payloads: int = 8, incarnation: int = 0, topology: str = "",
+                 same_host: bool = True) -> None:
         self._context = context
         self._index = index
         self.run = incarnation
@@ -89,8 +95,7 @@ class ZmqTransport(Transport):
         self._sub = context.socket(zmq.SUB)
         security.client(self._sub)
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self._pull_poller = zmq.Poller()
-        self._pull_poller.register(self._pull, zmq.POLLIN)
+        self._pollers: dict[Bell | None, zmq.Poller] = {}  # the reading thread's (see _wait_poller_now)
         self.port = 0
         self.bp_port = 0
         # peers: worker index -> (host, port, backpressure port); written by the control thread
@@ -103,6 +108,11 @@ class ZmqTransport(Transport):
         self._sub_endpoints: dict[int, str] = {}  # control thread only
         self._grants: CreditGrants | None = None
         self._credits: Credits | None = None
+        self._bell: Bell | None = None
+        # the workers of this host: payloads to them bypass ZeroMQ (squall.runtime.messaging.same_host);
+        # same_host False: every peer over TCP (tests of the TCP path)
+        self._same_host = SameHostLinks(index, incarnation, topology, security.keys, self._link_ready, same_host)
+        self._wait_version = -1
         self._published_version = (-1, -1)  # the grants' heard_version and version
         self._published_at = 0.0
 
@@ -122,14 +132,32 @@ class ZmqTransport(Transport):
         if not self.port:
             self.port = self._pull.bind_to_random_port(f"tcp://{self.host}")
         self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
+        self._same_host.bind(self.host, self.port)  # before the peers hear of this address
         return self.port, self.bp_port
 
     def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None:
-        self._grants, self._credits = grants, credits
-        # the reading thread waits for the worker port and its bell at once
-        self._wait_poller = zmq.Poller()
-        self._wait_poller.register(self._pull, zmq.POLLIN)
-        self._wait_poller.register(bell.fileno(), zmq.POLLIN)
+        self._grants, self._credits, self._bell = grants, credits, bell
+        self._wait_poller_now(bell)  # the bell's pipe made now, before any thread rings it
+
+    def _link_ready(self) -> None:
+        # a same-host link was made or accepted (another thread): the data path takes it up
+        if self._bell is not None:
+            self._bell.ring()
+
+    def _wait_poller_now(self, bell: Bell | None) -> zmq.Poller:
+        """The reading thread's poller: the worker port, the same-host links and ``bell``."""
+        if self._wait_version != self._same_host.version:
+            self._wait_version = self._same_host.version
+            self._pollers = {}
+        poller = self._pollers.get(bell)
+        if poller is None:
+            poller = self._pollers[bell] = zmq.Poller()
+            poller.register(self._pull, zmq.POLLIN)
+            for fd in self._same_host.fds():
+                poller.register(fd, zmq.POLLIN)
+            if bell is not None:
+                poller.register(bell.fileno(), zmq.POLLIN)
+        return poller
 
     def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
         """The other workers' addresses (control thread). A peer whose address changed is
@@ -138,6 +166,7 @@ class ZmqTransport(Transport):
             changed = {i for i, addr in peers.items() if self._peers.get(i) != addr}
             self._peers = {i: tuple(addr) for i, addr in peers.items() if i != self._index}
             self._peers_version += 1
+        self._same_host.set_peers({i: (host, port) for i, (host, port, _) in self._peers.items()})
         for i in changed:
             old = self._sub_endpoints.pop(i, None)
             if old is not None:
@@ -174,6 +203,9 @@ class ZmqTransport(Transport):
         peer is down, or far behind) waits in that peer's backlog, so other peers are not held
         up. Backlogs are bounded by credit: a peer that restarts is sent nothing until it
         grants some."""
+        if self._same_host.links_to(dest_worker):
+            self._same_host.send(dest_worker, payload)
+            return
         self._sync_push_sockets()
         backlog = self._backlog.get(dest_worker)
         if backlog:
@@ -185,7 +217,7 @@ class ZmqTransport(Transport):
     def send_backlog(self) -> bool:
         """Retry the backlogs (transfer thread); True while some remain."""
         self._sync_push_sockets()
-        pending = False
+        pending = self._same_host.flush()
         for dest, backlog in self._backlog.items():
             while backlog and self._try_send(dest, backlog[0]):
                 backlog.popleft()
@@ -204,12 +236,17 @@ class ZmqTransport(Transport):
             return False
 
     def receive(self, worker: int, timeout: float) -> list[Received]:
-        # without a timeout, the socket's own flags say whether anything waits (a poll costs
-        # more, and this is called every round of a busy worker)
-        if not (self._pull.getsockopt(zmq.EVENTS) & zmq.POLLIN if timeout == 0
-                else self._pull_poller.poll(timeout * 1000)):
-            return []
-        payloads = []
+        payloads: list[Received] = []
+        if timeout:
+            self._wait_poller_now(None).poll(timeout * 1000)
+        self._same_host.receive(payloads)
+        if payloads:
+            admit = self._incarnations.admit
+            payloads = [p for p in payloads if admit(p[0], p[1])]
+        # the socket's own flags say whether anything waits (a poll costs more, and this is
+        # called every round of a busy worker)
+        if not self._pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            return payloads
         # at most what ZeroMQ buffers: a peer sending as fast as this reads does not keep the
         # reader here
         for _ in range(2 * self._hwm):
@@ -226,7 +263,7 @@ class ZmqTransport(Transport):
         return payloads
 
     def wait(self, worker: int, bell: Bell, timeout: float) -> None:
-        self._wait_poller.poll(timeout * 1000)
+        self._wait_poller_now(bell).poll(timeout * 1000)
         bell.disarm()
 
     # -- credit (control thread) ------------------------------------------------------------
@@ -279,6 +316,7 @@ class ZmqTransport(Transport):
 
     def close(self) -> None:
         """Close every socket; the worker's threads must have stopped."""
+        self._same_host.close()
         for sock, _ in self._push.values():
             sock.close(linger=0)
         for sock in (self._pull, self._pub, self._sub):
