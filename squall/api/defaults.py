@@ -145,6 +145,13 @@ KEYS: dict[str, ConfigKey] = _registry(
               note="Storm 2 uses 1 and a flush timer; in CPython per-batch costs dominate, so batches are "
                    "larger and an executor also flushes whenever it has drained its input (no trickle is "
                    "held back)."),
+    ConfigKey("topology.batch.flush.interval.millis", 1, POSITIVE,
+              "The longest a batch waits before it is handed on (an executor's turn, a worker's round).",
+              note="Storm's flush timer. An executor's turn, and a worker's round between its sends to the "
+                   "other workers, end after this long, between incoming batches (one batch's execution is not "
+                   "cut): a slow bolt hands on what it emitted, and lets the other executors of its thread "
+                   "and the worker's traffic run, at least this often. An executor that drained its input "
+                   "hands its batches on at once anyway."),
     ConfigKey("topology.spout.max.batch.size", 100, integer(1),
               "next_tuple calls a spout executor makes before it flushes and looks at its acks."),
     ConfigKey("topology.spout.stall.secs", 5, POSITIVE,

@@ -82,6 +82,7 @@ class Worker:
         self.on_failure: Callable[[], None] | None = None  # called (once) by the thread that failed
         self.sources = _stream_sources(topology, assignment)
         bell = Bell()  # the cooperative thread's: its executors' queues ring it
+        self._flush_secs = conf[Config.TOPOLOGY_BATCH_FLUSH_INTERVAL_MILLIS] / 1000
         assigned = assignment.workers[index].executors
         blocking = {ea: self._is_blocking(ea.component) for ea in assigned}
         cooperative = not all(blocking.values())
@@ -152,7 +153,8 @@ class Worker:
         if cooperative:
             self._runners.append(CooperativeThread(cooperative_executors, bell,
                                                    _DataPath(self, _ack_sender(cooperative_executors)),
-                                                   f"worker-{self.index}-executors", self._executor_died))
+                                                   f"worker-{self.index}-executors", self._executor_died,
+                                                   flush_secs=self._flush_secs))
         else:
             self._threads = [
                 threading.Thread(target=self.guarded(lambda: self.transfer.run(self._is_stopping), "transfer thread"),
@@ -254,7 +256,7 @@ class Worker:
             stuck.queue.set_bell(Bell())
             successor = CooperativeThread(others, self._bell, _DataPath(self, _ack_sender(others)),
                                           f"worker-{self.index}-executors-{len(self._runners)}", self._executor_died,
-                                          started=True)
+                                          started=True, flush_secs=self._flush_secs)
             self._runners.append(successor)
             successor.start()
             text = (f"a call into {stuck.component}{stuck.task_ids} has made no progress for over "

@@ -24,6 +24,7 @@ import time
 import traceback
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.context import TopologyContext
 from squall.api.metrics2.registry import MetricRegistry
 from squall.api.system_ids import CHECKPOINT_STREAM
@@ -82,6 +83,8 @@ class Executor:
         self.transfer = ExecutorTransfer(worker, self.component, self.conf, self.blocks_on_full_queues(),
                                          lambda: self.stopping)
         self.send = self.transfer.send
+        #: the longest turn: what it emitted is handed on at least this often (see run_once)
+        self.flush_secs = self.conf[Config.TOPOLOGY_BATCH_FLUSH_INTERVAL_MILLIS] / 1000
         #: every init, ack, fail and reset this executor sends to the ackers
         self.acks = AckLedger(self.acker_tasks, self.transfer, self.system_sources, self.task_ids[0],
                               held=self.kind == "bolt" and self.spec is not None and self.spec.stateful)
@@ -237,12 +240,11 @@ class InputExecutor(Executor):
 
     #: task -> its component's finish_batch, for those that buffer work until the end of a batch
     _finishers: dict[int, Any] = {}
-    #: the most one run_once spends on what it took before it returns, keeping the rest for the
-    #: next: however slow a bolt is on a queueful, its cooperative thread runs the other
-    #: executors (the spout feeding it, the acker) and moves the worker's tuples to and from the
-    #: other workers at least this often, so that they do not wait on it (the queue still counts
-    #: the rest as held: backpressure is unchanged)
-    SLICE_SECS = 0.005
+    # A turn (run_once) ends once it has spent flush_secs (topology.batch.flush.interval.millis)
+    # on what it took, keeping the rest for the next: what it emitted is handed on, and however
+    # slow a bolt is on a queueful, its cooperative thread runs the other executors (the spout
+    # feeding it, the acker) and moves the worker's tuples to and from the other workers at least
+    # this often (the queue still counts the rest as held: backpressure is unchanged).
     _rest: list[Any] = []  # what the last run_once took and left (its slice ended)
 
     def process_batch(self, batch: list[Any]) -> None:
@@ -269,7 +271,7 @@ class InputExecutor(Executor):
         stats = self.stats
         perf_counter = time.perf_counter
         executed = 0
-        end = perf_counter() + self.SLICE_SECS
+        end = perf_counter() + self.flush_secs
         with self.lock:  # user code runs under the lock: the bolt's own threads wait for it
             for i, item in enumerate(items):
                 if item.__class__ is list:

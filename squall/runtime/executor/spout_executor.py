@@ -179,6 +179,8 @@ class SpoutExecutor(Executor):
         if unrecovered and self.checkpointing.recovered:
             unrecovered = self._unrecovered = frozenset()
         transfer = self.transfer
+        perf_counter = time.perf_counter
+        flush_at = perf_counter() + self.flush_secs  # a slow next_tuple's emits wait no longer
         for task, spout in self.spouts.items():
             if task in unrecovered:
                 exhausted = False
@@ -205,6 +207,9 @@ class SpoutExecutor(Executor):
                     break
                 emitted = True
                 if transfer.overflow:
+                    break
+                if perf_counter() >= flush_at:
+                    exhausted = False
                     break
         self.stall_watch.returned()
         self.flush_all()

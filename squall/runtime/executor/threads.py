@@ -9,9 +9,11 @@ Bytewax/Timely workers run their operators (:class:`CooperativeThread`): a round
 same round; executors hand batches to each other without locks and without handing the
 GIL to another thread. The same thread moves the worker's tuples to and from other
 workers between rounds (its :class:`WorkerIO`: the transfer and receive paths), so the
-data path of a busy worker never waits for the GIL. A bolt's turn ends once it has spent
-``InputExecutor.SLICE_SECS`` (5 ms) on what it took, the rest waiting for its next turn: a
-slow bolt with a full queue does not keep its spout, its acker or the other workers waiting.
+data path of a busy worker never waits for the GIL. An executor's turn ends once it has spent
+``topology.batch.flush.interval.millis`` (1 ms) on what it took (a spout's, on ``next_tuple``),
+the rest waiting for its next turn, and the thread sends to and takes from the other workers
+again when a round has lasted that long: a slow bolt with a full queue does not keep its spout,
+its acker or the other workers waiting, and nothing it emitted waits longer than that.
 When a round did nothing, the thread
 sleeps until something arrives — on the bell its queues share, and on the transport — or a
 spout wants its next call.
@@ -134,10 +136,11 @@ class CooperativeThread(_Runner):
     traffic ``io``."""
 
     def __init__(self, executors: list[Executor], bell: Bell, io: WorkerIO, name: str, on_death: DeathFn,
-                 started: bool = False) -> None:
+                 started: bool = False, flush_secs: float = 0.001) -> None:
         super().__init__(executors, name, on_death, started)
         self._bell = bell
         self._io = io
+        self._flush_secs = flush_secs  # the longest a round goes without io.exchange
         self._calls = 0  # executor calls made: the watchdog's clock
         self._last_look: tuple[Executor | None, int, int] = (None, 0, 0)
         # taken by the thread as a call returns, and by the watchdog as it hands off
@@ -174,14 +177,19 @@ class CooperativeThread(_Runner):
         self._bell.ring()
 
     def _loop(self, executors: list[Executor]) -> None:
-        bell, io = self._bell, self._io
+        bell, io, flush_secs = self._bell, self._io, self._flush_secs
+        perf_counter = time.perf_counter
         while not self._stopping:
             did = io.exchange()
+            exchange_at = perf_counter() + flush_secs
             for executor in executors:
                 self._current = executor
                 self._calls += 1
                 if executor.run_once(0):
                     did = True
+                    if perf_counter() >= exchange_at:  # a long round: what it sent goes now
+                        io.exchange()
+                        exchange_at = perf_counter() + flush_secs
                 with self._switch:
                     self._current = None
                     if self._handed_off:
