@@ -169,8 +169,9 @@ class World:
                              {("emitter", s): src for s, src in SOURCES.items()},
                              TopologyState(tracker=self.tracker), self.transfer)
 
-    def sender(self, blocking: bool = False, stopping: Callable[[], bool] = lambda: False) -> ExecutorTransfer:
-        return ExecutorTransfer(self.context(), "emitter", self.conf, blocking, stopping)
+    def sender(self, blocking: bool = False, stopping: Callable[[], bool] = lambda: False,
+               wake: Callable[[], None] | None = None) -> ExecutorTransfer:
+        return ExecutorTransfer(self.context(), "emitter", self.conf, blocking, stopping, wake)
 
     def batches(self, task: int) -> list[list]:
         """The batches handed on to ``task``'s destination since the last look."""
@@ -324,6 +325,21 @@ def test_a_full_queues_batch_waits_without_holding_back_other_destinations_until
     assert seen(w.queues[SINGLE].take_all()) == seen([])  # done with b2
     assert sender.retry_overflow() is True and not sender.pending
     assert seen(w.batches(SINGLE)) == seen([b5])
+
+
+def test_a_batch_waiting_for_a_full_queue_polls_nothing_and_is_woken_when_room_is_made():
+    w = world(batch=3, capacity=3)
+    woken: list[int] = []
+    sender = w.sender(wake=lambda: woken.append(1))
+    b1 = _send(sender, [SINGLE], 3)  # fills SINGLE's queue
+    b2 = _send(sender, [SINGLE], 3)  # waits for room
+    assert seen(waiting(sender)) == seen([b2])
+    assert sender.retry_secs() is None and woken == []  # no poll: the consumer's wake-up brings it back
+    assert seen(w.queues[SINGLE].take_all()) == seen([b1])
+    assert w.queues[SINGLE].take_all() == [] and woken == [1]  # done with b1: room, and one wake-up
+    assert sender.retry_secs() == 0.0  # due at once, though the ring may have come before a wait
+    assert sender.retry_overflow() is True and not sender.pending and sender.retry_secs() is None
+    assert seen(w.batches(SINGLE)) == seen([b2])
 
 
 def test_later_batches_wait_behind_as_batches_of_their_own_up_to_a_batchs_worth():
@@ -534,6 +550,19 @@ def test_offer_appends_nothing_to_a_full_queue_until_the_consumer_is_done_with_w
     assert len(q) == 0 and q.is_empty()
     assert q.take_all() == []  # done with it
     assert q.offer(["d"], 1) is True and q.take_all() == [["d"]]
+
+
+def test_a_producer_turned_away_is_woken_once_when_the_consumer_makes_room():
+    q = BatchQueue(2)
+    woken: list[str] = []
+    assert q.offer(["a", "b"], 2)
+    assert q.offer(["c"], 1, lambda: woken.append("p")) is False
+    assert q.offer(["c"], 1, lambda: woken.append("q")) is False
+    assert q.take_all() == [["a", "b"]] and woken == []  # taken, being executed: no room yet
+    assert q.take_all() == [] and woken == ["p", "q"]  # done with it: each waiter once
+    q.done()
+    assert woken == ["p", "q"]
+    assert q.offer(["c"], 1, lambda: woken.append("r")) is True and woken == ["p", "q"]
 
 
 def _in_thread(target: Callable[[], None]) -> None:

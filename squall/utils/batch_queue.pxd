@@ -20,6 +20,7 @@ cdef class BatchQueue:
     cdef readonly Bell _bell
     cdef object _not_full
     cdef readonly Py_ssize_t _producers_waiting
+    cdef list _room_waiters
 
     cpdef bint has_room(self)
     cpdef list _drain(self)

@@ -102,7 +102,9 @@ class BatchQueue:
       queue, so a slow consumer that took a large batch is not taken for one with room.
     * :meth:`force_put` never blocks: for control messages and for paths that must not
       wait (a worker's receive path, cooperative executors), whose volume the senders bound.
-    * :meth:`offer` appends only if there is room, and never blocks.
+    * :meth:`offer` appends only if there is room, and never blocks; a producer it turned away
+      may leave a ``wake`` callable, called once the consumer makes room (nobody polls a full
+      queue).
     * :meth:`force_put` and :meth:`offer` take no lock when called from the consumer's own
       thread (``consumer``, set by the consumer when it starts).
     * :meth:`take_all` is for the single consumer: it returns every queued element,
@@ -117,7 +119,8 @@ class BatchQueue:
     """
 
     __slots__ = ("capacity", "name", "on_release", "consumer", "_items", "_size", "_local", "_local_size",
-                 "_taken", "_remote", "_remote_taken", "_arrived", "_lock", "_bell", "_not_full", "_producers_waiting")
+                 "_taken", "_remote", "_remote_taken", "_arrived", "_lock", "_bell", "_not_full", "_producers_waiting",
+                 "_room_waiters")
 
     def __init__(self, capacity: int, name: str = "", bell: Bell | None = None) -> None:
         if capacity < 1:
@@ -139,12 +142,18 @@ class BatchQueue:
         self._bell = bell if bell is not None else Bell()
         self._not_full = threading.Condition(self._lock)
         self._producers_waiting = 0
+        self._room_waiters: list[Callable[[], None]] = []  # offer's turned-away producers (under the lock)
 
     def set_bell(self, bell: Bell) -> None:
         """Wake the consumer with ``bell`` from now on (its thread must not be waiting): a
         producer that still rings the old one wakes its other consumer for nothing, and the
         consumer checks the queue after arming, so no batch is missed."""
         self._bell = bell
+
+    @property
+    def bell(self) -> Bell:
+        """The bell that wakes the consumer."""
+        return self._bell
 
     def __len__(self) -> int:
         """Tuples queued."""
@@ -205,11 +214,18 @@ class BatchQueue:
         if self._bell.waiting:
             self._bell.ring()
 
-    def offer(self, item: Any, size: int = 1) -> bool:
+    def offer(self, item: Any, size: int = 1, wake: Callable[[], None] | None = None) -> bool:
         """Append ``item`` (``size`` tuples) if the queue has room; False (nothing appended)
-        if it is full."""
+        if it is full, and then ``wake()`` is called (once, by the consumer's thread, never
+        under a lock) when the consumer makes room."""
         if not self.has_room():
-            return False
+            if wake is None:
+                return False
+            with self._lock:
+                if wake not in self._room_waiters:
+                    self._room_waiters.append(wake)
+            if not self.has_room():  # else the consumer made room meanwhile: no wake-up is lost
+                return False
         self.force_put(item, size)
         return True
 
@@ -237,6 +253,11 @@ class BatchQueue:
         if was_full and self.has_room() and self._producers_waiting:
             with self._lock:
                 self._not_full.notify_all()
+        if self._room_waiters:  # read without the lock: offer checks the room again after it waits
+            with self._lock:
+                waiters, self._room_waiters = self._room_waiters, []
+            for wake in waiters:
+                wake()
 
     def _drain(self) -> list[Any]:
         # what is drained becomes taken: room does not change here, so nobody is notified

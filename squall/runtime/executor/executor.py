@@ -81,7 +81,7 @@ class Executor:
         self.ready = threading.Event()
         self.setup_error: BaseException | None = None
         self.transfer = ExecutorTransfer(worker, self.component, self.conf, self.blocks_on_full_queues(),
-                                         lambda: self.stopping)
+                                         lambda: self.stopping, self.queue.wake)
         self.send = self.transfer.send
         #: the longest turn: what it emitted is handed on at least this often (see run_once)
         self.flush_secs = self.conf[Config.TOPOLOGY_BATCH_FLUSH_INTERVAL_MILLIS] / 1000

@@ -217,7 +217,11 @@ class CooperativeThread(_Runner):
         self._current = executor
         while not self._stopping and not executor.stopping:
             if not executor.run_once(_POLL_SECS) and executor.transfer.pending:
-                secs = executor.idle_poll_secs  # no input until the output is handed on
-                time.sleep(_POLL_SECS if secs is None else secs)
+                # no input until the output is handed on: wait for the wake-up of a grant or of
+                # room (the bell armed before the check, so none is lost)
+                bell = executor.queue.bell
+                bell.arm()
+                secs = executor.idle_poll_secs
+                bell.wait(_POLL_SECS if secs is None else secs)
             if executor.acks.round_waiting:
                 executor.flush_round_acks()

@@ -34,8 +34,9 @@ cdef class ExecutorTransfer:
     cdef public list overflow
     cdef public object room
     cdef public frozenset local_tasks
-    cdef object _transfer, _stopping, _tracker, _serializer, _credits
+    cdef object _transfer, _stopping, _tracker, _serializer, _credits, _wake
     cdef object _credit_version
+    cdef bint _room_made
     cdef dict _outboxes
     cdef list _outbox_list
     cdef frozenset _remote_tasks

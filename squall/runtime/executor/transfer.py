@@ -25,7 +25,8 @@ tuples in all; past that they go to the overflow list, and then the executor tak
 input until :meth:`ExecutorTransfer.retry_overflow` has handed the overflow on, in order.
 Per destination, batches are handed on in order. Another worker takes a batch only against
 its credit (see :mod:`squall.runtime.messaging.backpressure`): a grant wakes the executor, which
-retries then (:meth:`ExecutorTransfer.retry_secs`).
+retries then (:meth:`ExecutorTransfer.retry_secs`); a full queue of this worker wakes it when
+its consumer makes room. Nothing polls.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ from squall.runtime.serialization import Serializer
 
 # How long a blocked send path waits before it looks at its stop flag again.
 POLL_SECS = 0.1
-# How soon a batch waiting for room in a queue of this worker is retried (its consumer rings nobody).
-LOCAL_ROOM_POLL_SECS = 0.001
 
 
 class Outbox:
@@ -119,9 +118,13 @@ class ExecutorTransfer:
     """
 
     def __init__(self, worker: WorkerContext, component: str, conf: dict[str, Any], blocking: bool,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool], wake: Callable[[], None] | None = None) -> None:
         self.component = component
         self.blocking = blocking
+        self._wake = wake  # wakes the executor's thread (its queue's bell)
+        # a full queue of this worker made room since retry_overflow last ran: retry at once (the
+        # flag outlives a ring that came before the executor's thread armed its bell)
+        self._room_made = False
         self._transfer = worker.transfer
         self._stopping = stopping
         self._tracker = worker.state.tracker
@@ -244,16 +247,16 @@ class ExecutorTransfer:
         return bool(self.waiting or self.overflow)
 
     def retry_secs(self) -> float | None:
-        """How soon :meth:`retry_overflow` is due though nothing arrives: at once if credit was
-        granted since a hand-off to another worker failed (else the grant's wake-up brings the
-        executor back: None), soon while a queue of this worker has no room, None when nothing
-        waits."""
-        if not (self.waiting or self.overflow):
-            return None
-        for entry in self.waiting.values():
-            if entry[0].queue is not None:
-                return LOCAL_ROOM_POLL_SECS
-        if not self.waiting or self._credits is None or self._credits.version != self._credit_version:
+        """How soon :meth:`retry_overflow` is due though nothing arrives: at once if only the
+        overflow waits, or if credit was granted since a hand-off to another worker failed;
+        else None: the grant's wake-up, or the consumer of a full queue of this worker making
+        room (``BatchQueue.offer``'s ``wake``), brings the executor back."""
+        if not self.waiting:
+            return 0.0 if self.overflow else None
+        if self._room_made:
+            return 0.0
+        if any(entry[0].queue is None for entry in self.waiting.values()) and (
+                self._credits is None or self._credits.version != self._credit_version):
             return 0.0
         return None
 
@@ -261,6 +264,7 @@ class ExecutorTransfer:
         """Hand on the waiting batches, then the overflow in order (a batch whose destination
         still cannot take it becomes that destination's waiting batch); True once the overflow
         is empty."""
+        self._room_made = False
         waiting = self.waiting
         for key, entry in list(waiting.items()):
             ob, batches = entry[0], entry[1]
@@ -279,6 +283,12 @@ class ExecutorTransfer:
         self.room.set()
         return True
 
+    def _room(self) -> None:
+        """A full queue of this worker this send path waits for has room (its consumer's thread)."""
+        self._room_made = True
+        if self._wake is not None:
+            self._wake()
+
     def _hand_off(self, ob: Outbox | RemoteOutbox, items: list[Any], count: int, block: bool) -> bool:
         q = ob.queue
         if q is None:
@@ -286,7 +296,7 @@ class ExecutorTransfer:
                 self._credit_version = self._credits.version  # before the attempt: a grant after it counts
             return self._transfer(ob.worker_index, items, count, block, self._stopping)
         if not block:
-            return q.offer(items, count)
+            return q.offer(items, count, self._room)
         while not q.put(items, count, POLL_SECS):
             if self._stopping():
                 break  # the topology is going away: nothing waits for these
