@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from squall import Config, LocalCluster, TopologyBuilder
+from squall import Config, LocalCluster, Spout, TopologyBuilder
 from squall.cluster.stats_history import COUNTERS, FINE_SECS, StatsHistory, parse_window, window_pretty
 from squall.streams import StreamBuilder
 from squall.testing import FeederSpout, wait_until
@@ -394,6 +395,36 @@ def test_sampling_keeps_the_chosen_components_tuples_only_and_stops_by_itself(ui
     wait_until(lambda: all(not w._samplers for w in workers), timeout=10, message="samplers dropped")
     count = len(cluster.samples(NAME, "split"))
     stays(lambda: len(cluster.samples(NAME, "split")) == count, secs=0.5, what="the samples")
+
+
+class PacedSpout(Spout):
+    """Sleeps in next_tuple (holding its executor's lock nearly all the time), then emits."""
+
+    outputs = ["n"]
+
+    def open(self, conf, context, collector):
+        self.collector, self.n = collector, 0
+
+    def next_tuple(self):
+        time.sleep(0.01)
+        self.n += 1
+        self.collector.emit([self.n])
+
+
+def test_a_spout_busy_in_next_tuple_is_sampled_from_the_start_of_the_sampling_to_its_end(cluster):
+    builder = TopologyBuilder()
+    builder.set_spout("paced", PacedSpout())
+    cluster.submit_topology("paced", Config(), builder.create_topology())
+    wait_until(lambda: cluster.get_topology_info("paced")["components"]["paced"]["emitted"] > 0, timeout=10)
+    started = time.time()
+    cluster.set_sampling("paced", "paced", 100, 1)
+    # about 100 emits in the second: the sampler reaches the spout between two of its calls (a
+    # message on its queue), not when its lock happens to be free
+    wait_until(lambda: time.time() > started + 2.5, timeout=10)
+    times = [s.time for s in cluster.samples("paced", "paced")]
+    assert len(times) >= 50, times
+    # it stops within the worker's look at the samplings (0.5 s) of the end, plus slack
+    assert max(times) <= started + 1 + 0.5 + 0.3, (max(times) - started)
 
 
 def test_sampling_and_stacks_refusals_are_one_line(ui):

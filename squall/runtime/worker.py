@@ -122,7 +122,6 @@ class Worker:
         #: the tuples sampled (squall.runtime.sampling) and not yet taken; component -> its sampler
         self.samples: collections.deque[TupleSample] = collections.deque(maxlen=SAMPLES_KEPT)
         self._samplers: dict[str, TupleSampler] = {}
-        self._to_sample: dict[Executor, TupleSampler | None] = {}  # executor -> its sampler, not yet handed
 
     def _make_queues(self, assigned: Iterable[ExecutorAssignment], blocking: dict[ExecutorAssignment, bool],
                      bell: Bell) -> frozenset[int]:
@@ -290,31 +289,17 @@ class Worker:
             self._samplers.pop(component, None)
         else:
             self._samplers[component] = sampler
+        # the executors' own threads apply it between batches (a message on each one's queue):
+        # the control and timer threads calling this never wait for an executor's lock
         for executor in self.executors:
             if executor.component == component:
-                self._to_sample[executor] = sampler
-        self._apply_samplers()
-
-    def _apply_samplers(self) -> None:
-        """Hand the executors their samplers, each holding its lock so that no emit is under
-        way while its routes change; an executor busy in a call (its lock held) gets it on a
-        later tick: the control and timer threads calling this must never block."""
-        for executor, sampler in list(self._to_sample.items()):
-            if not executor.lock.acquire(blocking=False):
-                continue
-            try:
-                for task, collector in executor.collectors.items():
-                    collector.set_sampler(None if sampler is None else sampler.for_task(task))
-            finally:
-                executor.lock.release()
-            del self._to_sample[executor]
+                executor.queue.force_put(Control(Control.SAMPLE, sampler))
 
     def _end_samplings(self) -> None:
-        """The timer's: stop the samplings whose time is up; hand out those still waiting."""
+        """The timer's: stop the samplings whose time is up."""
         for component, sampler in list(self._samplers.items()):
             if now() >= sampler.until:
                 self.set_sampling(component, 0, 0)
-        self._apply_samplers()
 
     def take_samples(self) -> list[TupleSample]:
         """The tuples sampled since the last call, oldest first."""

@@ -41,9 +41,12 @@ from squall.runtime.stats import component_metrics
 
 
 class Control:
-    """A control message on an executor's incoming queue (never a tuple)."""
+    """A control message on an executor's incoming queue (never a tuple): what another thread
+    (the worker's control or timer thread) asks of the executor, handled by the executor's own
+    thread between batches, so that nobody else takes its lock. ``SAMPLE``'s ``arg`` is the
+    component's :class:`~squall.runtime.sampling.TupleSampler`, or None to stop sampling."""
 
-    ACTIVATE, DEACTIVATE, STOP, ROTATE, TICK = "activate", "deactivate", "stop", "rotate", "tick"
+    ACTIVATE, DEACTIVATE, STOP, ROTATE, TICK, SAMPLE = "activate", "deactivate", "stop", "rotate", "tick", "sample"
     __slots__ = ("kind", "arg")
 
     def __init__(self, kind: str, arg: Any = None) -> None:
@@ -91,6 +94,12 @@ class Executor:
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._instances: list[Any] = []  # the tasks' components, whose ``metrics`` the figures carry
         self._user_metrics = {task: MetricRegistry(self.component, task) for task in self.task_ids}
+
+    def set_sampler(self, sampler: Any) -> None:
+        """Sample this executor's emits with ``sampler`` (a TupleSampler), or stop (None); in
+        the executor's thread (a ``Control.SAMPLE`` message)."""
+        for task, collector in getattr(self, "collectors", {}).items():
+            collector.set_sampler(None if sampler is None else sampler.for_task(task))
 
     def blocks_on_full_queues(self) -> bool:
         """Whether the send path waits for room (else: an overflow, see ExecutorTransfer)."""
@@ -256,6 +265,8 @@ class InputExecutor(Executor):
         """A control message from the queue; holding the lock."""
         if msg.kind == Control.STOP:
             self.stopping = True
+        elif msg.kind == Control.SAMPLE:
+            self.set_sampler(msg.arg)
 
     def run_once(self, timeout: float) -> bool:
         transfer = self.transfer

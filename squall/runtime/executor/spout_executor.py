@@ -297,6 +297,8 @@ class SpoutExecutor(Executor):
             self._call_all("deactivate")
         elif kind == Control.STOP:
             self.stopping = True
+        elif kind == Control.SAMPLE:
+            self.set_sampler(msg.arg)
 
 
 class StallWatch:
