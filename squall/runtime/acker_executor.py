@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from squall.api.config import Config
 from squall.api.system_ids import ACKED_BATCH
 from squall.runtime.acker import Acker
 from squall.runtime.executor.executor import Control, InputExecutor
@@ -24,6 +25,9 @@ class AckerExecutor(InputExecutor):
         """What acker task ``task`` tells a spout task one tree at a time (fails, resets)."""
         sources = self.system_sources
         return lambda target, stream, values: self.send((target,), sources[stream], task, values)
+
+    def timers(self) -> list[tuple[float, Any]]:
+        return [(self.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS], self.post(Control.ROTATE))]
 
     def control(self, msg: Control) -> None:
         if msg.kind == Control.ROTATE:

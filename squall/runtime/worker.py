@@ -20,7 +20,6 @@ supervisor restarts it, an in-process topology is FAILED. A worker never goes on
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import threading
 import traceback
@@ -226,16 +225,9 @@ class Worker:
         self._timer.schedule_recurring(SAMPLING_CHECK_SECS, self._end_samplings)
         if any(isinstance(r, CooperativeThread) for r in self._runners):
             self._timer.schedule_recurring(self.conf[Config.TOPOLOGY_WORKER_HANDOFF_SECS], self._hand_off_stuck_calls)
-        timeout = self.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
         for executor in self.executors:
-            if executor.kind == "spout":
-                stall = executor.conf[Config.TOPOLOGY_SPOUT_STALL_SECS]
-                self._timer.schedule_recurring(min(1.0, stall / 2), functools.partial(executor.check_stall, stall))
-            if executor.kind in ("spout", "acker"):
-                self._timer.schedule_recurring(timeout, self._control_sender(executor, Control.ROTATE))
-            elif executor.conf.get(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS):
-                freq = executor.conf[Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS]
-                self._timer.schedule_recurring(freq, self._control_sender(executor, Control.TICK, freq))
+            for secs, call in executor.timers():
+                self._timer.schedule_recurring(secs, call)
 
     def _hand_off_stuck_calls(self) -> None:
         """The watchdog (timer thread): a cooperative thread inside one executor call since the
@@ -265,10 +257,6 @@ class Worker:
             # a warning, not an error of the component: it may only be slow on one tuple (a spout
             # stuck for topology.spout.stall.secs is an error)
             log.warning("worker %d: %s", self.index, text)
-
-    @staticmethod
-    def _control_sender(executor: Executor, kind: str, arg: Any = None):
-        return lambda: executor.queue.force_put(Control(kind, arg))
 
     def wait_ready(self, timeout: float) -> list[tuple[Executor, BaseException]]:
         """Wait for every executor's open/prepare; return the ones that raised."""
@@ -310,10 +298,8 @@ class Worker:
 
     def set_active(self, active: bool) -> None:
         self.active = active
-        kind = Control.ACTIVATE if active else Control.DEACTIVATE
         for executor in self.executors:
-            if executor.kind == "spout":
-                executor.queue.force_put(Control(kind))
+            executor.set_active(active)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every executor (close/cleanup run in their threads), then the worker's threads."""

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from squall.api.bolt import BasicBolt, Bolt
+from squall.api.config import Config
 from squall.api.errors import FailedException
 from squall.api.stateful import StatefulComponent
 from squall.api.system_ids import CHECKPOINT_STREAM
@@ -70,6 +71,10 @@ class BoltExecutor(InputExecutor):
                 finish_batch()
             except Exception as e:
                 self.report_error(task, e)
+
+    def timers(self) -> list[tuple[float, Any]]:
+        freq = self.conf.get(Config.TOPOLOGY_TICK_TUPLE_FREQ_SECS)
+        return [(freq, self.post(Control.TICK, freq))] if freq else []
 
     def control(self, msg: Control) -> None:
         if msg.kind == Control.TICK:

@@ -22,6 +22,7 @@ import itertools
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from squall.api.config import Config
@@ -94,6 +95,20 @@ class Executor:
         self._routes: dict[int, dict[str, StreamRoute]] = {}
         self._instances: list[Any] = []  # the tasks' components, whose ``metrics`` the figures carry
         self._user_metrics = {task: MetricRegistry(self.component, task) for task in self.task_ids}
+
+    def timers(self) -> list[tuple[float, Callable[[], None]]]:
+        """What the worker's timer thread calls for this executor, every so many seconds: each
+        call only posts a message on the executor's queue (or reads what is safe to read from
+        another thread). None by default."""
+        return []
+
+    def set_active(self, active: bool) -> None:
+        """The topology was activated or deactivated (the worker's control thread; posts a
+        message at most). Only spouts care."""
+
+    def post(self, kind: str, arg: Any = None) -> Callable[[], None]:
+        """A call that posts ``Control(kind, arg)`` on this executor's queue (for :meth:`timers`)."""
+        return lambda: self.queue.force_put(Control(kind, arg))
 
     def set_sampler(self, sampler: Any) -> None:
         """Sample this executor's emits with ``sampler`` (a TupleSampler), or stop (None); in

@@ -60,7 +60,7 @@ class SpoutExecutor(Executor):
         self._own_round_acks = not cooperative and bool(self.acker_tasks)
         if self._own_round_acks:
             self.acks.share_round(RoundAcks())
-        #: whose next_tuple calls run since when, read by the worker's timer (check_stall)
+        #: whose next_tuple calls run since when, read by the worker's timer (see timers)
         self.stall_watch = StallWatch(self)
 
     def blocks_on_full_queues(self) -> bool:
@@ -73,9 +73,13 @@ class SpoutExecutor(Executor):
     def idle_poll_secs(self) -> float | None:
         return _IDLE_SPOUT_SECS if self.active or self.transfer.pending else None
 
-    def check_stall(self, limit: float) -> None:
-        """Timer thread: see :meth:`StallWatch.check`."""
-        self.stall_watch.check(limit)
+    def timers(self) -> list[tuple[float, Any]]:
+        stall = self.conf[Config.TOPOLOGY_SPOUT_STALL_SECS]
+        return [(min(1.0, stall / 2), lambda: self.stall_watch.check(stall)),  # reads only
+                (self.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS], self.post(Control.ROTATE))]
+
+    def set_active(self, active: bool) -> None:
+        self.queue.force_put(Control(Control.ACTIVATE if active else Control.DEACTIVATE))
 
     def flush_all(self) -> None:
         if self._own_round_acks and self.acks.round_waiting:
