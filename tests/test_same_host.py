@@ -217,9 +217,25 @@ def test_another_user_cannot_attach(keys):
         shutil.rmtree(directory)
 
 
+def test_a_killed_workers_socket_file_is_removed_when_a_worker_starts_and_a_live_one_kept(receiver, keys):
+    directory = os.path.dirname(receiver.path)
+    stale = os.path.join(directory, f"{topology_tag('t', keys)}-{HOST}-3.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(stale)
+    dead.close()  # as kill -9 leaves it: the file stays, no socket is bound to it
+    assert os.path.exists(stale)
+    starting = SameHostLinks(2, 0, "t", keys)
+    try:
+        assert starting.bind(HOST, 4)
+        assert not os.path.exists(stale)
+        assert os.path.exists(receiver.path) and os.path.exists(starting.path)
+    finally:
+        starting.close()
+
+
 def test_socket_names_fit_and_differ_per_topology(keys):
     a, b = topology_tag("word count/1", keys), topology_tag("word count/1", LinkKeys.generate())
-    assert a != b and "/" not in a
+    assert a != b and "/" not in a and not a.startswith("-") and not topology_tag("", None).startswith("-")
     assert len(socket_path("/tmp/squall-0/4026531840", a, "255.255.255.255", 65535)) < 108
 
 

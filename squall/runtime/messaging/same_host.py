@@ -8,7 +8,8 @@ straight out: no thread in between, and no wake-up unless the reader sleeps in i
 kernel wakes only a waiting reader). ``benchmarks/crossing.py`` measures it beside ZeroMQ.
 
 **Who is on this host.** A worker listens on ``<tmp>/squall-<uid>/<netns>/<topology>-<host>-<port>.sock``
-(:func:`socket_path`), named after its TCP address and the network namespace it runs in. A
+(:func:`socket_path`), named after its TCP address and the network namespace it runs in; a
+worker that starts removes the files no socket is bound to any more (left by killed workers). A
 peer is on this host when that file exists in this worker's namespace directory (two network
 namespaces are two hosts, as on the multi-host test bed, even with one file system). Nothing
 to configure: a peer without the file is reached over TCP, for good (a peer address is linked
@@ -111,10 +112,31 @@ def _namespace_dir() -> str | None:
 
 
 def topology_tag(topology: str, keys: LinkKeys | None) -> str:
-    """A file-name-safe tag of the topology (its name and public key): two topologies'
-    workers never reach each other's sockets by name."""
+    """A file-name-safe tag of the topology (a digest of its name and public key, then the name):
+    two topologies' workers never reach each other's sockets by name."""
     seed = f"{topology}\0{'' if keys is None else keys.public}".encode()
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", topology)[:24] + "-" + hashlib.sha256(seed).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", topology)[:24]
+    return hashlib.sha256(seed).hexdigest()[:12] + (f"-{name}" if name else "")
+
+
+def _remove_stale_sockets(directory: str) -> None:
+    """Remove the socket files in ``directory`` that no socket is bound to any more (a worker
+    killed with ``kill -9`` leaves its file): the kernel lists this network namespace's bound
+    Unix sockets in /proc/net/unix, each from the moment it is bound."""
+    try:
+        # the files first: one made after the list was read would be taken for a dead one (its
+        # peers would then reach its worker over TCP, still correct)
+        entries = list(os.scandir(directory))
+        with open("/proc/net/unix") as f:  # Num RefCount Protocol Flags Type St Inode [Path]
+            bound = {fields[7] for fields in (line.rstrip("\n").split(None, 7) for line in f) if len(fields) == 8}
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.endswith(".sock") and entry.path not in bound:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass  # another worker removed it first
 
 
 def socket_path(directory: str, tag: str, host: str, port: int) -> str:
@@ -365,10 +387,11 @@ class SameHostLinks:
         if self._directory is None:
             return False
         path = socket_path(self._directory, self._tag, host, port)
+        _remove_stale_sockets(self._directory)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             try:
-                os.unlink(path)  # a killed run's, of this same address
+                os.unlink(path)  # a killed run's of this address: no live worker holds it, as this one holds the port
             except FileNotFoundError:
                 pass
             listener.bind(path)
