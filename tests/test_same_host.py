@@ -68,6 +68,7 @@ def test_payloads_arrive_whole_and_in_order_with_the_senders_identity(receiver, 
     try:
         assert sender.set_peers({1: (HOST, 1)}) == {1}
         payloads = [bytes([i]) * (i * 997) for i in range(1, 60)]  # up to ~58 kB each
+        payloads.insert(30, os.urandom(1 << 20))  # larger than the reader's buffer: it grows
         for payload in payloads:
             sender.send(1, payload)
         got: list = []

@@ -264,7 +264,7 @@ class InboundLink:
                     self._grow(end - offset)
                     buffer = self._buffer
                 break
-            out.append(bytes(buffer[offset + 4:end]))
+            out.append(self._view[offset + 4:end].tobytes())  # one copy: the buffer is reused
             offset = end
         if offset:
             rest = filled - offset
