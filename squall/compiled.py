@@ -39,6 +39,8 @@ from types import ModuleType
 # Module names, compiled in this order. Modules that define msgspec Structs (their fields are
 # read from annotations) and everything outside the per-tuple path stay pure Python.
 DATA_PATH_MODULES: tuple[str, ...] = (
+    "squall.utils.rand",
+    "squall.utils.u64_map",
     "squall.api.tuple",
     "squall.utils.batch_queue",
     "squall.utils.rotating_map",

@@ -16,7 +16,7 @@ import random
 import pytest
 
 from squall.runtime.executor.ack_ledger import RoundAcks
-from squall.runtime.acker import Acker, acker_for
+from squall.runtime.acker import Acker, RootIds, acker_for
 from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACK_RESET_TIMEOUT, ACKED_BATCH
 
 SPOUT_TASK = 5
@@ -319,7 +319,7 @@ def play_round(messages: list[tuple[str, list]]) -> tuple[RoundAcks, list, list]
         if stream == INIT:
             acks.init(*values)
         else:  # an ack, as collectors combine them
-            acks.acks[values[0]] = acks.acks.get(values[0], 0) ^ values[1]
+            acks.acks.xor(values[0], values[1])
     to_ackers, by_spout = acks.take()
     to_acker = [(ACK, [root, val]) if task == -1 else (INIT, [root, val, task]) for root, val, task in to_ackers]
     completed = [(task, root) for task, roots in by_spout.items() for root in roots]
@@ -334,7 +334,7 @@ def test_a_tree_whose_init_and_acks_all_meet_in_the_round_completes_without_the_
     acks, to_acker, completed = play_round(messages)
     assert to_acker == []
     assert sorted(completed) == sorted((tree.spout_task, tree.root) for tree in trees)
-    assert acks.acks == {} and acks.inits == {}
+    assert len(acks.acks) == 0 and len(acks.inits) == 0
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -400,18 +400,15 @@ def test_an_ack_batch_settles_the_trees_its_messages_would(seed):
     ([10, 11, 12], {11}), ([10, 11, 12, 13, 14], {10, 14}), ([7, 8], {7, 8}), ([7, 8], set()), ([4], {4}),
 ], ids=["one-of-three", "two-of-five", "all-local", "none-local", "single"])
 @pytest.mark.parametrize("high_bit", [0, 1 << 63], ids=["plain", "high-bit"])
-def test_a_new_root_is_tracked_by_a_local_acker_and_keeps_its_high_bit(monkeypatch, ackers, local, high_bit):
-    from squall.runtime import acker as acker_module
-
-    roots = acker_module.RootIds(ackers, frozenset(local))
+def test_a_new_root_is_tracked_by_a_local_acker_and_keeps_its_high_bit(ackers, local, high_bit):
+    roots = RootIds(ackers, frozenset(local))
     roots.high_bit = high_bit
     # random draws, and those at the ends of the range (where moving to a local acker's
     # remainder could cross 2**63 or reach 2**64)
     draws = [random.Random(i).getrandbits(63) for i in range(2000)] + [0, 1, 2, (1 << 63) - 1, (1 << 63) - 2]
     chosen = set()
     for bits in draws:
-        monkeypatch.setattr(acker_module, "rand_bits", lambda n, bits=bits: bits)
-        root = roots.new()
+        root = roots.from_bits(bits)
         assert 0 <= root < 1 << 64 and root & (1 << 63) == high_bit, (bits, root)
         chosen.add(acker_for(root, ackers))
     assert chosen == (set(local) or set(ackers))  # every local acker gets trees; any when none is local

@@ -15,5 +15,11 @@ cdef class Tuple:
     cdef public object values
     cdef public StreamSource stream_source
     cdef public object source_task
-    cdef public object tree_ids
+    cdef public bint tracked
+    cdef public unsigned long long root, edge  # the one tree's id and this tuple's edge in it
+    cdef public dict trees  # several trees: root id -> edge id
     cdef public unsigned long long ack_val  # 64-bit XOR in C (squall.runtime.executor.ack_ledger)
+
+
+cpdef Tuple tree_tuple(list values, StreamSource source, source_task, unsigned long long root,
+                       unsigned long long edge)

@@ -98,13 +98,16 @@ class Tuple:
     belongs to. Tuples are read-only for user code; the engine reads and writes these slots:
 
     * ``stream_source``: what every tuple of its (component, stream) shares (names, fields);
-    * ``tree_ids``: root id -> this tuple's edge id in that tree, for every tree it belongs
-      to (Storm's ``MessageId.anchorsToIds``); None or empty for an untracked tuple;
+    * the trees it belongs to, and its edge id in each (Storm's ``MessageId.anchorsToIds``):
+      ``tracked`` says whether it is in any; in one (nearly every tracked tuple), ``root`` and
+      ``edge`` are its tree's id and its edge id, as 64-bit C integers compiled; in several,
+      ``trees`` maps each root id to its edge id (None otherwise). :attr:`tree_ids` reads them
+      as one map whatever the case;
     * ``ack_val``: the XOR of the edge ids of the tuples anchored to this one so far,
       reported with its own edge when it is acked.
     """
 
-    __slots__ = ("values", "stream_source", "source_task", "tree_ids", "ack_val")
+    __slots__ = ("values", "stream_source", "source_task", "tracked", "root", "edge", "trees", "ack_val")
 
     def __init__(
         self,
@@ -116,8 +119,24 @@ class Tuple:
         self.values = values
         self.stream_source = source
         self.source_task = source_task
-        self.tree_ids = tree_ids
         self.ack_val = 0
+        self.root = self.edge = 0
+        self.trees = None
+        self.tracked = bool(tree_ids)
+        if not tree_ids:
+            return
+        if len(tree_ids) == 1:
+            for root, edge in tree_ids.items():
+                self.root, self.edge = root, edge
+        else:
+            self.trees = tree_ids
+
+    @property
+    def tree_ids(self) -> dict[int, int] | None:
+        """Root id -> this tuple's edge id, for every tree it belongs to; None when untracked."""
+        if not self.tracked:
+            return None
+        return {self.root: self.edge} if self.trees is None else self.trees
 
     @property
     def fields(self) -> Fields:
@@ -172,6 +191,20 @@ class Tuple:
             f"Tuple(source={self.stream_source.component}:{self.source_task}, "
             f"stream={self.stream_source.stream}, values={self.values!r})"
         )
+
+
+def tree_tuple(values: list[Any], source: StreamSource, source_task: int, root: int, edge: int) -> Tuple:
+    """A tuple in the one tree ``root``, as edge ``edge`` (the engine's emits; no map made)."""
+    tup = Tuple.__new__(Tuple)
+    tup.values = values
+    tup.stream_source = source
+    tup.source_task = source_task
+    tup.ack_val = 0
+    tup.tracked = True
+    tup.root = root
+    tup.edge = edge
+    tup.trees = None
+    return tup
 
 
 class StreamSource:

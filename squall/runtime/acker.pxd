@@ -1,5 +1,6 @@
 # Cython declarations for acker.py (see squall/compiled.py).
 cimport cython
+from squall.utils.rand cimport rand64
 from squall.utils.rotating_map cimport RotatingMap
 
 
@@ -10,6 +11,7 @@ cdef class RootIds:
     cdef public object high_bit
 
     cpdef object new(self)
+    cpdef object from_bits(self, unsigned long long bits)
 
 
 @cython.final

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACK_RESET_TIMEOUT
-from squall.utils.rand import rand_bits
+from squall.utils.rand import rand64
 from squall.utils.rotating_map import RotatingMap
 
 
@@ -55,7 +55,12 @@ class RootIds:
         self.high_bit = 0
 
     def new(self) -> int:
-        root = rand_bits(63) | self.high_bit
+        """A new root id."""
+        return self.from_bits(rand64() >> 1)
+
+    def from_bits(self, bits: int) -> int:
+        """The root id that 63 random ``bits`` make."""
+        root = bits | self.high_bit
         count, local = self._count, self._local
         if len(local) == count:
             return root

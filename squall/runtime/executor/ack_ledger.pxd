@@ -1,23 +1,24 @@
-# Cython declarations for ack_ledger.py (see squall/compiled.py).
+# Cython declarations for ack_ledger.py (see squall/compiled.py): the maps are U64Maps of C
+# integers, and a fold is a C call.
 cimport cython
 from squall.api.tuple cimport Tuple
+from squall.utils.u64_map cimport U64Map
 
 
 @cython.final
 cdef class RoundAcks:
-    cdef public dict acks
-    cdef public dict inits
+    cdef public U64Map acks
+    cdef public U64Map inits
 
-    @cython.locals(prev=cython.ulonglong)
-    cpdef void init(self, root, unsigned long long val, spout_task)
+    cpdef void init(self, unsigned long long root, unsigned long long val, spout_task)
 
 
 @cython.final
 cdef class AckLedger:
-    cdef public dict pending
-    cdef public dict foreign
-    cdef public object held
-    cdef public dict prepared
+    cdef public U64Map pending
+    cdef public U64Map foreign
+    cdef public U64Map held
+    cdef public U64Map prepared
     cdef public RoundAcks round
     cdef public list acker_tasks
     cdef object _transfer
@@ -27,6 +28,5 @@ cdef class AckLedger:
     cpdef void init(self, root, val, spout_task)
 
 
-# the XOR of 64-bit edge ids in C: one int object made per tree, for the map
-@cython.locals(ack_val=cython.ulonglong, edge=cython.ulonglong, prev=cython.ulonglong)
-cpdef void combine_ack(dict pending, Tuple tup)
+# the XOR of 64-bit edge ids in C, into a map of C integers: nothing allocated
+cpdef void combine_ack(U64Map pending, Tuple tup)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACKED_BATCH
 from squall.runtime.acker import acker_for
 from squall.runtime.messaging.tuple_batch import AckBatch
+from squall.utils.u64_map import U64Map
 
 if TYPE_CHECKING:
     from squall.api.tuple import StreamSource, Tuple
@@ -44,12 +45,14 @@ if TYPE_CHECKING:
 UNHELD_ROOT_BIT = 1 << 63
 
 
-def combine_ack(pending: dict[int, int], tup: Tuple) -> None:
-    """XOR the ack of ``tup`` into ``pending`` (root id -> XOR of acks not sent yet)."""
+def combine_ack(pending: U64Map, tup: Tuple) -> None:
+    """XOR the ack of tracked ``tup`` into ``pending`` (root id -> XOR of acks not sent yet)."""
     ack_val = tup.ack_val
-    for root, edge in tup.tree_ids.items():
-        prev = pending.get(root, 0)
-        pending[root] = prev ^ edge ^ ack_val
+    if tup.trees is None:
+        pending.xor(tup.root, tup.edge ^ ack_val)
+        return
+    for root, edge in tup.trees.items():
+        pending.xor(root, edge ^ ack_val)
 
 
 class RoundAcks:
@@ -68,14 +71,13 @@ class RoundAcks:
     __slots__ = ("acks", "inits")
 
     def __init__(self) -> None:
-        self.acks: dict[int, int] = {}  # root id -> XOR of inits and acks not sent yet
-        self.inits: dict[int, int] = {}  # root id -> spout task, for the inits among them
+        self.acks = U64Map()  # root id -> XOR of inits and acks not sent yet
+        self.inits = U64Map()  # root id -> spout task, for the inits among them
 
     def init(self, root: int, val: int, spout_task: int) -> None:
         """A spout task's init of tree ``root`` (a row of an ack batch, Storm's ``__ack_init``)."""
-        prev = self.acks.get(root, 0)
-        self.acks[root] = prev ^ val
-        self.inits[root] = spout_task
+        self.acks.xor(root, val)
+        self.inits.set(root, spout_task)
 
     def take(self) -> tuple[list[tuple[int, int, int]], dict[int, list[int]]]:
         """Empty the round: ``(root, value, spout task or -1)`` inits and acks for the ackers,
@@ -110,14 +112,14 @@ class AckLedger:
                  task: int, held: bool) -> None:
         self.acker_tasks = acker_tasks
         #: root id -> XOR of acks not sent yet, of the executor's thread (the round's when shared)
-        self.pending: dict[int, int] = {}
+        self.pending = U64Map()
         #: the same for threads of the component's own, sent when they flush
         self.foreign = self.pending
         #: a stateful bolt's acks of trees of plain spouts, held until its state is committed
         #: (see squall.runtime.executor.checkpointing); None: acks are sent as they are flushed
-        self.held: dict[int, int] | None = {} if held else None
+        self.held: U64Map | None = U64Map() if held else None
         #: the held acks of the state being prepared, sent once it is committed
-        self.prepared: dict[int, int] = {}
+        self.prepared = U64Map()
         #: the round the executor's inits and acks join, or None
         self.round: RoundAcks | None = None
         self._transfer = transfer
@@ -132,7 +134,7 @@ class AckLedger:
         if self.held is not None:
             return False
         if self.foreign is self.pending:  # the component's threads keep a map of their own
-            self.foreign = {}
+            self.foreign = U64Map()
         self.round = round_acks
         self.pending = round_acks.acks
         return True
@@ -173,8 +175,7 @@ class AckLedger:
             if held is None or root & UNHELD_ROOT_BIT:
                 out.append((root, val, -1))
             else:
-                prev = held.get(root, 0)
-                held[root] = prev ^ val
+                held.xor(root, val)
         acks.clear()
         self.send(out)
 
@@ -226,7 +227,7 @@ class AckLedger:
         """The state is being prepared: the acks held so far (flushed first) wait for its commit."""
         prepared = self.prepared
         for root, val in self.held.items():
-            prepared[root] = prepared.get(root, 0) ^ val
+            prepared.xor(root, val)
         self.held.clear()
 
     def commit_prepared(self) -> None:
@@ -236,7 +237,7 @@ class AckLedger:
 
     def fail_held(self) -> None:
         """The state rolls back: every tree with a held or prepared ack fails (its spout replays)."""
-        for root in {*self.held, *self.prepared}:
+        for root in {*self.held.keys(), *self.prepared.keys()}:
             self.to_acker(root, ACK_FAIL, [root])
         self.held.clear()
         self.prepared.clear()

@@ -125,7 +125,7 @@ class BoltExecutor(InputExecutor):
                 self._execute_failed(task, tup, e)
             else:
                 acked += 1
-                if tup.tree_ids and pending_acks is not None:
+                if tup.tracked and pending_acks is not None:
                     combine_ack(pending_acks, tup)  # the auto-ack
         self.stats.acked += acked
 
@@ -145,6 +145,6 @@ class BoltExecutor(InputExecutor):
                 failed += 1
                 self._execute_failed(task, tup, e)
                 continue
-            if pending_acks is not None and tup.tree_ids:
+            if pending_acks is not None and tup.tracked:
                 combine_ack(pending_acks, tup)  # the auto-ack
         self.stats.acked += len(batch) - failed

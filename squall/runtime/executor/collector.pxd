@@ -1,7 +1,7 @@
 # Cython declarations for collector.py (see squall/compiled.py): the collectors and their emit
 # plans as C structs, and the calls between them C calls; user code calls the methods as before.
 cimport cython
-from squall.api.tuple cimport StreamSource, Tuple
+from squall.api.tuple cimport StreamSource, Tuple, tree_tuple
 from squall.runtime.executor.ack_ledger cimport AckLedger, combine_ack
 from squall.runtime.acker cimport RootIds
 from squall.runtime.executor.pending_trees cimport PendingTrees
@@ -9,6 +9,8 @@ from squall.runtime.executor.executor_stats cimport ExecutorStats
 from squall.runtime.executor.route cimport StreamRoute
 from squall.runtime.executor.transfer cimport ExecutorTransfer, Outbox
 from squall.runtime.grouping cimport _Grouper
+from squall.utils.rand cimport rand64
+from squall.utils.u64_map cimport U64Map
 
 
 @cython.final
@@ -23,12 +25,16 @@ cdef class EmitPlan:
     cdef Py_ssize_t batch_size
 
     cpdef object targets(self, list values)
-    @cython.locals(edge=cython.ulonglong)
+    @cython.locals(edge=cython.ulonglong, trees=dict)
     cpdef object emit(self, list values, Tuple anchor)
     @cython.locals(edge=cython.ulonglong, ack_val=cython.ulonglong)
     cpdef void emit_tree(self, list values, tasks, root, AckLedger acks)
-    @cython.locals(ob=Outbox, items=list)
+    @cython.locals(ob=Outbox)
     cdef void _deliver(self, task, list values, dict tree_ids)
+    @cython.locals(ob=Outbox)
+    cdef void _deliver_tree(self, task, list values, unsigned long long root, unsigned long long edge)
+    @cython.locals(items=list)
+    cdef void _append(self, Outbox ob, Tuple tup)
 
 
 cdef class _Collector:
@@ -56,7 +62,7 @@ cdef class OutputCollector(_Collector):
     cdef object _owner
 
     cpdef list emit_anchored(self, values, stream, anchors, direct_task)
-    cpdef void _ack(self, tup, dict pending_acks)
+    cpdef void _ack(self, Tuple tup, U64Map pending_acks)
 
 
 @cython.final

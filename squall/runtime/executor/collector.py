@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from squall.api.errors import EmitError, invalid_emit
 from squall.api.system_ids import ACK_RESET_TIMEOUT
-from squall.api.tuple import Tuple
+from squall.api.tuple import Tuple, tree_tuple
 from squall.runtime.executor.ack_ledger import combine_ack
 from squall.runtime.acker import RootIds
-from squall.utils.rand import rand_bits
+from squall.utils.rand import rand64
 
 if TYPE_CHECKING:
     import threading
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from squall.runtime.executor.executor_stats import ExecutorStats
     from squall.runtime.executor.pending_trees import PendingTrees
     from squall.runtime.executor.route import StreamRoute
-    from squall.runtime.executor.transfer import ExecutorTransfer
+    from squall.runtime.executor.transfer import ExecutorTransfer, Outbox
+    from squall.utils.u64_map import U64Map
 
 
 class CollectorHost(Protocol):
@@ -120,10 +121,14 @@ class EmitPlan:
             else:  # one Tuple for the local targets; all or nothing, should a value not serialize
                 self.transfer.send(tasks, self.source, self.task_id, values)
             return tasks
+        trees = anchor.trees
         for task in tasks:  # a new edge per target in each of the anchor's trees, acked with it
-            edge = rand_bits(64)
+            edge = rand64()
             anchor.ack_val ^= edge
-            self._deliver(task, values, dict.fromkeys(anchor.tree_ids, edge))
+            if trees is None:
+                self._deliver_tree(task, values, anchor.root, edge)
+            else:
+                self._deliver(task, values, dict.fromkeys(trees, edge))
         return tasks
 
     def emit_tree(self, values: list[Any], tasks: list[int], root: int, acks: AckLedger) -> None:
@@ -131,21 +136,34 @@ class EmitPlan:
         ``acks``."""
         ack_val = 0
         for task in tasks:
-            edge = rand_bits(64)
+            edge = rand64()
             ack_val ^= edge
             # should a later target fail, the emit raises and its message id is failed; the
             # tuples already sent belong to a tree the acker never hears of and forgets
-            self._deliver(task, values, {root: edge})
+            self._deliver_tree(task, values, root, edge)
         acks.init(root, ack_val, self.task_id)
 
     def _deliver(self, task: int, values: list[Any], tree_ids: dict[int, int] | None) -> None:
-        """One tuple for ``task``: into its outbox, or through the send path."""
+        """One tuple for ``task`` (untracked, or in several trees): into its outbox, or through
+        the send path."""
         ob = self.one_task[task]
         if ob is None:
             self.transfer.send((task,), self.source, self.task_id, values, tree_ids)
-            return
+        else:
+            self._append(ob, Tuple(values, self.source, self.task_id, tree_ids))
+
+    def _deliver_tree(self, task: int, values: list[Any], root: int, edge: int) -> None:
+        """One tuple for ``task`` in the one tree ``root``, as edge ``edge``."""
+        ob = self.one_task[task]
+        if ob is None:
+            self.transfer.send((task,), self.source, self.task_id, values, {root: edge})
+        else:
+            self._append(ob, tree_tuple(values, self.source, self.task_id, root, edge))
+
+    def _append(self, ob: Outbox, tup: Tuple) -> None:
+        """``tup`` into a one-task executor's outbox, handed on once it holds a batch."""
         items = ob.items
-        items.append(Tuple(values, self.source, self.task_id, tree_ids))
+        items.append(tup)
         if len(items) >= self.batch_size:
             self.transfer.flush(ob)
 
@@ -345,14 +363,14 @@ class OutputCollector(_Collector):
             if anchors is None:
                 return self.plan(stream, values).emit(values, None)
             if anchors.__class__ is Tuple:
-                return self.plan(stream, values).emit(values, anchors if anchors.tree_ids else None)
-            anchors = [a for a in anchors if a.tree_ids]
+                return self.plan(stream, values).emit(values, anchors if anchors.tracked else None)
+            anchors = [a for a in anchors if a.tracked]
             if len(anchors) <= 1:
                 return self.plan(stream, values).emit(values, anchors[0] if anchors else None)
         elif anchors.__class__ is Tuple:
-            anchors = [anchors] if anchors.tree_ids else []
+            anchors = [anchors] if anchors.tracked else []
         else:
-            anchors = [a for a in anchors or () if a.tree_ids]
+            anchors = [a for a in anchors or () if a.tracked]
         # direct emits, and emits anchored to several tracked tuples
         route, tasks = self._targets(values, stream, direct_task)
         if not anchors:
@@ -361,25 +379,25 @@ class OutputCollector(_Collector):
         for task in tasks:
             ids: dict[int, int] = {}
             for anchor in anchors:  # a new edge per anchor, XOR-ed into each of its trees
-                edge = rand_bits(64)
+                edge = rand64()
                 anchor.ack_val ^= edge
                 for root in anchor.tree_ids:
                     ids[root] = ids.get(root, 0) ^ edge
             self._send((task,), route.source, self._task_id, values, ids)
         return tasks
 
-    def _ack(self, tup: Tuple, pending_acks: dict[int, int]) -> None:
-        if tup.tree_ids and self._acker_tasks:
+    def _ack(self, tup: Tuple, pending_acks: U64Map) -> None:
+        if tup.tracked and self._acker_tasks:
             combine_ack(pending_acks, tup)
         self._stats.record_ack(tup)
 
     def _fail(self, tup: Tuple) -> None:
-        if tup.tree_ids and self._acker_tasks:
+        if tup.tracked and self._acker_tasks:
             self._acks.fail_now(tup)
         self._stats.record_fail(tup)
 
     def _reset_timeout(self, tup: Tuple) -> None:
-        if tup.tree_ids and self._acker_tasks:
+        if tup.tracked and self._acker_tasks:
             for root in tup.tree_ids:
                 self._acks.to_acker(root, ACK_RESET_TIMEOUT, [root])
 
@@ -398,7 +416,7 @@ class BasicOutputCollector:
         if values.__class__ is not list:
             values = list(values)
         anchor = self.input
-        return self._collector.plan(stream, values).emit(values, anchor if anchor.tree_ids else None)
+        return self._collector.plan(stream, values).emit(values, anchor if anchor.tracked else None)
 
     def emit_direct(self, task_id: int, values: Any, stream: str = "default") -> None:
         self._collector.emit_anchored(values, stream, self.input, task_id)
