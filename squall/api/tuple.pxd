@@ -21,5 +21,6 @@ cdef class Tuple:
     cdef public unsigned long long ack_val  # 64-bit XOR in C (squall.runtime.executor.ack_ledger)
 
 
+@cython.locals(tup=Tuple)
 cpdef Tuple tree_tuple(list values, StreamSource source, source_task, unsigned long long root,
                        unsigned long long edge)

@@ -26,7 +26,7 @@ from typing import Any
 
 from squall.api.system_ids import ACK_BATCH, ACK_FAIL, ACK_RESET_TIMEOUT
 from squall.utils.rand import rand64
-from squall.utils.rotating_map import RotatingMap
+from squall.utils.u64_map import U64Map
 
 
 def acker_for(root: int, acker_tasks: list[int]) -> int:
@@ -70,27 +70,49 @@ class RootIds:
         return root
 
 
-class _Entry:
-    __slots__ = ("val", "spout_task", "failed")
+#: in a tree's ``meta``: a tuple of the tree failed (the rest is its spout task + 1, 0 until the
+#: init arrives)
+_FAILED = 1 << 63
+
+
+class _Trees:
+    """One generation of an acker's trees: root id -> the XOR of its edges (``vals``), and root
+    id -> ``meta`` (spout task + 1, or 0 before the init; ``_FAILED`` set once failed). Both
+    C tables compiled (see squall.utils.u64_map)."""
+
+    __slots__ = ("vals", "meta")
 
     def __init__(self) -> None:
-        self.val = 0
-        self.spout_task = -1  # not known until the init arrives
-        self.failed = False
+        self.vals = U64Map()
+        self.meta = U64Map()
+
+    def put(self, root: int, val: int, meta: int) -> None:
+        self.vals.set(root, val)
+        self.meta.set(root, meta)
+
+    def remove(self, root: int) -> None:
+        self.vals.pop(root)
+        self.meta.pop(root)
 
 
 class Acker:
     """The acker task's logic. ``send(task, stream, values)`` tells a spout task of a failed
-    tree or a timeout reset; completed trees gather in :attr:`completed` until taken."""
+    tree or a timeout reset; completed trees gather in :attr:`completed` until taken.
+
+    Trees live in two generations, as in Storm's ``RotatingMap`` of two buckets: a tree new to
+    the acker joins the newest; :meth:`rotate` forgets the older one (trees pending for two
+    timeout periods) and starts a new one; a reset moves a tree to the newest.
+    """
 
     def __init__(self, send: Callable[[int, str, list[Any]], None]) -> None:
         self._send = send
-        self._pending = RotatingMap(2)
+        self._newest = _Trees()
+        self._older = _Trees()
         #: spout task -> the roots of its trees completed since :meth:`take_completed`
         self.completed: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self._newest.vals) + len(self._older.vals)
 
     def execute(self, stream: str, values: list[Any]) -> None:
         """One tuple of a stream towards the acker (see the module's docstring)."""
@@ -111,50 +133,61 @@ class Acker:
     def update(self, root: int, val: int, spout_task: int) -> None:
         """XOR ``val`` into tree ``root``'s value: an init (with its ``spout_task``) or an ack
         (``spout_task`` -1)."""
-        entry = self._entry(root)
-        entry.val ^= val
+        trees = self._trees(root)
+        trees.vals.xor(root, val)
         if spout_task >= 0:
-            entry.spout_task = spout_task
-        self._settle(root, entry)
+            trees.meta.set(root, (trees.meta.value(root) & _FAILED) | (spout_task + 1))
+        self._settle(root, trees)
 
     def fail(self, root: int) -> None:
         """A tuple of tree ``root`` failed: the tree fails (once its init is known)."""
-        entry = self._entry(root)
-        entry.failed = True
-        self._settle(root, entry)
+        trees = self._trees(root)
+        trees.meta.set(root, trees.meta.value(root) | _FAILED)
+        self._settle(root, trees)
 
     def reset_timeout(self, root: int) -> None:
         """Restart tree ``root``'s expiry, and tell its spout task (once known) to do the same."""
-        entry = self._entry(root)
-        self._pending.touch(root)
-        if entry.spout_task >= 0:
-            self._send(entry.spout_task, ACK_RESET_TIMEOUT, [root])
+        trees = self._trees(root)
+        meta = trees.meta.value(root)
+        if trees is self._older:
+            self._newest.put(root, trees.vals.value(root), meta)
+            trees.remove(root)
+        task_plus_one = meta & ~_FAILED
+        if task_plus_one:
+            self._send(task_plus_one - 1, ACK_RESET_TIMEOUT, [root])
 
     def take_completed(self) -> dict[int, list[int]]:
         """The completed trees' roots per spout task since the last call."""
         completed, self.completed = self.completed, {}
         return completed
 
-    def _entry(self, root: int) -> _Entry:
-        entry = self._pending.get(root)
-        if entry is None:
-            entry = self._pending.put(root, _Entry())
-        return entry
+    def _trees(self, root: int) -> _Trees:
+        """The generation holding tree ``root``; a tree new here joins the newest."""
+        if root in self._older.vals:
+            return self._older
+        trees = self._newest
+        if root not in trees.vals:
+            trees.put(root, 0, 0)
+        return trees
 
-    def _settle(self, root: int, entry: _Entry) -> None:
+    def _settle(self, root: int, trees: _Trees) -> None:
         """Tell the spout task of a tree that failed or completed."""
-        if entry.spout_task < 0:
+        meta = trees.meta.value(root)
+        task_plus_one = meta & ~_FAILED
+        if not task_plus_one:
             return  # init not seen yet: acks from bolts can overtake it
-        if entry.failed:
-            self._pending.pop(root)
-            self._send(entry.spout_task, ACK_FAIL, [root])
-        elif entry.val == 0:
-            self._pending.pop(root)
-            roots = self.completed.get(entry.spout_task)
+        spout_task = task_plus_one - 1
+        if meta & _FAILED:
+            trees.remove(root)
+            self._send(spout_task, ACK_FAIL, [root])
+        elif trees.vals.value(root) == 0:
+            trees.remove(root)
+            roots = self.completed.get(spout_task)
             if roots is None:
-                roots = self.completed[entry.spout_task] = []
+                roots = self.completed[spout_task] = []
             roots.append(root)
 
     def rotate(self) -> None:
         """Forget trees older than two timeout periods."""
-        self._pending.rotate()
+        self._older = self._newest
+        self._newest = _Trees()

@@ -56,6 +56,14 @@ class U64Map:
         else:
             return self._dict.get(key, default)
 
+    def value(self, key: int) -> int:
+        """The value of ``key``, 0 when absent (as :meth:`xor` takes it)."""
+        if cython.compiled:
+            slot = self._find(key)
+            return 0 if slot < 0 else self._vals[slot]
+        else:
+            return self._dict.get(key, 0)
+
     def set(self, key: int, value: int) -> None:
         """Set ``key`` to ``value``."""
         if cython.compiled:
