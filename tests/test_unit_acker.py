@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from squall.runtime.executor.ack_ledger import RoundAcks
 from squall.runtime.acker import Acker, RootIds, acker_for
@@ -298,6 +300,77 @@ def test_many_interleaved_trees_each_get_exactly_their_outcome(acker, spouts):
     acker.rotate()
     acker.rotate()
     assert len(acker) == 0 and len(spouts.sent) == len(trees)
+
+
+class DictAcker:
+    """The acker's algorithm as Storm writes it (``Acker.java``), over dicts: a RotatingMap of
+    two buckets of ``[val, spout task, failed]``; a new tree goes into the newest bucket, a
+    fail or a reset moves it there. The reference the C tables are checked against."""
+
+    def __init__(self, send) -> None:
+        self.send = send
+        self.buckets: list[dict[int, list]] = [{}, {}]
+
+    def _get(self, root: int, put: bool) -> list:
+        for bucket in self.buckets:
+            if root in bucket:
+                entry = bucket[root]
+                if put:  # RotatingMap.put: into the newest bucket, out of the others
+                    del bucket[root]
+                    self.buckets[0][root] = entry
+                return entry
+        entry = self.buckets[0][root] = [0, -1, False]
+        return entry
+
+    def step(self, kind: str, root: int, val: int = 0, task: int = -1) -> None:
+        entry = self._get(root, put=kind != ACK_BATCH)
+        if kind == ACK_BATCH:
+            entry[0] ^= val
+            if task >= 0:
+                entry[1] = task
+        elif kind == ACK_FAIL:
+            entry[2] = True
+        elif entry[1] >= 0:  # a reset, told to a known spout task
+            self.send(entry[1], ACK_RESET_TIMEOUT, [root])
+        if entry[1] >= 0 and (entry[2] or entry[0] == 0):
+            for bucket in self.buckets:
+                bucket.pop(root, None)
+            self.send(entry[1], ACK_FAIL if entry[2] else ACKED_BATCH, [root])
+
+    def rotate(self) -> None:
+        self.buckets = [{}, self.buckets[0]]
+
+
+STEPS = st.lists(st.tuples(st.sampled_from(["init", "ack", "fail", "reset", "rotate"]),
+                           st.integers(0, 5), st.sampled_from([0, 1, 2, 2**63, 2**64 - 1, 12345]),
+                           st.integers(0, 2)), max_size=120)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(STEPS)
+def test_the_acker_tells_each_spout_what_the_dict_version_of_storms_algorithm_tells_it(steps):
+    # random inits, acks, fails, resets and rotations over a few trees (values that cancel and
+    # values of all 64 bits): the same messages, in the same order, and the same trees left
+    ours, reference = Spouts(), Spouts()
+    driven, model = Driven(ours), DictAcker(reference)
+    roots = [0, 1, 2**63, 2**64 - 1, 7, 2**40]
+    for kind, i, val, task in steps:
+        root = roots[i]
+        if kind == "init":
+            driven.execute(INIT, [root, val, SPOUT_TASK + task])
+            model.step(ACK_BATCH, root, val, SPOUT_TASK + task)
+        elif kind == "ack":
+            driven.execute(ACK, [root, val])
+            model.step(ACK_BATCH, root, val)
+        elif kind == "rotate":
+            driven.rotate()
+            model.rotate()
+        else:
+            stream = ACK_FAIL if kind == "fail" else ACK_RESET_TIMEOUT
+            driven.execute(stream, [root])
+            model.step(stream, root)
+        assert ours.sent == reference.sent
+        assert len(driven) == sum(map(len, model.buckets))
 
 
 def test_the_acker_of_a_tree_is_chosen_by_its_root():

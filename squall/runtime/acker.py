@@ -101,7 +101,7 @@ class Acker:
 
     Trees live in two generations, as in Storm's ``RotatingMap`` of two buckets: a tree new to
     the acker joins the newest; :meth:`rotate` forgets the older one (trees pending for two
-    timeout periods) and starts a new one; a reset moves a tree to the newest.
+    timeout periods) and starts a new one; a fail or a reset moves a tree to the newest.
     """
 
     def __init__(self, send: Callable[[int, str, list[Any]], None]) -> None:
@@ -141,18 +141,13 @@ class Acker:
 
     def fail(self, root: int) -> None:
         """A tuple of tree ``root`` failed: the tree fails (once its init is known)."""
-        trees = self._trees(root)
+        trees = self._newest_with(root)
         trees.meta.set(root, trees.meta.value(root) | _FAILED)
         self._settle(root, trees)
 
     def reset_timeout(self, root: int) -> None:
         """Restart tree ``root``'s expiry, and tell its spout task (once known) to do the same."""
-        trees = self._trees(root)
-        meta = trees.meta.value(root)
-        if trees is self._older:
-            self._newest.put(root, trees.vals.value(root), meta)
-            trees.remove(root)
-        task_plus_one = meta & ~_FAILED
+        task_plus_one = self._newest_with(root).meta.value(root) & ~_FAILED
         if task_plus_one:
             self._send(task_plus_one - 1, ACK_RESET_TIMEOUT, [root])
 
@@ -169,6 +164,17 @@ class Acker:
         if root not in trees.vals:
             trees.put(root, 0, 0)
         return trees
+
+    def _newest_with(self, root: int) -> _Trees:
+        """The newest generation, holding tree ``root`` (moved there, or new): Storm's
+        ``RotatingMap.put`` of a fail or a reset, which restarts the tree's expiry."""
+        older, newest = self._older, self._newest
+        if root in older.vals:
+            newest.put(root, older.vals.value(root), older.meta.value(root))
+            older.remove(root)
+        elif root not in newest.vals:
+            newest.put(root, 0, 0)
+        return newest
 
     def _settle(self, root: int, trees: _Trees) -> None:
         """Tell the spout task of a tree that failed or completed."""
