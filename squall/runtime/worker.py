@@ -40,7 +40,7 @@ from squall.runtime.cluster_state import TopologyState
 from squall.runtime.executor.bolt_executor import BoltExecutor
 from squall.runtime.executor.executor import Control, Executor
 from squall.runtime.executor.spout_executor import SpoutExecutor
-from squall.runtime.executor.threads import CooperativeThread, ExecutorThread
+from squall.runtime.executor.threads import CooperativeThread, ExecutorThread, Watchdog
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.messaging.transport import Transport
 from squall.runtime.worker_receive import WorkerReceive
@@ -118,6 +118,8 @@ class Worker:
                 self.credits.watch(executor.queue.wake)
         transport.register(index, self.grants, self.credits, bell)
         self._timer = Timer(f"worker-{index}-timer", on_death=lambda e: self.fail(None, "timer thread", e))
+        #: the one watch over the runners' calls: stalls and hand-offs (squall.runtime.executor.threads)
+        self._watchdog = Watchdog(self._runners, self.conf[Config.TOPOLOGY_WORKER_HANDOFF_SECS], self._hand_off)
         #: the tuples sampled (squall.runtime.sampling) and not yet taken; component -> its sampler
         self.samples: collections.deque[TupleSample] = collections.deque(maxlen=SAMPLES_KEPT)
         self._samplers: dict[str, TupleSampler] = {}
@@ -142,15 +144,15 @@ class Worker:
         the others (their acks combined per round), which also moves tuples in and out of the
         worker; without it, a transfer thread and a receive thread do."""
         cooperative_executors = [e for e in self.executors if e.cooperative]
-        if self.assignment.acker_tasks and cooperative_executors:
-            round_acks = RoundAcks()
+        round_acks = RoundAcks() if self.assignment.acker_tasks and cooperative_executors else None
+        if round_acks is not None:
             for executor in cooperative_executors:
                 executor.acks.share_round(round_acks)
         self._runners = [ExecutorThread(e, self._executor_died) for e in self.executors if not e.cooperative]
         self._threads: list[threading.Thread] = []
         if cooperative:
             self._runners.append(CooperativeThread(cooperative_executors, bell,
-                                                   _DataPath(self, _ack_sender(cooperative_executors)),
+                                                   _DataPath(self, _ack_sender(cooperative_executors), round_acks),
                                                    f"worker-{self.index}-executors", self._executor_died,
                                                    flush_secs=self._flush_secs))
         else:
@@ -223,40 +225,34 @@ class Worker:
 
     def _schedule_timers(self) -> None:
         self._timer.schedule_recurring(SAMPLING_CHECK_SECS, self._end_samplings)
-        if any(isinstance(r, CooperativeThread) for r in self._runners):
-            self._timer.schedule_recurring(self.conf[Config.TOPOLOGY_WORKER_HANDOFF_SECS], self._hand_off_stuck_calls)
+        self._timer.schedule_recurring(self._watchdog.period(), self._watchdog.look)
         for executor in self.executors:
             for secs, call in executor.timers():
                 self._timer.schedule_recurring(secs, call)
 
-    def _hand_off_stuck_calls(self) -> None:
-        """The watchdog (timer thread): a cooperative thread inside one executor call since the
-        previous look keeps that executor alone; its other executors, and the data path, go to
-        a new cooperative thread (see squall.runtime.executor.threads)."""
-        for runner in [r for r in self._runners if isinstance(r, CooperativeThread)]:
-            stuck = runner.stuck_call()
-            others = runner.hand_off(stuck) if stuck is not None else None
-            if not others:
-                continue
-            if stuck.acks.round is not None:
-                # it keeps the round's map (and sends what it holds when its call returns): a new one
-                fresh = RoundAcks()
-                for executor in others:
-                    if executor.acks.round is not None:
-                        executor.acks.share_round(fresh)
-            stuck.queue.set_bell(Bell())
-            successor = CooperativeThread(others, self._bell, _DataPath(self, _ack_sender(others)),
-                                          f"worker-{self.index}-executors-{len(self._runners)}", self._executor_died,
-                                          started=True, flush_secs=self._flush_secs)
-            self._runners.append(successor)
-            successor.start()
-            text = (f"a call into {stuck.component}{stuck.task_ids} has made no progress for over "
-                    f"{self.conf['topology.worker.handoff.secs']:g}s: the worker's other executors moved to a new "
-                    f"thread and {stuck.component!r} keeps its own (declare it blocking, set_blocking(True), if it "
-                    f"blocks by design)")
-            # a warning, not an error of the component: it may only be slow on one tuple (a spout
-            # stuck for topology.spout.stall.secs is an error)
-            log.warning("worker %d: %s", self.index, text)
+    def _hand_off(self, runner: CooperativeThread, stuck: Executor) -> None:
+        """The watchdog's (timer thread): ``runner`` keeps ``stuck``, whose call made no progress
+        for ``topology.worker.handoff.secs``; its other executors, and the data path, go to a new
+        cooperative thread (see squall.runtime.executor.threads)."""
+        others = runner.hand_off(stuck)
+        if not others:
+            return  # the call returned meanwhile
+        # the stuck executor keeps the round's map (and sends what it holds when its call
+        # returns); the others join a new one, in their new thread
+        fresh = RoundAcks() if stuck.acks.round is not None else None
+        stuck.queue.set_bell(Bell())
+        successor = CooperativeThread(others, self._bell, _DataPath(self, _ack_sender(others), fresh),
+                                      f"worker-{self.index}-executors-{len(self._runners)}", self._executor_died,
+                                      started=True, flush_secs=self._flush_secs, round_acks=fresh)
+        self._runners.append(successor)
+        successor.start()
+        text = (f"a call into {stuck.component}{stuck.task_ids} has made no progress for over "
+                f"{self.conf[Config.TOPOLOGY_WORKER_HANDOFF_SECS]:g}s: the worker's other executors moved to a new "
+                f"thread and {stuck.component!r} keeps its own (declare it blocking, set_blocking(True), if it "
+                f"blocks by design)")
+        # a warning, not an error of the component: it may only be slow on one tuple (a spout
+        # stuck for topology.spout.stall.secs is an error)
+        log.warning("worker %d: %s", self.index, text)
 
     def wait_ready(self, timeout: float) -> list[tuple[Executor, BaseException]]:
         """Wait for every executor's open/prepare; return the ones that raised."""
@@ -281,7 +277,7 @@ class Worker:
         # the control and timer threads calling this never wait for an executor's lock
         for executor in self.executors:
             if executor.component == component:
-                executor.queue.force_put(Control(Control.SAMPLE, sampler))
+                executor.post(Control.SAMPLE, sampler)()
 
     def _end_samplings(self) -> None:
         """The timer's: stop the samplings whose time is up."""
@@ -333,9 +329,9 @@ class _DataPath:
     """The worker's transfer and receive paths as its cooperative thread runs them (see
     :class:`squall.runtime.executor.threads.WorkerIO`)."""
 
-    def __init__(self, worker: Worker, ack_sender: Executor) -> None:
+    def __init__(self, worker: Worker, ack_sender: Executor, round_acks: RoundAcks | None) -> None:
         self._ack_sender = ack_sender  # whose send path the round's combined acks take
-        self._round_acks = ack_sender.acks.round
+        self._round_acks = round_acks  # the round's, sent at its end
         self._transfer = worker.transfer
         self._receive = worker.receive
         self._transport = worker.transport

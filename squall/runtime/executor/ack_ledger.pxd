@@ -8,9 +8,11 @@ from squall.utils.u64_map cimport U64Map
 @cython.final
 cdef class RoundAcks:
     cdef public U64Map acks
-    cdef public U64Map inits
+    cdef public list inits, init_tasks
 
     cpdef void init(self, unsigned long long root, unsigned long long val, spout_task)
+    @cython.locals(to_ackers=list, completed=dict, acks=U64Map, init_tasks=list, i=Py_ssize_t)
+    cpdef tuple take(self)
 
 
 @cython.final

@@ -68,33 +68,39 @@ class RoundAcks:
     Used only by the cooperative thread (a component's own threads keep acks of their own).
     """
 
-    __slots__ = ("acks", "inits")
+    __slots__ = ("acks", "inits", "init_tasks")
 
     def __init__(self) -> None:
         self.acks = U64Map()  # root id -> XOR of inits and acks not sent yet
-        self.inits = U64Map()  # root id -> spout task, for the inits among them
+        # the inits among them, in the order they came (emit order: the spouts hear of the trees
+        # that complete here in that order), with their spout tasks
+        self.inits: list[int] = []
+        self.init_tasks: list[int] = []
 
     def init(self, root: int, val: int, spout_task: int) -> None:
         """A spout task's init of tree ``root`` (a row of an ack batch, Storm's ``__ack_init``)."""
         self.acks.xor(root, val)
-        self.inits.set(root, spout_task)
+        self.inits.append(root)
+        self.init_tasks.append(spout_task)
 
     def take(self) -> tuple[list[tuple[int, int, int]], dict[int, list[int]]]:
         """Empty the round: ``(root, value, spout task or -1)`` inits and acks for the ackers,
-        and per spout task the roots of the trees that completed here."""
+        and per spout task the roots of the trees that completed here, in emit order."""
         to_ackers: list[tuple[int, int, int]] = []
         completed: dict[int, list[int]] = {}
-        inits = self.inits
-        for root, val in self.acks.items():
-            task = inits.pop(root, None)
-            if task is None:
-                if val:  # acks that cancel out would not change the acker's value
-                    to_ackers.append((root, val, -1))
-            elif val:
-                to_ackers.append((root, val, task))
+        acks, init_tasks = self.acks, self.init_tasks
+        for i, root in enumerate(self.inits):
+            val = acks.pop(root)  # a root is new: one init per round at most
+            if val:
+                to_ackers.append((root, val, init_tasks[i]))
             else:
-                completed.setdefault(task, []).append(root)
-        self.acks.clear()
+                completed.setdefault(init_tasks[i], []).append(root)
+        for root, val in acks.items():  # acks of trees whose init is not here
+            if val:  # acks that cancel out would not change the acker's value
+                to_ackers.append((root, val, -1))
+        acks.clear()
+        self.inits.clear()
+        init_tasks.clear()
         return to_ackers, completed
 
 

@@ -11,7 +11,7 @@ from squall.api.errors import FailedException
 from squall.api.stateful import StatefulComponent
 from squall.api.system_ids import CHECKPOINT_STREAM
 from squall.api.tuple import TICK_SOURCE, Tuple
-from squall.runtime.executor.ack_ledger import combine_ack
+from squall.runtime.executor.ack_ledger import RoundAcks, combine_ack
 from squall.runtime.executor.collector import BasicOutputCollector, OutputCollector
 from squall.runtime.executor.executor import Control, InputExecutor
 from squall.runtime.executor.checkpointing import Checkpointing
@@ -60,8 +60,8 @@ class BoltExecutor(InputExecutor):
         if checkpointing is not None and checkpointing.states is not None:
             checkpointing.states.close()
 
-    def move_to_this_thread(self) -> None:
-        super().move_to_this_thread()
+    def move_to_this_thread(self, round_acks: RoundAcks | None) -> None:
+        super().move_to_this_thread(round_acks)
         for collector in getattr(self, "collectors", {}).values():  # none if setup failed
             collector.run_on(threading.get_ident())
 

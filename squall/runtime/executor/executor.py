@@ -30,7 +30,7 @@ from squall.api.context import TopologyContext
 from squall.api.metrics2.registry import MetricRegistry
 from squall.api.system_ids import CHECKPOINT_STREAM
 from squall.api.tuple import system_sources
-from squall.runtime.executor.ack_ledger import AckLedger
+from squall.runtime.executor.ack_ledger import AckLedger, RoundAcks
 from squall.runtime.assignment import ExecutorAssignment
 from squall.runtime.executor.route import StreamRoute, build_routes
 from squall.runtime.executor.transfer import ExecutorTransfer
@@ -148,10 +148,20 @@ class Executor:
         squall.runtime.executor.threads)."""
         return self.stats.executed
 
-    def move_to_this_thread(self) -> None:
+    def move_to_this_thread(self, round_acks: RoundAcks | None) -> None:
         """The calling thread runs this started executor from now on (a runner that took it
-        over from another; see squall.runtime.executor.threads)."""
+        over from another; see squall.runtime.executor.threads): its inits and acks join
+        ``round_acks`` if they joined a round before."""
         self.queue.consumer = threading.get_ident()
+        if round_acks is not None and self.acks.round is not None:
+            self.acks.share_round(round_acks)
+
+    #: how long one call into the executor may last before :meth:`stalled` (None: no limit)
+    stall_secs: float | None = None
+
+    def stalled(self, secs: float) -> None:
+        """The watchdog's thread: the executor's current call has lasted ``secs`` seconds, over
+        :attr:`stall_secs` (told once per call)."""
 
     def request_stop(self) -> None:
         self.stopping = True

@@ -60,8 +60,9 @@ class SpoutExecutor(Executor):
         self._own_round_acks = not cooperative and bool(self.acker_tasks)
         if self._own_round_acks:
             self.acks.share_round(RoundAcks())
-        #: whose next_tuple calls run since when, read by the worker's timer (see timers)
-        self.stall_watch = StallWatch(self)
+        self.stall_secs = self.conf[Config.TOPOLOGY_SPOUT_STALL_SECS]
+        #: the task whose next_tuple calls run (None: none), read by the watchdog's thread
+        self.calling_task: int | None = None
 
     def blocks_on_full_queues(self) -> bool:
         return False
@@ -74,9 +75,18 @@ class SpoutExecutor(Executor):
         return _IDLE_SPOUT_SECS if self.active or self.transfer.pending else None
 
     def timers(self) -> list[tuple[float, Any]]:
-        stall = self.conf[Config.TOPOLOGY_SPOUT_STALL_SECS]
-        return [(min(1.0, stall / 2), lambda: self.stall_watch.check(stall)),  # reads only
-                (self.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS], self.post(Control.ROTATE))]
+        return [(self.conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS], self.post(Control.ROTATE))]
+
+    def stalled(self, secs: float) -> None:
+        """An error for the task whose ``next_tuple`` has not returned (``next_tuple`` must never
+        block); nothing for a long ack or fail."""
+        task = self.calling_task
+        if task is None:
+            return
+        text = (f"spout {self.component!r} task {task}: next_tuple has not returned to its executor for "
+                f"{secs:.1f}s (topology.spout.stall.secs = {self.stall_secs:g}); next_tuple must not block")
+        log.warning(text)
+        self.worker.state.report_error(self.component, task, text)
 
     def set_active(self, active: bool) -> None:
         self.queue.force_put(Control(Control.ACTIVATE if active else Control.DEACTIVATE))
@@ -194,7 +204,7 @@ class SpoutExecutor(Executor):
             # a stateful task stops once it emitted what its in-flight limit leaves room for
             stop_at = None if in_flight is None else collector.emitted_count + in_flight.room(collector.emitted_count)
             next_tuple = spout.next_tuple  # looked up once per task and round, not per call
-            self.stall_watch.calling(task)
+            self.calling_task = task
             for _ in range(self._max_batch):
                 if (max_pending is not None and len(pending) >= max_pending
                         or stop_at is not None and collector.emitted_count >= stop_at):
@@ -215,7 +225,7 @@ class SpoutExecutor(Executor):
                 if perf_counter() >= flush_at:
                     exhausted = False
                     break
-        self.stall_watch.returned()
+        self.calling_task = None
         self.flush_all()
         if self._in_flight:
             self._send_markers()
@@ -303,36 +313,3 @@ class SpoutExecutor(Executor):
             self.stopping = True
         elif kind == Control.SAMPLE:
             self.set_sampler(msg.arg)
-
-
-class StallWatch:
-    """Which spout task's ``next_tuple`` calls run since when (written once per task and batch
-    by the executor's thread), and an error recorded, once per stall, for a task whose
-    ``next_tuple`` has not returned for too long (``next_tuple`` must never block)."""
-
-    __slots__ = ("_executor", "_calling", "_reported")
-
-    def __init__(self, executor: SpoutExecutor) -> None:
-        self._executor = executor
-        self._calling: tuple[float, int] | None = None  # (monotonic time, task)
-        self._reported: tuple[float, int] | None = None
-
-    def calling(self, task: int) -> None:
-        self._calling = (time.monotonic(), task)
-
-    def returned(self) -> None:
-        self._calling = None
-
-    def check(self, limit: float) -> None:
-        """Timer thread: record an error for a task stuck in next_tuple for over ``limit`` seconds."""
-        calling = self._calling
-        if calling is None or calling == self._reported:
-            return
-        stuck_for = time.monotonic() - calling[0]
-        if stuck_for > limit:
-            self._reported = calling
-            ex = self._executor
-            text = (f"spout {ex.component!r} task {calling[1]}: next_tuple has not returned to its executor for "
-                    f"{stuck_for:.1f}s (topology.spout.stall.secs = {limit:g}); next_tuple must not block")
-            log.warning(text)
-            ex.worker.state.report_error(ex.component, calling[1], text)

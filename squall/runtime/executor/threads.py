@@ -25,12 +25,14 @@ executor when ``topology.worker.cooperative`` is false (Storm's thread per execu
 
 A component that blocks without being declared so (a ``next_tuple`` waiting on a socket, an
 ``execute`` stuck in a call) does not stall its worker either. Like Go's scheduler when a
-goroutine blocks in a system call, the worker's watchdog (every
-``topology.worker.handoff.secs``) finds the cooperative thread inside the same executor call
-since its previous look, that executor having made no progress meanwhile (no batch executed,
-no tuple emitted: a bolt slow on a large batch is not stuck), and hands the other executors, and the worker's data path, to a new
+goroutine blocks in a system call, the worker's one :class:`Watchdog` finds the cooperative
+thread inside the same executor call for ``topology.worker.handoff.secs``, that executor
+having made no progress meanwhile (no batch executed, no tuple emitted: a bolt slow on a large
+batch is not stuck), and hands the other executors, and the worker's data path, to a new
 cooperative thread (:meth:`CooperativeThread.hand_off`), and logs a warning naming it. When
 the stuck call returns, its thread keeps that executor alone, as if it were declared blocking.
+The same watch tells an executor whose call has lasted its ``stall_secs`` (a spout's
+``topology.spout.stall.secs``: ``next_tuple`` must never block), on any runner.
 
 Guarantees either way: one task's methods are never called concurrently; an executor
 runs its user code holding its lock, which a component's own threads take to emit; a
@@ -44,6 +46,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from squall.runtime.executor.ack_ledger import RoundAcks
 from squall.runtime.executor.executor import Executor
 from squall.utils.batch_queue import Bell
 
@@ -78,13 +81,25 @@ class WorkerIO(Protocol):
 class _Runner:
     """A thread running one or more executors (see the module's docstring)."""
 
-    def __init__(self, executors: list[Executor], name: str, on_death: DeathFn, started: bool = False) -> None:
+    def __init__(self, executors: list[Executor], name: str, on_death: DeathFn, started: bool = False,
+                 round_acks: RoundAcks | None = None) -> None:
         self.executors = executors
         self._started = started  # the executors are running already (taken over from another runner)
+        self._round_acks = round_acks  # the round that executors taken over join, if they shared one
         self._on_death = on_death
         self._stopping = False
         self._current: Executor | None = None  # the executor being run: a death names it
+        self._calls = 0  # executor calls made: the watchdog's clock
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def current_call(self) -> tuple[Executor | None, int]:
+        """The executor being called (None between calls) and the number of calls so far:
+        read by the watchdog's thread."""
+        return self._current, self._calls
+
+    def can_hand_off(self) -> bool:
+        """Whether a stuck call's executor could be left alone here, the others moved on."""
+        return False
 
     def start(self) -> None:
         self._thread.start()
@@ -105,7 +120,7 @@ class _Runner:
         try:
             if self._started:
                 for executor in running:
-                    executor.move_to_this_thread()
+                    executor.move_to_this_thread(self._round_acks)
             if len(running) == len(self.executors):  # else the worker is not started: it stops
                 self._loop(running)
         except BaseException as e:  # noqa: BLE001 - an executor must never die silently
@@ -128,6 +143,7 @@ class ExecutorThread(_Runner):
     def _loop(self, executors: list[Executor]) -> None:
         executor = self._current = executors[0]
         while not self._stopping and not executor.stopping:
+            self._calls += 1
             executor.run_once(_POLL_SECS)
 
 
@@ -136,27 +152,17 @@ class CooperativeThread(_Runner):
     traffic ``io``."""
 
     def __init__(self, executors: list[Executor], bell: Bell, io: WorkerIO, name: str, on_death: DeathFn,
-                 started: bool = False, flush_secs: float = 0.001) -> None:
-        super().__init__(executors, name, on_death, started)
+                 started: bool = False, flush_secs: float = 0.001, round_acks: RoundAcks | None = None) -> None:
+        super().__init__(executors, name, on_death, started, round_acks)
         self._bell = bell
         self._io = io
         self._flush_secs = flush_secs  # the longest a round goes without io.exchange
-        self._calls = 0  # executor calls made: the watchdog's clock
-        self._last_look: tuple[Executor | None, int, int] = (None, 0, 0)
         # taken by the thread as a call returns, and by the watchdog as it hands off
         self._switch = threading.Lock()
         self._handed_off = False
 
-    def stuck_call(self) -> Executor | None:
-        """The executor whose call has run since the previous look (the watchdog's thread,
-        which looks every ``topology.worker.handoff.secs``) without progress, if this thread
-        has others to hand off; else None."""
-        current = self._current
-        look = (current, self._calls, 0 if current is None else current.progress())
-        previous, self._last_look = self._last_look, look
-        if look[0] is None or look != previous or len(self.executors) < 2 or self._handed_off:
-            return None
-        return look[0]
+    def can_hand_off(self) -> bool:
+        return len(self.executors) >= 2 and not self._handed_off
 
     def hand_off(self, stuck: Executor) -> list[Executor] | None:
         """Keep only ``stuck`` (its call still running) and return the other executors, for a
@@ -225,3 +231,65 @@ class CooperativeThread(_Runner):
                 bell.wait(_POLL_SECS if secs is None else secs)
             if executor.acks.round_waiting:
                 executor.flush_round_acks()
+
+
+class _Look:
+    """What the watchdog saw of one runner: the call (executor, call count), since when, the
+    executor's progress and since when it has not changed, and whether a stall was told."""
+
+    __slots__ = ("executor", "calls", "since", "progress", "progress_since", "stall_told")
+
+    def __init__(self, executor: Executor, calls: int, now: float) -> None:
+        self.executor, self.calls, self.since = executor, calls, now
+        self.progress, self.progress_since = executor.progress(), now
+        self.stall_told = False
+
+
+class Watchdog:
+    """The one watch over a worker's runners (its timer thread calls :meth:`look` every
+    :meth:`period` seconds; it only reads what the runners' threads write, and asks): a call
+    into an executor that has not returned
+
+    * for the executor's ``stall_secs`` (None: no limit): the executor is told, once per call
+      (:meth:`~squall.runtime.executor.executor.Executor.stalled`);
+    * without progress for ``handoff_secs``, on a cooperative thread running others:
+      ``hand_off(runner, executor)`` (the worker's) moves the others to a new thread.
+
+    A call is known from the first look that sees it, so either may come up to one period late.
+    """
+
+    def __init__(self, runners: list[_Runner], handoff_secs: float,
+                 hand_off: Callable[[CooperativeThread, Executor], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._runners = runners  # the worker's list: runners a hand-off adds are watched too
+        self._handoff_secs = handoff_secs
+        self._hand_off = hand_off
+        self._clock = clock
+        self._looks: dict[_Runner, _Look] = {}
+
+    def period(self) -> float:
+        """How often to look: half the shortest stall limit, or the hand-off's delay."""
+        limits = [e.stall_secs / 2 for r in self._runners for e in r.executors if e.stall_secs is not None]
+        limits.append(self._handoff_secs)
+        return min(limits)
+
+    def look(self) -> None:
+        now = self._clock()
+        for runner in list(self._runners):
+            executor, calls = runner.current_call()
+            look = self._looks.get(runner)
+            if executor is None:
+                self._looks.pop(runner, None)
+                continue
+            if look is None or look.executor is not executor or look.calls != calls:
+                self._looks[runner] = _Look(executor, calls, now)
+                continue
+            progress = executor.progress()
+            if progress != look.progress:
+                look.progress, look.progress_since = progress, now
+            stall_secs = executor.stall_secs
+            if stall_secs is not None and not look.stall_told and now - look.since >= stall_secs:
+                look.stall_told = True
+                executor.stalled(now - look.since)
+            if now - look.progress_since >= self._handoff_secs and runner.can_hand_off():
+                self._hand_off(runner, executor)
