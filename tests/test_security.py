@@ -308,17 +308,18 @@ def test_a_peer_with_the_keys_cannot_run_code_or_kill_an_executor_with_forged_tu
     peer = next(i for i, w in enumerate(info["workers"]) if w is not sink_worker)  # the forger poses as it
     evil = msgpack.ExtType(0, pickle.dumps(Canary(str(canary))))
     # payloads as a forger writes them: msgpack of [group], a tuple group being
-    # [0, source task, stream, [task], [values], tree ids or None] (squall.runtime.messaging.tuple_batch)
+    # [0, source task, stream, [task], [values], tree ids or None(, roots, edges)]
+    # (squall.runtime.messaging.tuple_batch)
     groups = [
         [0, relay_task, "default", [sink_task], [msgpack.packb([evil])], None],  # a pickle packed at emit
         [0, relay_task, "default", [sink_task], [[evil]], None],       # a pickle where plain values go
         [0, relay_task, "default", [sink_task], ["not a list"], None],  # wrong types...
         [0, relay_task, "default", [sink_task], [[1, 2]], None],        # wrong arity
-        [0, relay_task, "default", [sink_task], [[7]], [[1, 2]]],       # tree ids not a map
+        [0, relay_task, "default", [sink_task], [[7]], None, [1, 2], [3]],  # root and edge columns too long
         [0, relay_task, "__ack_fail", [acker_task], [["id"]], None],   # an acker fed strings
         [0, relay_task, "no-such-stream", [sink_task], [[7]], None],
         [0, relay_task, "default", [9999], [[7]], None],                # no such task
-        [0, relay_task, "default", [sink_task], [[1]], None, "extra"],  # a field too many
+        [0, relay_task, "default", [sink_task], [[1]], None, [1], [2], 0],  # a field too many
         [0, relay_task, "default", [sink_task], [[-42]], None],         # the one well-formed tuple
     ]
     context, security, sock = keyed_push(cluster.runner("forged").keys, sink_worker["port"])

@@ -302,9 +302,8 @@ class Sent:
                 out.append((task, tup.source_task, tup.source_stream_id, tup.values, tup.tree_ids))
         for group in self.remote:
             if group.__class__ is TupleGroup:
-                ids = [None] * len(group.tasks) if group.tree_ids is None else group.tree_ids
                 out.extend((task, group.source_task, group.stream, values, tree_ids)
-                           for task, values, tree_ids in zip(group.tasks, group.values, ids, strict=True))
+                           for task, values, tree_ids in zip(group.tasks, group.values, group.tree_maps(), strict=True))
         return sorted(out, key=lambda record: record[0])
 
     def acks(self) -> dict[int, dict[int, tuple[int, int]]]:
@@ -429,8 +428,12 @@ def check_emit(world: World, kind_id: str, dest: str) -> None:
 
     # what worker 1 gets: the tuple for a remote destination, and the inits and acks for its acker
     if dest == "remote":
-        assert [g for g in sent.remote if g.__class__ is TupleGroup] == [
-            TupleGroup(source_task, stream, targets, [values], ids if kind.tracked else None)]
+        [group] = [g for g in sent.remote if g.__class__ is TupleGroup]
+        assert (group.source_task, group.stream, group.tasks, group.values, group.tree_maps()) == (
+            source_task, stream, targets, [values], ids)
+        # a tuple in one tree travels as a root and an edge, in several as a tree map
+        one_tree = kind.tracked and all(len(i) == 1 for i in ids)
+        assert (group.roots is not None, group.tree_ids is not None) == (one_tree, kind.tracked and not one_tree)
     far_ackers = sorted(a for a in expected_acks if world.worker_of(a) == 1)
     kinds = ["TupleGroup"] * (dest == "remote") + ["AckBatch"] * len(far_ackers)
     assert [type(g).__name__ for g in sent.remote] == kinds

@@ -127,7 +127,7 @@ def travel(values: list, anchors: dict | None = None, sender: Serializer | None 
     receiver = receiver or Serializer()
     group = TupleGroup(2, "stream", [4], [wire(values, sender)], [anchors or {}])
     [g] = tuple_batch.decode(tuple_batch.encode([group]))
-    return (g.tasks[0], g.source_task, g.stream, arrived(g.values[0], receiver), g.tree_ids[0]), receiver
+    return (g.tasks[0], g.source_task, g.stream, arrived(g.values[0], receiver), g.tree_maps()[0]), receiver
 
 
 @pytest.mark.parametrize("value", list(NATIVE.values()), ids=list(NATIVE))
@@ -148,14 +148,18 @@ def test_a_payload_of_many_groups_keeps_each_tuples_fields_and_tree_ids():
     s = Serializer()
     groups = []
     for i, (name, value) in enumerate(NATIVE.items()):
-        tree_ids = None if i % 3 == 0 else [{(2**64 - 1 - i): i, i: 2**63 + i}]  # 64-bit root and edge ids
-        groups.append(TupleGroup(100 + i, f"stream-{name}", [i + 1], [wire([value, i], s)], tree_ids))
+        # untracked, in one tree (root and edge columns), in several; 64-bit root and edge ids
+        kind = i % 3
+        tree_ids = [{(2**64 - 1 - i): i, i: 2**63 + i}] if kind == 2 else None
+        roots, edges = ([2**64 - 1 - i], [2**63 + i]) if kind == 1 else (None, None)
+        groups.append(TupleGroup(100 + i, f"stream-{name}", [i + 1], [wire([value, i], s)], tree_ids, roots, edges))
     received = tuple_batch.decode(tuple_batch.encode(groups))
     assert len(received) == len(groups)
     for sent, (value, got) in zip(groups, zip(NATIVE.values(), received)):
-        assert (got.tasks, got.source_task, got.stream, got.tree_ids) == (
-            sent.tasks, sent.source_task, sent.stream, sent.tree_ids)
-        assert all(type(k) is int and type(v) is int for ids in got.tree_ids or [] for k, v in ids.items())
+        assert (got.tasks, got.source_task, got.stream, got.tree_ids, got.roots, got.edges) == (
+            sent.tasks, sent.source_task, sent.stream, sent.tree_ids, sent.roots, sent.edges)
+        assert got.tree_maps() == sent.tree_maps() and len(got.tree_maps()) == 1
+        assert all(type(k) is int and type(v) is int for ids in got.tree_maps() if ids for k, v in ids.items())
         assert same(arrived(got.values[0], s), [value, sent.tasks[0] - 1]), (sent.stream, got.values)
 
 

@@ -81,7 +81,7 @@ def records(groups: list) -> list[tuple]:
     """The groups handed to the worker's transfer as records (task, source task, stream,
     values, tree ids), one per tuple."""
     return [(task, g.source_task, g.stream, values, ids) for g in groups
-            for task, values, ids in zip(g.tasks, g.values, g.tree_ids or [None] * len(g.tasks))]
+            for task, values, ids in zip(g.tasks, g.values, g.tree_maps())]
 
 
 def seen(x: Any) -> Any:

@@ -1,6 +1,6 @@
 # Cython declarations for worker_receive.py (see squall/compiled.py).
 cimport cython
-from squall.api.tuple cimport StreamSource, Tuple
+from squall.api.tuple cimport StreamSource, Tuple, tree_tuple
 
 
 @cython.final
@@ -12,5 +12,6 @@ cdef class WorkerReceive:
     cdef object _spout_tasks
 
     @cython.locals(dispatch=dict, batch=list, tup=Tuple, source=StreamSource, arity=Py_ssize_t, system=bint,
-                   barrier=bint, single=bint, target=tuple)
+                   barrier=bint, single=bint, target=tuple, n=Py_ssize_t, i=Py_ssize_t, roots=list,
+                   edges=list, tree_ids=list, tasks=list, all_values=list)
     cpdef void _deliver_tuples(self, group, dict batches, list puts, dict dropped, list malformed)

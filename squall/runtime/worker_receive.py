@@ -19,13 +19,12 @@ thread between rounds, or a receive thread of its own when the worker has none.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from squall.api.system_ids import ACK_BATCH, ACKED_BATCH, ACKER_COMPONENT, CHECKPOINT_STREAM
-from squall.api.tuple import StreamSource, Tuple
+from squall.api.tuple import StreamSource, Tuple, tree_tuple
 from squall.runtime.assignment import Assignment
 from squall.runtime.messaging.backpressure import CreditGrants, Credits
 from squall.runtime.cluster_state import TopologyState
@@ -121,6 +120,7 @@ class WorkerReceive:
                         malformed: list[str]) -> None:
         src, stream, tasks, all_values, tree_ids = (group.source_task, group.stream, group.tasks, group.values,
                                                     group.tree_ids)
+        roots, edges = group.roots, group.edges
         stream_info = self._task_streams.get(src, {}).get(stream)
         if stream_info is None:
             malformed.append(f"{len(tasks)} tuple(s) from task {src} on stream {stream!r}, which is not in this "
@@ -128,14 +128,17 @@ class WorkerReceive:
             for task in tasks:
                 self._drop(dropped, task)
             return
-        if len(all_values) != len(tasks) or (tree_ids is not None and len(tree_ids) != len(tasks)):
+        n = len(tasks)
+        if len(all_values) != n or (tree_ids is not None and len(tree_ids) != n) or (roots is None) != (edges is None) \
+                or (roots is not None and (len(roots) != n or len(edges) != n or tree_ids is not None)):
             malformed.append(f"a group from task {src} on stream {stream!r}: columns of different lengths")
             for task in tasks:
                 self._drop(dropped, task)
             return
         source, arity, system, barrier = stream_info
         dispatch = self._dispatch
-        for task, values, ids in zip(tasks, all_values, tree_ids or _NO_TREES):
+        for i in range(n):
+            task, values = tasks[i], all_values[i]
             target = dispatch.get(task)
             if target is None:
                 malformed.append(f"task {task} from task {src} on stream {stream!r} is not in this worker")
@@ -151,7 +154,10 @@ class WorkerReceive:
                 self._drop(dropped, task)
                 continue
             q, single = target
-            tup = Tuple(values, source, src, ids)
+            if roots is not None:
+                tup = tree_tuple(values, source, src, roots[i], edges[i])
+            else:
+                tup = Tuple(values, source, src, None if tree_ids is None else tree_ids[i])
             if barrier:  # in a batch of its own (see squall.runtime.executor.checkpointing)
                 if batch := batches.pop(q, None):
                     puts.append((q, batch))
@@ -236,4 +242,3 @@ def _all_ints(values: list[Any]) -> bool:
     return True
 
 
-_NO_TREES = itertools.repeat(None)

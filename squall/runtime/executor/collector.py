@@ -156,7 +156,7 @@ class EmitPlan:
         """One tuple for ``task`` in the one tree ``root``, as edge ``edge``."""
         ob = self.one_task[task]
         if ob is None:
-            self.transfer.send((task,), self.source, self.task_id, values, {root: edge})
+            self.transfer.send_tree(task, self.source, self.task_id, values, root, edge)
         else:
             self._append(ob, tree_tuple(values, self.source, self.task_id, root, edge))
 

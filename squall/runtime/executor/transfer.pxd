@@ -1,7 +1,9 @@
 # Cython declarations for transfer.py (see squall/compiled.py).
 cimport cython
-from squall.api.tuple cimport StreamSource, Tuple
+from squall.api.tuple cimport StreamSource, Tuple, tree_tuple
 from squall.runtime.messaging.wire_values cimport wire_values
+
+cdef int _UNTRACKED, _ONE_TREE, _TREES
 
 
 @cython.final
@@ -18,11 +20,12 @@ cdef class RemoteOutbox:
     cdef public Py_ssize_t count
     cdef str _stream
     cdef long long _source_task
-    cdef bint _tracked
-    cdef list _tasks, _values, _tree_ids
+    cdef int _kind
+    cdef list _tasks, _values, _tree_ids, _roots, _edges
 
     cpdef void append(self, task, str stream, long long source_task, values, tree_ids)
-    cdef void _open(self, long long source_task, str stream, bint tracked)
+    cpdef void append_tree(self, task, str stream, long long source_task, values, root, edge)
+    cdef void _column(self, task, str stream, long long source_task, values, int kind)
 
 
 @cython.final
@@ -41,6 +44,12 @@ cdef class ExecutorTransfer:
     cdef list _outbox_list
     cdef frozenset _remote_tasks
 
-    @cython.locals(remote=RemoteOutbox, local=Outbox, items=list, tup=Tuple)
+    @cython.locals(remote=RemoteOutbox, tup=Tuple)
     cpdef void send(self, tasks, StreamSource source, source_task, list values, tree_ids=*)
+    @cython.locals(remote=RemoteOutbox)
+    cpdef void send_tree(self, task, StreamSource source, source_task, list values, unsigned long long root,
+                         unsigned long long edge)
+    @cython.locals(items=list)
+    cdef void _to_local(self, Outbox local, task, Tuple tup)
+    cdef void _gathered(self, ob, Py_ssize_t count)
     cpdef void flush(self, ob)

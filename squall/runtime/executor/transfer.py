@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.api.errors import SerializationError
-from squall.api.tuple import StreamSource, Tuple
+from squall.api.tuple import StreamSource, Tuple, tree_tuple
 from squall.runtime.messaging.backpressure import send_batch_size
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.messaging.tuple_batch import TupleGroup
@@ -59,13 +59,17 @@ class Outbox:
         self.single_task = single_task
 
 
+#: the kinds of tuple group (see squall.runtime.messaging.tuple_batch.TupleGroup)
+_UNTRACKED, _ONE_TREE, _TREES = 0, 1, 2
+
+
 class RemoteOutbox:
     """Groups gathered for another worker (see :mod:`squall.runtime.messaging.tuple_batch`);
     ``count`` tuples or batches in all. The open group's columns are kept here, so that a tuple
-    joining it costs three list appends."""
+    joining it costs a few list appends."""
 
-    __slots__ = ("worker_index", "items", "count", "_stream", "_source_task", "_tracked", "_tasks", "_values",
-                 "_tree_ids")
+    __slots__ = ("worker_index", "items", "count", "_stream", "_source_task", "_kind", "_tasks", "_values",
+                 "_tree_ids", "_roots", "_edges")
     queue = None
 
     def __init__(self, worker_index: int) -> None:
@@ -74,29 +78,45 @@ class RemoteOutbox:
         self.count = 0
         self._stream: str | None = None  # the open group's stream; None: no group is open
         self._source_task = -1
-        self._tracked = False
+        self._kind = _UNTRACKED
         self._tasks: list[int] = []
         self._values: list[Any] = []
         self._tree_ids: list[dict[int, int]] | None = None
+        self._roots: list[int] | None = None
+        self._edges: list[int] | None = None
 
     def append(self, task: int, stream: str, source_task: int, values: list[Any] | bytes,
                tree_ids: dict[int, int] | None) -> None:
-        tracked = tree_ids is not None
-        if self._stream is None or self._stream != stream or self._source_task != source_task \
-                or self._tracked != tracked:
-            self._open(source_task, stream, tracked)
+        """A tuple untracked (``tree_ids`` None) or in the trees of ``tree_ids`` (root -> edge)."""
+        if tree_ids is not None and len(tree_ids) == 1:  # one tree travels as its root and edge
+            for root, edge in tree_ids.items():
+                self.append_tree(task, stream, source_task, values, root, edge)
+            return
+        self._column(task, stream, source_task, values, _UNTRACKED if tree_ids is None else _TREES)
+        if tree_ids is not None:
+            self._tree_ids.append(tree_ids)
+
+    def append_tree(self, task: int, stream: str, source_task: int, values: list[Any] | bytes, root: int,
+                    edge: int) -> None:
+        """A tuple in the one tree ``root``, as edge ``edge``."""
+        self._column(task, stream, source_task, values, _ONE_TREE)
+        self._roots.append(root)
+        self._edges.append(edge)
+
+    def _column(self, task: int, stream: str, source_task: int, values: list[Any] | bytes, kind: int) -> None:
+        """The task and values of a tuple of ``kind`` into the open group (a new one if it
+        cannot take it)."""
+        if self._stream is None or self._stream != stream or self._source_task != source_task or self._kind != kind:
+            self._stream, self._source_task, self._kind = stream, source_task, kind
+            self._tasks, self._values = [], []
+            self._tree_ids = [] if kind == _TREES else None
+            self._roots = [] if kind == _ONE_TREE else None
+            self._edges = [] if kind == _ONE_TREE else None
+            self.items.append(TupleGroup(source_task, stream, self._tasks, self._values, self._tree_ids,
+                                         self._roots, self._edges))
         self._tasks.append(task)
         self._values.append(values)
-        if tracked:
-            self._tree_ids.append(tree_ids)
         self.count += 1
-
-    def _open(self, source_task: int, stream: str, tracked: bool) -> None:
-        """A new group, for the tuples of ``source_task`` on ``stream`` that follow."""
-        self._stream, self._source_task, self._tracked = stream, source_task, tracked
-        self._tasks, self._values = [], []
-        self._tree_ids = [] if tracked else None
-        self.items.append(TupleGroup(source_task, stream, self._tasks, self._values, self._tree_ids))
 
     def append_group(self, group: Any) -> None:
         """A ready group (an ack or completion batch); the tuples after it start a new one."""
@@ -175,16 +195,35 @@ class ExecutorTransfer:
             if ob.__class__ is RemoteOutbox:
                 remote = ob
                 remote.append(task, source.stream, source_task, wire, tree_ids)
-                if remote.count >= self.batch_size:
-                    self.flush(remote)
+                self._gathered(remote, remote.count)
                 continue
-            local = ob
             if tup is None:
                 tup = Tuple(values, source, source_task, tree_ids)
-            items = local.items
-            items.append(tup if local.single_task else (task, tup))
-            if len(items) >= self.batch_size:
-                self.flush(local)
+            self._to_local(ob, task, tup)
+
+    def send_tree(self, task: int, source: StreamSource, source_task: int, values: list[Any], root: int,
+                  edge: int) -> None:
+        """Queue a tuple of ``values`` for ``task`` in the one tree ``root``, as edge ``edge``
+        (see :meth:`send`; no tree map is made, here or on the wire)."""
+        ob = self._outboxes[task]
+        if ob.__class__ is RemoteOutbox:
+            remote = ob
+            remote.append_tree(task, source.stream, source_task, self._wire((task,), source.stream, values), root,
+                               edge)
+            self._gathered(remote, remote.count)
+        else:
+            self._to_local(ob, task, tree_tuple(values, source, source_task, root, edge))
+
+    def _to_local(self, local: Outbox, task: int, tup: Tuple) -> None:
+        """``tup`` into a local executor's outbox."""
+        items = local.items
+        items.append(tup if local.single_task else (task, tup))
+        self._gathered(local, len(items))
+
+    def _gathered(self, ob: Outbox | RemoteOutbox, count: int) -> None:
+        """``ob`` holds ``count`` tuples: handed on at a batch."""
+        if count >= self.batch_size:
+            self.flush(ob)
 
     def send_group(self, task: int, group: Any) -> None:
         """Queue a ready group of :mod:`squall.runtime.messaging.tuple_batch` for ``task``, a task of

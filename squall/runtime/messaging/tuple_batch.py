@@ -39,14 +39,23 @@ _MIN_INT, _MAX_INT = -(1 << 63), (1 << 64) - 1
 
 
 class TupleGroup(msgspec.Struct, array_like=True, forbid_unknown_fields=True, tag=0):
-    """Tuples of ``source_task`` on ``stream``, in emit order; ``tree_ids`` is None when none
-    of them is tracked."""
+    """Tuples of ``source_task`` on ``stream``, in emit order, of one kind: untracked (the
+    three tree columns None), each in one tree (its root and edge ids in ``roots`` and
+    ``edges``: nearly every tracked tuple), or in several (``tree_ids``, root -> edge each)."""
 
     source_task: NonNegative
     stream: str
     tasks: list[NonNegative]
     values: list[Union[list[Plain], bytes]]
     tree_ids: Union[list[dict[U64, U64]], None]
+    roots: Union[list[U64], None] = None
+    edges: Union[list[U64], None] = None
+
+    def tree_maps(self) -> list[dict[int, int] | None]:
+        """Each tuple's trees as one map (root -> edge; None untracked), whatever the kind."""
+        if self.roots is not None:
+            return [{root: edge} for root, edge in zip(self.roots, self.edges)]
+        return list(self.tree_ids) if self.tree_ids is not None else [None] * len(self.tasks)
 
 
 class AckBatch(msgspec.Struct, array_like=True, forbid_unknown_fields=True, tag=1):
