@@ -25,6 +25,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import cython
+
 from squall.api.config import Config
 from squall.api.context import TopologyContext
 from squall.api.metrics2.registry import MetricRegistry
@@ -86,7 +88,7 @@ class Executor:
         self.setup_error: BaseException | None = None
         self.transfer = ExecutorTransfer(worker, self.component, self.conf, self.blocks_on_full_queues(),
                                          lambda: self.stopping, self.queue.wake)
-        self.send = self.transfer.send
+        self.send = cython.cast(object, self.transfer).send  # the bound method (typed, it would be the C one)
         #: the longest turn: what it emitted is handed on at least this often (see run_once)
         self.flush_secs = self.conf[Config.TOPOLOGY_BATCH_FLUSH_INTERVAL_MILLIS] / 1000
         #: every init, ack, fail and reset this executor sends to the ackers
@@ -156,8 +158,8 @@ class Executor:
         if round_acks is not None and self.acks.round is not None:
             self.acks.share_round(round_acks)
 
-    #: how long one call into the executor may last before :meth:`stalled` (None: no limit)
-    stall_secs: float | None = None
+    #: how long one call into the executor may last before :meth:`stalled` (seconds; None: no limit)
+    stall_secs = None
 
     def stalled(self, secs: float) -> None:
         """The watchdog's thread: the executor's current call has lasted ``secs`` seconds, over
@@ -273,13 +275,13 @@ class InputExecutor(Executor):
     then the combined acks and every gathered output batch are handed on."""
 
     #: task -> its component's finish_batch, for those that buffer work until the end of a batch
-    _finishers: dict[int, Any] = {}
+    _finishers = {}
     # A turn (run_once) ends once it has spent flush_secs (topology.batch.flush.interval.millis)
     # on what it took, keeping the rest for the next: what it emitted is handed on, and however
     # slow a bolt is on a queueful, its cooperative thread runs the other executors (the spout
     # feeding it, the acker) and moves the worker's tuples to and from the other workers at least
     # this often (the queue still counts the rest as held: backpressure is unchanged).
-    _rest: list[Any] = []  # what the last run_once took and left (its slice ended)
+    _rest = []  # what the last run_once took and left (its slice ended)
 
     def process_batch(self, batch: list[Any]) -> None:
         """Process one incoming batch (bare tuples for a one-task executor, else ``(task,
