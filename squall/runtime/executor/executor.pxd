@@ -19,6 +19,8 @@ cdef class Executor:
     cdef public AckLedger acks
     cdef public double flush_secs
 
+    cpdef bint run_once(self, double timeout) except -1
+
 
 cdef class InputExecutor(Executor):
     @cython.locals(transfer=ExecutorTransfer, stats=ExecutorStats, items=list, executed=cython.longlong,

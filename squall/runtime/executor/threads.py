@@ -207,15 +207,24 @@ class CooperativeThread(_Runner):
             if did:
                 continue
             bell.arm()
-            # an executor whose output waits for room takes no input (backpressure): its queue
-            # must not keep the thread spinning; its idle_poll_secs brings it back soon
-            if not (io.idle() and all(e.queue.is_empty() or e.transfer.overflow for e in executors)) or self._stopping:
+            if not (io.idle() and self._idle(executors)) or self._stopping:
                 bell.disarm()
                 continue
-            polls = [p for e in executors if (p := e.idle_poll_secs) is not None]
-            if (io_poll := io.idle_poll_secs) is not None:
-                polls.append(io_poll)
-            io.wait(bell, min(polls) if polls else _POLL_SECS)
+            io.wait(bell, self._idle_wait(executors))
+
+    def _idle(self, executors: list[Executor]) -> bool:
+        """Whether no executor has input it may take (checked with the bell armed): one whose
+        output waits for room takes none (backpressure), so its queue must not keep the thread
+        spinning; its idle_poll_secs brings it back soon."""
+        return all(e.queue.is_empty() or e.transfer.overflow for e in executors)
+
+    def _idle_wait(self, executors: list[Executor]) -> float:
+        """How long an idle round may sleep: until the soonest call an executor or the data
+        path wants though nothing arrives."""
+        polls = [p for e in executors if (p := e.idle_poll_secs) is not None]
+        if (io_poll := self._io.idle_poll_secs) is not None:
+            polls.append(io_poll)
+        return min(polls) if polls else _POLL_SECS
 
     def _run_alone(self, executor: Executor) -> None:
         """After a hand-off: run the executor whose call was stuck, alone, as a blocking
