@@ -29,12 +29,10 @@ cdef class EmitPlan:
     cpdef object emit(self, list values, Tuple anchor)
     @cython.locals(edge=cython.ulonglong, ack_val=cython.ulonglong)
     cpdef void emit_tree(self, list values, tasks, root, AckLedger acks)
-    @cython.locals(ob=Outbox)
+    @cython.locals(ob=Outbox, items=list)
     cdef void _deliver(self, task, list values, dict tree_ids)
-    @cython.locals(ob=Outbox)
+    @cython.locals(ob=Outbox, items=list)
     cdef void _deliver_tree(self, task, list values, unsigned long long root, unsigned long long edge)
-    @cython.locals(items=list)
-    cdef void _append(self, Outbox ob, Tuple tup)
 
 
 cdef class _Collector:

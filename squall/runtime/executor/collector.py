@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from squall.runtime.executor.executor_stats import ExecutorStats
     from squall.runtime.executor.pending_trees import PendingTrees
     from squall.runtime.executor.route import StreamRoute
-    from squall.runtime.executor.transfer import ExecutorTransfer, Outbox
+    from squall.runtime.executor.transfer import ExecutorTransfer
     from squall.utils.u64_map import U64Map
 
 
@@ -149,21 +149,20 @@ class EmitPlan:
         ob = self.one_task[task]
         if ob is None:
             self.transfer.send((task,), self.source, self.task_id, values, tree_ids)
-        else:
-            self._append(ob, Tuple(values, self.source, self.task_id, tree_ids))
+            return
+        items = ob.items  # (inline, as in _deliver_tree: a call per tuple costs pure Python)
+        items.append(Tuple(values, self.source, self.task_id, tree_ids))
+        if len(items) >= self.batch_size:
+            self.transfer.flush(ob)
 
     def _deliver_tree(self, task: int, values: list[Any], root: int, edge: int) -> None:
         """One tuple for ``task`` in the one tree ``root``, as edge ``edge``."""
         ob = self.one_task[task]
         if ob is None:
             self.transfer.send_tree(task, self.source, self.task_id, values, root, edge)
-        else:
-            self._append(ob, tree_tuple(values, self.source, self.task_id, root, edge))
-
-    def _append(self, ob: Outbox, tup: Tuple) -> None:
-        """``tup`` into a one-task executor's outbox, handed on once it holds a batch."""
+            return
         items = ob.items
-        items.append(tup)
+        items.append(tree_tuple(values, self.source, self.task_id, root, edge))
         if len(items) >= self.batch_size:
             self.transfer.flush(ob)
 

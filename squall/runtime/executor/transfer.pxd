@@ -51,5 +51,4 @@ cdef class ExecutorTransfer:
                          unsigned long long edge)
     @cython.locals(items=list)
     cdef void _to_local(self, Outbox local, task, Tuple tup)
-    cdef void _gathered(self, ob, Py_ssize_t count)
     cpdef void flush(self, ob)

@@ -195,7 +195,8 @@ class ExecutorTransfer:
             if ob.__class__ is RemoteOutbox:
                 remote = ob
                 remote.append(task, source.stream, source_task, wire, tree_ids)
-                self._gathered(remote, remote.count)
+                if remote.count >= self.batch_size:
+                    self.flush(remote)
                 continue
             if tup is None:
                 tup = Tuple(values, source, source_task, tree_ids)
@@ -210,20 +211,17 @@ class ExecutorTransfer:
             remote = ob
             remote.append_tree(task, source.stream, source_task, self._wire((task,), source.stream, values), root,
                                edge)
-            self._gathered(remote, remote.count)
+            if remote.count >= self.batch_size:
+                self.flush(remote)
         else:
             self._to_local(ob, task, tree_tuple(values, source, source_task, root, edge))
 
     def _to_local(self, local: Outbox, task: int, tup: Tuple) -> None:
-        """``tup`` into a local executor's outbox."""
+        """``tup`` into a local executor's outbox, handed on at a batch."""
         items = local.items
         items.append(tup if local.single_task else (task, tup))
-        self._gathered(local, len(items))
-
-    def _gathered(self, ob: Outbox | RemoteOutbox, count: int) -> None:
-        """``ob`` holds ``count`` tuples: handed on at a batch."""
-        if count >= self.batch_size:
-            self.flush(ob)
+        if len(items) >= self.batch_size:
+            self.flush(local)
 
     def send_group(self, task: int, group: Any) -> None:
         """Queue a ready group of :mod:`squall.runtime.messaging.tuple_batch` for ``task``, a task of
