@@ -154,7 +154,7 @@ class Worker:
             self._runners.append(CooperativeThread(cooperative_executors, bell,
                                                    _DataPath(self, _ack_sender(cooperative_executors), round_acks),
                                                    f"worker-{self.index}-executors", self._executor_died,
-                                                   flush_secs=self._flush_secs))
+                                                   flush_secs=self._flush_secs, round_acks=round_acks))
         else:
             self._threads = [
                 threading.Thread(target=self.guarded(lambda: self.transfer.run(self._is_stopping), "transfer thread"),
@@ -237,13 +237,13 @@ class Worker:
         others = runner.hand_off(stuck)
         if not others:
             return  # the call returned meanwhile
-        # the stuck executor keeps the round's map (and sends what it holds when its call
-        # returns); the others join a new one, in their new thread
-        fresh = RoundAcks() if stuck.acks.round is not None else None
+        # a stuck executor sharing the round keeps it (and sends what it holds when its call
+        # returns): the others join a new one, in their new thread; else they keep theirs
+        round_acks = RoundAcks() if stuck.acks.round is not None else runner.round_acks
         stuck.queue.set_bell(Bell())
-        successor = CooperativeThread(others, self._bell, _DataPath(self, _ack_sender(others), fresh),
+        successor = CooperativeThread(others, self._bell, _DataPath(self, _ack_sender(others), round_acks),
                                       f"worker-{self.index}-executors-{len(self._runners)}", self._executor_died,
-                                      started=True, flush_secs=self._flush_secs, round_acks=fresh)
+                                      started=True, flush_secs=self._flush_secs, round_acks=round_acks)
         self._runners.append(successor)
         successor.start()
         text = (f"a call into {stuck.component}{stuck.task_ids} has made no progress for over "

@@ -16,7 +16,10 @@ from __future__ import annotations
 import os
 import random
 
-import cython
+try:
+    import cython
+except ImportError:  # Cython builds the extensions; pure Python runs without it
+    from squall.utils import no_cython as cython
 
 _generator = random.Random()
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import cython
+try:
+    import cython
+except ImportError:  # Cython builds the extensions; pure Python runs without it
+    from squall.utils import no_cython as cython
 
 if cython.compiled:
     from cython.cimports.libc.stdlib import calloc, free

@@ -25,8 +25,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import cython
-
 from squall.api.config import Config
 from squall.api.context import TopologyContext
 from squall.api.metrics2.registry import MetricRegistry
@@ -88,7 +86,7 @@ class Executor:
         self.setup_error: BaseException | None = None
         self.transfer = ExecutorTransfer(worker, self.component, self.conf, self.blocks_on_full_queues(),
                                          lambda: self.stopping, self.queue.wake)
-        self.send = cython.cast(object, self.transfer).send  # the bound method (typed, it would be the C one)
+        self.send = getattr(self.transfer, "send")  # the bound method (.send, typed, would be the C one)
         #: the longest turn: what it emitted is handed on at least this often (see run_once)
         self.flush_secs = self.conf[Config.TOPOLOGY_BATCH_FLUSH_INTERVAL_MILLIS] / 1000
         #: every init, ack, fail and reset this executor sends to the ackers

@@ -10,6 +10,7 @@ cdef class _Runner:
     cdef public object _current
     cdef public long long _calls
     cdef public bint _stopping
+    cdef public object round_acks
 
 
 cdef class CooperativeThread(_Runner):

@@ -85,7 +85,9 @@ class _Runner:
                  round_acks: RoundAcks | None = None) -> None:
         self.executors = executors
         self._started = started  # the executors are running already (taken over from another runner)
-        self._round_acks = round_acks  # the round that executors taken over join, if they shared one
+        #: the round its executors' acks combine in (None without ackers); executors taken over
+        #: from another runner join it in this thread, if they shared one there
+        self.round_acks = round_acks
         self._on_death = on_death
         self._stopping = False
         self._current: Executor | None = None  # the executor being run: a death names it
@@ -120,7 +122,7 @@ class _Runner:
         try:
             if self._started:
                 for executor in running:
-                    executor.move_to_this_thread(self._round_acks)
+                    executor.move_to_this_thread(self.round_acks)
             if len(running) == len(self.executors):  # else the worker is not started: it stops
                 self._loop(running)
         except BaseException as e:  # noqa: BLE001 - an executor must never die silently

@@ -46,6 +46,7 @@ import collections
 import errno
 import hashlib
 import hmac
+import itertools
 import logging
 import os
 import queue
@@ -81,6 +82,8 @@ _READ_BYTES = 256 * 1024
 # reads per connection per receive call: a peer sending as fast as this worker reads does not
 # keep the reader on its link
 _READS_PER_CALL = 4
+# buffers one sendmsg writes at most (well under the kernel's IOV_MAX of 1024)
+_IOV_MAX = 64
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 # how often the acceptor looks at its stop flag
 _STOP_POLL_SECS = 0.2
@@ -322,7 +325,7 @@ class OutboundLink:
         pending = self._pending
         while pending:
             try:
-                sent = self.sock.sendmsg(list(pending)[:64])
+                sent = self.sock.sendmsg(list(itertools.islice(pending, _IOV_MAX)))
             except BlockingIOError:
                 return True
             while sent:
