@@ -440,3 +440,11 @@ class FailFirstBolt(KeyedBolt):
             self.collector.fail(tup)
         else:
             self.collector.ack(tup)
+
+
+def tree_maps(group) -> list[dict[int, int] | None]:
+    """Each tuple's trees in a TupleGroup as one map (root -> edge; None untracked), whatever
+    the group's kind (root and edge columns, or tree maps)."""
+    if group.roots is not None:
+        return [{root: edge} for root, edge in zip(group.roots, group.edges)]
+    return list(group.tree_ids) if group.tree_ids is not None else [None] * len(group.tasks)

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from helpers import Sink
+from helpers import Sink, tree_maps
 from squall import Bolt, Spout, TopologyBuilder
 from squall.runtime.acker import acker_for
 from squall.api.system_ids import ACKER_COMPONENT, ACK_BATCH
@@ -303,7 +303,7 @@ class Sent:
         for group in self.remote:
             if group.__class__ is TupleGroup:
                 out.extend((task, group.source_task, group.stream, values, tree_ids)
-                           for task, values, tree_ids in zip(group.tasks, group.values, group.tree_maps(), strict=True))
+                           for task, values, tree_ids in zip(group.tasks, group.values, tree_maps(group), strict=True))
         return sorted(out, key=lambda record: record[0])
 
     def acks(self) -> dict[int, dict[int, tuple[int, int]]]:
@@ -429,7 +429,7 @@ def check_emit(world: World, kind_id: str, dest: str) -> None:
     # what worker 1 gets: the tuple for a remote destination, and the inits and acks for its acker
     if dest == "remote":
         [group] = [g for g in sent.remote if g.__class__ is TupleGroup]
-        assert (group.source_task, group.stream, group.tasks, group.values, group.tree_maps()) == (
+        assert (group.source_task, group.stream, group.tasks, group.values, tree_maps(group)) == (
             source_task, stream, targets, [values], ids)
         # a tuple in one tree travels as a root and an edge, in several as a tree map
         one_tree = kind.tracked and all(len(i) == 1 for i in ids)

@@ -11,6 +11,7 @@ import threading
 import msgpack
 import pytest
 
+from helpers import tree_maps
 from squall.api.errors import EmitError, SerializationError
 from squall.runtime.messaging import tuple_batch
 from squall.runtime.messaging.schema import MalformedMessage
@@ -127,7 +128,7 @@ def travel(values: list, anchors: dict | None = None, sender: Serializer | None 
     receiver = receiver or Serializer()
     group = TupleGroup(2, "stream", [4], [wire(values, sender)], [anchors or {}])
     [g] = tuple_batch.decode(tuple_batch.encode([group]))
-    return (g.tasks[0], g.source_task, g.stream, arrived(g.values[0], receiver), g.tree_maps()[0]), receiver
+    return (g.tasks[0], g.source_task, g.stream, arrived(g.values[0], receiver), tree_maps(g)[0]), receiver
 
 
 @pytest.mark.parametrize("value", list(NATIVE.values()), ids=list(NATIVE))
@@ -158,8 +159,8 @@ def test_a_payload_of_many_groups_keeps_each_tuples_fields_and_tree_ids():
     for sent, (value, got) in zip(groups, zip(NATIVE.values(), received)):
         assert (got.tasks, got.source_task, got.stream, got.tree_ids, got.roots, got.edges) == (
             sent.tasks, sent.source_task, sent.stream, sent.tree_ids, sent.roots, sent.edges)
-        assert got.tree_maps() == sent.tree_maps() and len(got.tree_maps()) == 1
-        assert all(type(k) is int and type(v) is int for ids in got.tree_maps() if ids for k, v in ids.items())
+        assert tree_maps(got) == tree_maps(sent) and len(tree_maps(got)) == 1
+        assert all(type(k) is int and type(v) is int for ids in tree_maps(got) if ids for k, v in ids.items())
         assert same(arrived(got.values[0], s), [value, sent.tasks[0] - 1]), (sent.stream, got.values)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from helpers import tree_maps
 from squall import Bolt, Spout, TopologyBuilder
 from squall.runtime.cluster_state import TopologyState, Tracker
 from squall.api.config import merged_config
@@ -81,7 +82,7 @@ def records(groups: list) -> list[tuple]:
     """The groups handed to the worker's transfer as records (task, source task, stream,
     values, tree ids), one per tuple."""
     return [(task, g.source_task, g.stream, values, ids) for g in groups
-            for task, values, ids in zip(g.tasks, g.values, g.tree_maps())]
+            for task, values, ids in zip(g.tasks, g.values, tree_maps(g))]
 
 
 def seen(x: Any) -> Any:

@@ -41,7 +41,7 @@ cdef class Acker:
     cpdef void reset_timeout(self, unsigned long long root)
     @cython.locals(trees=_Trees)
     cdef _Trees _trees(self, unsigned long long root)
-    @cython.locals(older=_Trees, newest=_Trees)
+    @cython.locals(trees=_Trees, newest=_Trees)
     cdef _Trees _newest_with(self, unsigned long long root)
     @cython.locals(roots=list, meta=cython.ulonglong, task_plus_one=cython.ulonglong, spout_task=cython.longlong)
     cdef void _settle(self, unsigned long long root, _Trees trees)

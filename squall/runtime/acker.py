@@ -168,12 +168,10 @@ class Acker:
     def _newest_with(self, root: int) -> _Trees:
         """The newest generation, holding tree ``root`` (moved there, or new): Storm's
         ``RotatingMap.put`` of a fail or a reset, which restarts the tree's expiry."""
-        older, newest = self._older, self._newest
-        if root in older.vals:
-            newest.put(root, older.vals.value(root), older.meta.value(root))
-            older.remove(root)
-        elif root not in newest.vals:
-            newest.put(root, 0, 0)
+        trees, newest = self._trees(root), self._newest
+        if trees is not newest:
+            newest.put(root, trees.vals.value(root), trees.meta.value(root))
+            trees.remove(root)
         return newest
 
     def _settle(self, root: int, trees: _Trees) -> None:

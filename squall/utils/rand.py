@@ -23,9 +23,6 @@ except ImportError:  # Cython builds the extensions; pure Python runs without it
 
 _generator = random.Random()
 
-#: ``rand_bits(k)``: a random int of ``k`` bits
-rand_bits = _generator.getrandbits
-
 # SplitMix64 (Steele, Lea and Flood, 2014): the state and its constants, C integers compiled
 _state = 0
 _GAMMA = 0x9E3779B97F4A7C15

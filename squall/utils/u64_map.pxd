@@ -14,8 +14,6 @@ cdef class U64Map:
     cdef int _shift
 
     @cython.locals(slot=Py_ssize_t)
-    cpdef object get(self, unsigned long long key, default=*)
-    @cython.locals(slot=Py_ssize_t)
     cpdef unsigned long long value(self, unsigned long long key)
     cpdef void set(self, unsigned long long key, unsigned long long value)
     @cython.locals(slot=Py_ssize_t)

@@ -51,14 +51,6 @@ class U64Map:
         else:
             return key in self._dict
 
-    def get(self, key: int, default: Any = None) -> Any:
-        """The value of ``key``, or ``default``."""
-        if cython.compiled:
-            slot = self._find(key)
-            return default if slot < 0 else self._vals[slot]
-        else:
-            return self._dict.get(key, default)
-
     def value(self, key: int) -> int:
         """The value of ``key``, 0 when absent (as :meth:`xor` takes it)."""
         if cython.compiled:

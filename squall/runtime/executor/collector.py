@@ -380,7 +380,10 @@ class OutputCollector(_Collector):
             for anchor in anchors:  # a new edge per anchor, XOR-ed into each of its trees
                 edge = rand64()
                 anchor.ack_val ^= edge
-                for root in anchor.tree_ids:
+                if anchor.trees is None:
+                    ids[anchor.root] = ids.get(anchor.root, 0) ^ edge
+                    continue
+                for root in anchor.trees:
                     ids[root] = ids.get(root, 0) ^ edge
             self._send((task,), route.source, self._task_id, values, ids)
         return tasks

@@ -51,12 +51,6 @@ class TupleGroup(msgspec.Struct, array_like=True, forbid_unknown_fields=True, ta
     roots: Union[list[U64], None] = None
     edges: Union[list[U64], None] = None
 
-    def tree_maps(self) -> list[dict[int, int] | None]:
-        """Each tuple's trees as one map (root -> edge; None untracked), whatever the kind."""
-        if self.roots is not None:
-            return [{root: edge} for root, edge in zip(self.roots, self.edges)]
-        return list(self.tree_ids) if self.tree_ids is not None else [None] * len(self.tasks)
-
 
 class AckBatch(msgspec.Struct, array_like=True, forbid_unknown_fields=True, tag=1):
     """Inits and acks from ``source_task``'s executor for acker task ``acker_task``:
