@@ -5,7 +5,7 @@ their worker down.
 Real sockets on 127.0.0.1 and real worker processes. The attacker is a separate process
 (:data:`ATTACKER`) that knows only the ports: it sends a crafted pickle whose ``__reduce__``
 would create a canary file, random bytes, a truncated frame, well-formed messages with wrong
-types, a fake ``hello`` and a fake ``kill`` to a worker port, a backpressure port, the master
+types, a fake ``hello`` and a fake ``kill`` to a worker port, the master
 and the control socket. Afterwards: no canary, nothing of the topology received, the topology
 still running with exact results, and each refused connection logged.
 
@@ -248,7 +248,6 @@ def test_a_process_without_the_keys_gets_nothing_in_and_nothing_out(cluster, hom
         workers = cluster.get_topology_info("guarded")["workers"]
         endpoints = {
             "worker port": (workers[1]["port"], "PUSH"),
-            "backpressure port": (workers[1]["backpressure_port"], "XSUB"),
             "master port": (int(runner.address.rsplit(":", 1)[1]), "DEALER"),
             "control port": (int(json.loads(next(registry_dir().glob("*.json")).read_text())["address"]
                                  .rsplit(":", 1)[1]), "REQ"),
@@ -263,7 +262,6 @@ def test_a_process_without_the_keys_gets_nothing_in_and_nothing_out(cluster, hom
         # each endpoint logged the refused connections: the 2 ZeroMQ peers and the 2 raw ones that
         # speak ZMTP (bytes that are not ZMTP at all are dropped by libzmq without an event)
         wait_until(lambda: refusals(worker_logs(cluster, "guarded"), "worker port") >= 4, timeout=10)
-        wait_until(lambda: refusals(worker_logs(cluster, "guarded"), "backpressure port") >= 4, timeout=10)
         wait_until(lambda: refusals(caplog.text, "master port") >= 4, timeout=10)
         wait_until(lambda: refusals(caplog.text, "control port") >= 4, timeout=10)
     assert not canary.exists()
@@ -400,7 +398,7 @@ def test_random_bytes_from_a_peer_with_the_keys_leave_the_master_supervising(clu
     try:
         dealer.send(os.urandom(4096))
         dealer.send(msgpack.packb({"type": "heartbeat", "executors": "lots", "errors": []}))
-        dealer.send(msgpack.packb({"type": "bound", "host": "127.0.0.1", "port": 70000, "bp_port": 1}))
+        dealer.send(msgpack.packb({"type": "bound", "host": "127.0.0.1", "port": 70000}))
         wait_until(lambda: caplog.text.count("dropped a malformed message") >= 3, timeout=10)
     finally:
         dealer.close()

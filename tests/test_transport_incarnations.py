@@ -36,7 +36,7 @@ SENDER = textwrap.dedent("""
     transport = ZmqTransport(context, 0, LinkSecurity(context, LinkKeys.from_json(sys.stdin.readline()), "sender"),
                              buffered_payloads=8, incarnation=run, same_host=same_host)
     transport.bind(None)
-    transport.set_peers({1: ("127.0.0.1", port, 1)})
+    transport.set_peers({1: ("127.0.0.1", port)})
     for i in range(count):
         transport.send(1, f"{run}:{i}:".encode() + bytes(4000), 0)
         while transport.send_backlog():

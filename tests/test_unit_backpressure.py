@@ -8,7 +8,14 @@ import threading
 
 import pytest
 
-from squall.api.config import Config
+from helpers import CountingSpout, Sink
+from squall import TopologyBuilder
+from squall.api.config import Config, merged_config
+from squall.runtime.assignment import assign
+from squall.runtime.cluster_state import TopologyState
+from squall.runtime.messaging.local import LocalTransport
+from squall.runtime.messaging.tuple_batch import encode
+from squall.runtime.worker import Worker
 from squall.runtime.assignment import Assignment, ExecutorAssignment, WorkerAssignment
 from squall.runtime.messaging.backpressure import CreditGrants, Credits, credit_window, queue_keys, send_batch_size
 from squall.runtime.messaging.tuple_batch import AckBatch, TupleGroup
@@ -46,11 +53,15 @@ class Pair:
     def _wake(self) -> None:
         self.wakes += 1
 
-    def announce(self, receiver_run: int = 0) -> None:
-        """What worker 1's transfer path sends worker 0: the grants that changed."""
+    def announce(self, receiver_run: int = 0, credits: Credits | None = None) -> tuple[int, dict[int, int]] | None:
+        """What worker 1's transfer path sends worker 0 (``credits``, else the pair's): the
+        grants that changed; returns the last."""
+        grant = None
         for peer, run, credit in self.grants.take_changes({0}):
             assert peer == 0
-            self.credits.update(1, receiver_run, (run, credit))
+            grant = (run, credit)
+            (credits or self.credits).update(1, receiver_run, grant)
+        return grant
 
     def arrive(self, q: BatchQueue, n: int, run: int = 0) -> bool:
         return self.grants.deliver(0, run, [(q, list(range(n)))], {})
@@ -133,12 +144,12 @@ def test_a_restarted_sender_gets_the_credit_of_its_dead_run_back_and_its_leftove
     assert pair.arrive(pair.b, 1)
     pair.grants.heard(0, 1)
     new_run = Credits(0, 1, queue_keys(ASSIGNMENT), ASSIGNMENT.task_worker, {}, 2, WINDOW, CAPACITY)
-    new_run.update(1, 0, pair.grants.state()[0])  # as a worker process publishes them
+    pair.announce(credits=new_run)
     assert not new_run.spend([tuples(2, 2, 2, 2)]), "one tuple of run 0 is still held"
     assert new_run.spend([tuples(2, 2, 2)])
     assert not pair.arrive(pair.b, 2, run=0), "what the dead run sent is not counted, nor put"
     assert pair.b.take_all(0) == [[0]]
-    new_run.update(1, 0, pair.grants.state()[0])
+    pair.announce(credits=new_run)
     assert new_run.spend([tuples(3)]), "the held tuple's credit went to the new run"
     assert pair.grants.held() == 0 and not new_run.spend([tuples(2, 2)])
 
@@ -146,10 +157,10 @@ def test_a_restarted_sender_gets_the_credit_of_its_dead_run_back_and_its_leftove
 def test_credit_from_a_dead_receiver_is_void():
     pair = Pair()
     pair.grants.heard(0, 0)
-    pair.announce()
+    grant = pair.announce()
     pair.credits.update(1, 1, None)  # the receiver restarted and has not heard from us yet
     assert not pair.credits.spend([tuples(4)])
-    pair.credits.update(1, 0, pair.grants.state()[0])  # a late announcement of the dead run
+    pair.credits.update(1, 0, grant)  # a late announcement of the dead run
     assert not pair.credits.spend([tuples(4)])
 
 
@@ -182,3 +193,46 @@ def test_a_blocked_sender_wakes_on_a_grant_and_watchers_are_rung():
     assert sent.wait(10), "the grant woke the blocked sender"
     thread.join(10)
     assert rung
+
+
+def test_a_greeted_peer_gets_a_payload_at_once_with_its_grants_once_heard_from():
+    pair = Pair()
+    pair.grants.greet([0])
+    assert pair.wakes == 1, "the transfer path is woken to greet"
+    assert pair.grants.take_greetings() == [0] and pair.grants.take_greetings() == []
+    assert pair.grants.take_changes({0}) == [], "not heard from: the greeting carries no grants"
+    pair.grants.heard(0, 0)
+    assert pair.announce() == (0, {2: WINDOW, 4: WINDOW})
+    pair.grants.greet([0])  # the peer moved: its grants go again, though they did not change
+    assert pair.grants.take_greetings() == [0]
+    assert pair.grants.take_changes({0}) == [(0, 0, {2: WINDOW, 4: WINDOW})]
+
+
+def test_the_receive_path_hears_a_new_run_of_a_peer_from_its_payload_and_drops_a_non_peers():
+    conf = merged_config({"topology.workers": 2, "topology.acker.executors": 0})
+    builder = TopologyBuilder()
+    builder.set_spout("spout", CountingSpout(0))
+    builder.set_bolt("sink", Sink(), 2).shuffle_grouping("spout")
+    topology = builder.create_topology()
+    assignment = assign(topology, conf)
+    transport = LocalTransport()
+    state = TopologyState()
+    workers = [Worker("greet", topology, conf, assignment, i, transport, state) for i in range(2)]
+    receiver, sender = workers
+    sender.transfer.send_queued()  # worker 1's grants, heard of as it registered, go to worker 0
+    assert receiver.receive.receive_ready()
+    remote = [t for t in assignment.component_tasks["sink"] if assignment.task_worker[t] == 1]
+    assert remote, "a sink task in each worker"
+    group = [TupleGroup(1, "default", remote, [[0]] * len(remote), None)]
+    assert receiver.credits.spend(group)
+    receiver.grants.take_changes({1})
+    # worker 1 restarted as run 3: its first payload (a greeting: no groups) is all worker 0 hears
+    receiver.receive.deliver(encode([]), 1, 3)
+    assert not receiver.credits.spend(group), "credit from the dead run is void"
+    ((peer, run, credit),) = receiver.grants.take_changes(set())
+    assert (peer, run) == (1, 3) and set(credit.values()) == {credit_window(conf)}, \
+        "the new run is granted a window, and the grant is worth a payload of its own"
+    receiver.receive.deliver(encode([]), 7, 0)
+    assert receiver.grants.take_changes({7}) == []
+    errors = [e["error"] for c in ("spout", "sink") for e in state.errors(c)]
+    assert any("a payload from worker 7, not a peer" in e for e in errors), errors

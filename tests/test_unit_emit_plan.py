@@ -175,6 +175,10 @@ class World:
         assert [where[c] for c in ("g_spout", "a_bolt", "e_one", "c_many", "d_far_spout", "b_far")] == \
             [{0}] * 4 + [{1}] * 2, "the layout these tests need"
         assert len(self.tasks("c_many")) == 3 and len(self.executor("c_many").task_ids) == 3
+        for worker in self.workers:  # the grants each worker made as it heard of the other
+            worker.transfer.send_queued()
+        for worker in self.workers:
+            assert worker.receive.receive_ready()
         for worker in self.workers:
             assert all(e.cooperative and e.acks.round is not None for e in worker.executors)
             for executor in worker.executors:

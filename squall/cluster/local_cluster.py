@@ -40,6 +40,13 @@ class _InProcessRunner:
         self._name = name
 
     def start(self) -> None:
+        # the windows each worker granted the others as it heard of them, handed over before any
+        # thread runs (as Storm's worker waits for its connections): no spout finds a peer's
+        # tasks without credit, and sends only to its own, at the start
+        for worker in self.workers:
+            worker.transfer.send_queued()
+        for worker in self.workers:
+            worker.receive.receive_ready()
         for worker in self.workers:
             worker.start()
         failures = [f for worker in self.workers for f in worker.wait_ready(_SETUP_TIMEOUT_SECS)]

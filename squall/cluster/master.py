@@ -86,7 +86,6 @@ class WorkerSlot:
         self.pid: int | None = pid
         self.host = ""
         self.port = 0
-        self.bp_port = 0
         self.ready = False
         self.stopped = False  # said ``stopped``: its snapshots are final
         self.started_at = time.monotonic()
@@ -225,10 +224,10 @@ class TopologyMaster(ABC):
         self._context.term()
 
     def workers_info(self) -> list[WorkerInfo]:
-        """Per worker: host, port, backpressure port, pid, restarts and its executors."""
+        """Per worker: host, port, pid, restarts and its executors."""
         return [
             WorkerInfo(host=slot.host or None, port=slot.port or slot.assigned_port,
-                       backpressure_port=slot.bp_port or None, pid=slot.pid, restarts=slot.restarts,
+                       pid=slot.pid, restarts=slot.restarts,
                        executors=[ExecutorPlace(component=e.component, tasks=list(e.tasks))
                                   for e in self._assignment.workers[slot.index].executors])
             for slot in self.slots
@@ -386,10 +385,10 @@ class TopologyMaster(ABC):
                 payload = cloudpickle.dumps((self.name, self._topology, self._conf, self._assignment, self._active,
                                              slot.restarts))
                 self._send(identity, schema.Bootstrap(payload))
-            case schema.Bound(host=host, port=port, bp_port=bp_port):
-                slot.host, slot.port, slot.bp_port = host, port, bp_port
+            case schema.Bound(host=host, port=port):
+                slot.host, slot.port = host, port
                 if self.peers_from_master and all(s.port for s in self.slots):
-                    peers = schema.Peers({s.index: (s.host, s.port, s.bp_port) for s in self.slots})
+                    peers = schema.Peers({s.index: (s.host, s.port) for s in self.slots})
                     for s in self.slots:
                         self._send(self._identity(s), peers)
             case schema.Ready():

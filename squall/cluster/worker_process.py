@@ -9,7 +9,7 @@ messages of :mod:`squall.runtime.messaging.schema`:
 
 1. ``hello`` (pid) → the master answers ``bootstrap`` (the pickled topology, config and
    assignment: unpickled only because the master proved it holds the topology's keys);
-2. it binds its worker and backpressure ports and says ``bound``; the others' addresses come
+2. it binds its worker port and says ``bound``; the others' addresses come
    from the master (``peers``, now and whenever a worker restarts elsewhere) or, in a Spark
    barrier stage, from an exchange among the workers;
 3. it starts its executors (open/prepare) and says ``ready``, or ``setup_error`` with the
@@ -21,8 +21,7 @@ messages of :mod:`squall.runtime.messaging.schema`:
 
 Workers of one host exchange their payloads over Unix sockets
 (:mod:`squall.runtime.messaging.same_host`), workers of different hosts over ZeroMQ.
-Its control thread (the main thread) also publishes the credit the worker grants the others
-and reads theirs (:mod:`squall.runtime.messaging.backpressure`), and logs refused connections. A message from the master that
+Its control thread (the main thread) also logs refused connections. A message from the master that
 does not fit its schema is logged and dropped. It exits when its parent (the supervisor) is
 gone, and — fail-fast — with code 1 after a last heartbeat when a thread of its worker died
 (:attr:`Worker.failure`), so that it is restarted.
@@ -56,8 +55,9 @@ from squall.runtime.worker import Worker
 
 log = logging.getLogger("squall.worker")
 
-# How often the control thread looks at its peers' grants and publishes its own when due.
-_CONTROL_TICK_SECS = 0.005
+# How often the control thread looks whether its parent is alive and a heartbeat is due (the
+# master's messages, refused connections and the worker's failure wake it at once).
+_CONTROL_TICK_SECS = 0.1
 
 
 class _ComponentStartError(RuntimeError):
@@ -89,7 +89,7 @@ class _ForwardingState(TopologyState):
         return unsent
 
 
-Peers = dict[int, tuple[str, int, int]]  # worker index -> (host, port, backpressure port)
+Peers = dict[int, tuple[str, int]]  # worker index -> (host, port)
 
 
 def _figures(worker: Worker) -> list[schema.ExecutorReport]:
@@ -154,7 +154,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
     master says ``kill`` (return 0), the parent process dies or a thread of the worker dies
     (return 1); return 1 at once if the worker cannot start (the master hears the cause).
     ``keys`` are the topology's link keys (None: links not secure). Listens on ``host``.
-    ``exchange_peers`` takes this worker's (host, port, backpressure port) and returns every
+    ``exchange_peers`` takes this worker's (host, port) and returns every
     worker's, blocking until all have called it; None: the master sends them."""
     parent = os.getppid()
     control = _Control(master, index, generation, keys)
@@ -174,15 +174,15 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         # spouts start once every executor of this worker is ready (Storm's active worker): a
         # topology's own failure comes after the master heard this worker is ready
         worker = Worker(name, topology, conf, assignment, index, transport, state, False, restarts > 0)
-        port, bp_port = transport.bind(assignment.workers[index].port)
-        control.send(schema.Bound(host, port, bp_port))
+        port = transport.bind(assignment.workers[index].port)
+        control.send(schema.Bound(host, port))
         if exchange_peers is not None:
-            transport.set_peers(exchange_peers((host, port, bp_port)))
+            transport.set_peers(exchange_peers((host, port)))
         else:
             transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
         worker.start()
         started = True
-        failures = _wait_ready(worker, transport, conf[Config.SUPERVISOR_WORKER_START_TIMEOUT_SECS])
+        failures = worker.wait_ready(conf[Config.SUPERVISOR_WORKER_START_TIMEOUT_SECS])
         if failures:
             executor, error = failures[0]
             raise _ComponentStartError(
@@ -221,19 +221,6 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
     return code
 
 
-def _wait_ready(worker: Worker, transport: ZmqTransport, timeout: float) -> list[tuple[Any, BaseException]]:
-    """:meth:`Worker.wait_ready`, taking the peers' credit meanwhile: an executor starting up may
-    send and wait for credit (a blocking executor's request for a rollback, when its worker
-    restarted), which only comes once the peers heard of this run. It grants them none before
-    it is ready: no input reaches it while it starts."""
-    deadline = time.monotonic() + timeout
-    while not all(e.ready.is_set() for e in worker.executors) and time.monotonic() < deadline:
-        transport.announce()
-        if transport.sub_socket.poll(_CONTROL_TICK_SECS * 1000):
-            transport.read_credit()
-    return worker.wait_ready(0)
-
-
 def _wake(room_write: int) -> None:
     """Wake the control thread (the worker failed)."""
     try:
@@ -246,7 +233,6 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
            conf: dict[str, Any], parent: int, room_read: int) -> int:
     poller = zmq.Poller()
     poller.register(control.socket, zmq.POLLIN)
-    poller.register(transport.sub_socket, zmq.POLLIN)
     poller.register(room_read, zmq.POLLIN)
     for monitor in control.security.monitors:
         poller.register(monitor, zmq.POLLIN)
@@ -254,11 +240,10 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
     next_heartbeat = 0.0
     commands, control.deferred = control.deferred, []
     while True:
-        events = dict(poller.poll(_CONTROL_TICK_SECS * 1000))
+        wait = min(_CONTROL_TICK_SECS, next_heartbeat - time.monotonic())
+        events = dict(poller.poll(max(0.0, wait) * 1000))
         if room_read in events:
             os.read(room_read, 4096)
-        if transport.sub_socket in events:
-            transport.read_credit()
         if control.socket in events:
             while (message := control.receive(0)) is not None:
                 commands.append(message)
@@ -281,7 +266,6 @@ def _serve(control: _Control, worker: Worker, transport: ZmqTransport, state: _F
             # fail-fast: the master hears why, and the supervisor (or Spark) restarts this worker
             control.send(schema.Heartbeat(_figures(worker), state.take_unsent(), worker.take_samples()))
             return 1
-        transport.publish_credit()
         now = time.monotonic()
         if now >= next_heartbeat:
             next_heartbeat = now + heartbeat_every

@@ -86,14 +86,13 @@ class ExecutorPlace(msgspec.Struct, kw_only=True):
 
 
 class WorkerInfo(msgspec.Struct, kw_only=True):
-    """One worker. ``host``, ``backpressure_port`` and ``restarts`` are those of a worker process
+    """One worker. ``host`` and ``restarts`` are those of a worker process
     (in-process workers leave them out)."""
 
     port: int
     pid: int | None
     executors: list[ExecutorPlace]
     host: str | None | UnsetType = UNSET
-    backpressure_port: int | None | UnsetType = UNSET
     restarts: int | UnsetType = UNSET
 
 

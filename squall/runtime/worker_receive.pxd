@@ -7,7 +7,8 @@ from squall.api.tuple cimport StreamSource, Tuple, tree_tuple
 cdef class WorkerReceive:
     cdef public object index
     cdef object _assignment, _transport, _state, _serializer, _grants, _credits
-    cdef dict _task_streams, _dispatch
+    cdef dict _task_streams, _dispatch, _runs
+    cdef frozenset _peers
     cdef set _local_ackers
     cdef object _spout_tasks
 

@@ -64,6 +64,8 @@ class WorkerReceive:
         self._local_ackers = {t for t in task_queues if component[t] == ACKER_COMPONENT}
         self._spout_tasks = spout_tasks  # the topology's
         self._serializer = Serializer.for_config(conf)  # the reading thread's only
+        self._peers = frozenset(w.index for w in assignment.workers) - {index}
+        self._runs: dict[int, int] = {}  # peer -> its run heard from (the reading thread's)
 
     def receive_ready(self) -> bool:
         """Deliver every payload that has arrived, without waiting; True if there was one."""
@@ -80,7 +82,16 @@ class WorkerReceive:
 
     def deliver(self, payload: bytes, sender: int, run: int) -> None:
         """Check the groups of ``payload`` (from ``run`` of worker ``sender``) and put their
-        tuples on the executors' queues; the credit it grants goes to this worker's credits."""
+        tuples on the executors' queues; the credit it grants goes to this worker's credits.
+        A new run of ``sender`` is heard of here: granted a window, and its credit from the
+        dead run is void (see :mod:`squall.runtime.messaging.backpressure`)."""
+        if self._runs.get(sender) != run:
+            if sender not in self._peers:
+                self._report_malformed(len(payload), [f"a payload from worker {sender}, not a peer"])
+                return
+            self._runs[sender] = run
+            self._grants.heard(sender, run)
+            self._credits.update(sender, run, None)
         batches: dict[BatchQueue, list[Any]] = {}
         puts: list[tuple[BatchQueue, list[Any]]] = []  # cut before a barrier, in order
         dropped: dict[BatchQueue, int] = {}  # tuples for this worker's queues that were not put

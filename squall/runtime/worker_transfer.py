@@ -11,7 +11,7 @@ Backpressure: groups are queued only against the credit their worker granted (se
 :mod:`squall.runtime.messaging.backpressure`); a worker not heard from yet has granted none (no burst
 into a starting worker). The grants this worker changed go to their peers with what is sent
 (a :class:`~squall.runtime.messaging.tuple_batch.CreditGrant` group), or alone once they are
-worth it.
+worth it; a peer to greet gets a payload at once (its grants, or nothing yet).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class WorkerTransfer:
         items = self.queue.take_all(timeout)
         if self.backlog:
             self.backlog = self.transport.send_backlog()
-        by_dest: dict[int, list[Any]] = {}
+        by_dest: dict[int, list[Any]] = {peer: [] for peer in self.grants.take_greetings()}
         for dest, groups in items:
             by_dest.setdefault(dest, []).extend(groups)
         for peer, run, credit in self.grants.take_changes(by_dest):

@@ -25,14 +25,16 @@ a grant instead of sending and hoping. The rules, in the order a tuple meets the
    without it, keeps the batch waiting: a blocking sender waits on :meth:`Credits.wait`, a
    non-blocking one is woken by a grant (``watch``). Nobody polls. Credit is also what load-aware
    shuffle reads as another worker's task load.
-4. **Announcements.** Grants are cumulative counts per (peer run, queue), so an announcement
-   repeated, lost or out of date does no harm. Changed grants ride to the peer with the
-   payloads going back, as a :class:`~squall.runtime.messaging.tuple_batch.CreditGrant` group
-   sent by the worker's transfer path (:mod:`squall.runtime.worker_transfer`); a quarter of a
-   window or more goes in a payload of its own if nothing else is going. Worker processes also
-   publish their grants on their backpressure port within a few milliseconds of a change, at
-   once when they hear of a new peer run (that is how runs find each other), and every 0.1 s
-   (:mod:`squall.runtime.messaging.zmq_transport`).
+4. **Announcements travel one way: with the payloads.** Grants are cumulative counts per (peer
+   run, queue), so an announcement repeated or out of date does no harm. Changed grants ride to
+   the peer with the payloads going there, as a
+   :class:`~squall.runtime.messaging.tuple_batch.CreditGrant` group sent by the worker's transfer
+   path (:mod:`squall.runtime.worker_transfer`); a quarter of a window or more goes in a payload
+   of its own if nothing else is going. Runs find each other the same way: a worker greets every
+   peer it is told of (a payload with its grants, or none yet), and a receiver that hears from a
+   new run of a peer (any payload's sender and run) grants it a window and sends it at once. A
+   payload is lost only with a dead run, whose credit is void anyway; the new run greets again.
+   Nobody polls, and no port of its own carries credit.
 
 Queues are named, in grants, by their executor's first task (:func:`queue_keys`).
 """
@@ -48,10 +50,6 @@ from squall.api.config import Config
 from squall.runtime.assignment import Assignment
 from squall.runtime.messaging import tuple_batch
 from squall.utils.batch_queue import BatchQueue
-
-#: what a receiver announces: peer worker -> (the run of that peer it granted to, queue key ->
-#: tuples granted to that run so far)
-GrantState = dict[int, tuple[int, dict[int, int]]]
 
 
 def credit_window(conf: Mapping[str, Any]) -> int:
@@ -79,8 +77,8 @@ class CreditGrants:
     ``queues`` maps a queue key to the queue; ``wake()`` is called (never under a lock of this
     object) when grants changed and :meth:`take_changes` has something new (the transfer
     path's wake-up); ``unlimited``: no credit is kept (a transport that needs none). Thread-safe: the receive
-    path calls :meth:`deliver`, executors' threads release through their queues, the thread
-    that reads the peers' announcements calls :meth:`heard`.
+    path calls :meth:`heard` and :meth:`deliver`, executors' threads release through their
+    queues, the thread that learns the peers' addresses calls :meth:`greet`.
     """
 
     def __init__(self, queues: Mapping[int, BatchQueue], window: int, wake: Callable[[], None],
@@ -96,12 +94,7 @@ class CreditGrants:
         self._ledger: dict[int, dict[int, list[int]]] = {}
         self._changed: set[int] = set()  # peers whose grants changed since take_changes
         self._unsent: dict[int, int] = {}  # peer -> tuples granted since take_changes took its grants
-        #: grows with every change of the grants
-        self.version = 0
-        #: grows with every peer run heard of
-        self.heard_version = 0
-        #: called after every change, out of the lock (any thread; must not block)
-        self.on_change: Callable[[], None] | None = None
+        self._greet: set[int] = set()  # peers to greet with the next payloads
         if not unlimited:
             for key, q in self._queues.items():
                 q.on_release = self._releaser(key)
@@ -121,9 +114,9 @@ class CreditGrants:
             for key in self._queues:
                 entry = ledger.setdefault(key, [0, 0, 0])
                 entry[0], entry[1] = self._window - entry[2], 0
-            self.heard_version += 1
             wake = self._changed_for(peer, self._window)
-        self._changed_after(wake)
+        if wake:  # out of the lock
+            self._wake()
 
     def deliver(self, sender: int, run: int, puts: Iterable[tuple[BatchQueue, list[Any]]],
                 dropped: Mapping[BatchQueue, int]) -> bool:
@@ -151,7 +144,8 @@ class CreditGrants:
                 entry[0] += n
                 entry[1] += n
                 wake = self._changed_for(sender, n) or wake
-        self._changed_after(wake)
+        if wake:  # out of the lock
+            self._wake()
         return True
 
     def _release(self, key: int, origins: dict[int, int]) -> None:
@@ -163,23 +157,34 @@ class CreditGrants:
                 entry[2] -= n
                 entry[0] += n
                 wake = self._changed_for(peer, n) or wake
-        self._changed_after(wake)
-
-    def _changed_after(self, wake: bool) -> None:
-        """After a change, out of the lock: wake the transfer path if it has a grant worth sending
-        alone; tell ``on_change`` (an in-process transport hands the grants over itself)."""
-        if wake:
+        if wake:  # out of the lock
             self._wake()
-        if self.on_change is not None:
-            self.on_change()
 
     def _changed_for(self, peer: int, n: int) -> bool:
         """``n`` more tuples granted to ``peer`` (under the lock); whether that makes a quarter
         window unsent, worth a payload of its own."""
-        self.version += 1
         self._changed.add(peer)
         unsent = self._unsent[peer] = self._unsent.get(peer, 0) + n
         return (unsent - n) * 4 < self._window <= unsent * 4
+
+    def greet(self, peers: Iterable[int]) -> None:
+        """Send ``peers`` (new to this worker, or at a new address) this worker's grants with
+        the next payloads, or a payload without any if they were not heard from yet: how they
+        hear of this run (see the module's docstring)."""
+        with self._lock:
+            for peer in peers:
+                self._greet.add(peer)
+                if peer in self._runs:
+                    self._changed.add(peer)
+        self._wake()
+
+    def take_greetings(self) -> list[int]:
+        """The peers :meth:`greet` named since the last call (the transfer path's)."""
+        if not self._greet:  # read without the lock, as take_changes
+            return []
+        with self._lock:
+            greet, self._greet = list(self._greet), set()
+        return greet
 
     def take_changes(self, going: Container[int]) -> list[tuple[int, int, dict[int, int]]]:
         """(peer, its run, queue key -> granted) for the peers whose grants changed since the
@@ -195,12 +200,6 @@ class CreditGrants:
                     self._unsent[peer] = 0
                     out.append((peer, self._runs[peer], {key: entry[0] for key, entry in self._ledger[peer].items()}))
         return out
-
-    def state(self) -> GrantState:
-        """Every grant: every peer run heard from, and what it was granted per queue."""
-        with self._lock:
-            return {peer: (run, {key: entry[0] for key, entry in self._ledger[peer].items()})
-                    for peer, run in self._runs.items()}
 
     def held(self) -> int:
         """Tuples of other workers waiting in this worker's queues."""

@@ -1,13 +1,12 @@
 """The messages of Squall's control protocols, as typed schemas checked on arrival.
 
-Three protocols, one module (msgspec Structs, encoded as msgpack):
+Two protocols, one module (msgspec Structs, encoded as msgpack):
 
 * **master** (:mod:`squall.cluster.master` <-> :mod:`squall.cluster.worker_process`): a worker
   sends :data:`WorkerMessage`\\ s (``hello``, ``bound``, ``ready``, ``setup_error``,
   ``heartbeat``, ``stopped``, ``stacks``), the master answers with :data:`MasterMessage`\\ s
   (``bootstrap``, ``peers``, ``activate``, ``deactivate``, ``kill``, ``sample``,
   ``dump_stacks``); the ``type`` field tags them;
-* **credit** (worker -> workers, :mod:`squall.runtime.messaging.zmq_transport`): :class:`Credit`;
 * **control** (``squall list/kill/activate/deactivate/stacks`` -> :mod:`squall.ops.control`):
   :data:`ControlRequest` (tagged by ``op``) and :class:`ControlReply`.
 
@@ -139,7 +138,6 @@ class Hello(msgspec.Struct, frozen=True, tag="hello", tag_field="type"):
 class Bound(msgspec.Struct, frozen=True, tag="bound", tag_field="type"):
     host: Name
     port: Port
-    bp_port: Port
 
 
 class Ready(msgspec.Struct, frozen=True, tag="ready", tag_field="type"):
@@ -193,9 +191,9 @@ class Bootstrap(msgspec.Struct, frozen=True, tag="bootstrap", tag_field="type"):
 
 
 class Peers(msgspec.Struct, frozen=True, tag="peers", tag_field="type"):
-    """Every worker's (host, worker port, backpressure port), by worker index."""
+    """Every worker's (host, worker port), by worker index."""
 
-    peers: dict[NonNegative, tuple[Name, Port, Port]]
+    peers: dict[NonNegative, tuple[Name, Port]]
 
 
 class Activate(msgspec.Struct, frozen=True, tag="activate", tag_field="type"):
@@ -223,25 +221,6 @@ class DumpStacks(msgspec.Struct, frozen=True, tag="dump_stacks", tag_field="type
 
 
 MasterMessage = Bootstrap | Peers | Activate | Deactivate | Kill | Sample | DumpStacks
-
-# -- credit (backpressure) ----------------------------------------------------------------------
-
-
-class CreditGrant(msgspec.Struct, frozen=True, array_like=True):
-    """What a worker granted one run of a peer: queue key -> tuples granted so far."""
-
-    run: NonNegative
-    credit: dict[NonNegative, NonNegative]
-
-
-class Credit(msgspec.Struct, frozen=True, array_like=True):
-    """Run ``run`` of worker ``worker`` and what it grants each peer worker (see
-    :mod:`squall.runtime.messaging.backpressure`)."""
-
-    worker: NonNegative
-    run: NonNegative
-    grants: dict[NonNegative, CreditGrant]
-
 
 # -- control ------------------------------------------------------------------------------------
 

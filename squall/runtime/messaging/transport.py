@@ -24,10 +24,10 @@ class Transport(ABC):
 
     * :meth:`register` is called by each worker before it sends or receives, with its
       grants (what it lets the others send it), its credits (what it may send them) and the
-      bell of the thread that will read its payloads. From then on the transport tells the
-      worker's grants which run of each peer it hears of (``grants.heard``) and hands the
-      grants that peer announced to the worker's credits (``credits.update``); grants that
-      changed later travel in payloads (see :mod:`squall.runtime.messaging.backpressure`).
+      bell of the thread that will read its payloads. Grants travel in payloads, and a
+      payload's sender and run are how the worker hears of a peer's run (see
+      :mod:`squall.runtime.messaging.backpressure`): a transport that learns of peers greets
+      them (``grants.greet``); one whose workers share a process may hand grants over directly.
     * :meth:`send` is called only from a worker's transfer thread; it must not block
       for long (the receiving side never blocks on its executors, so it always drains);
       what it cannot hand over yet it keeps for :meth:`send_backlog`. Senders send only what

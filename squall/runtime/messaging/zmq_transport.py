@@ -1,28 +1,22 @@
 """The transport between worker processes: ZeroMQ over TCP.
 
 A worker listens on its host's address: 127.0.0.1 for worker processes of this machine,
-the executor's address inside a Spark task. Each worker binds
-
-* a PULL socket on its worker port (from ``supervisor.slots.ports``, or an ephemeral port
-  when that one is taken or the list is empty) on which its receive thread takes payloads;
-* a PUB socket on an ephemeral port (its backpressure port) on which it publishes the credit
-  it grants the other workers (see :mod:`squall.runtime.messaging.backpressure`).
-
-and connects a PUSH socket to every other worker's port (used by its transfer thread only)
-and a SUB socket to every other worker's PUB (read by its control thread only). Every one
-of them is secured by the worker's :class:`~squall.runtime.messaging.security.LinkSecurity`: only the
-topology's own workers get through (another topology's traffic on a re-used port included),
-and a credit message that does not fit its schema is logged and dropped. Nothing is sent to
-a worker before it grants credit (workers publish their grants every 0.1 s and when they
-hear of a new peer run; grants that change in between travel with the tuples), so a worker
-that starts or restarts is not flooded. ZeroMQ
-reconnects by itself when a peer restarts on the same port and queues what is sent
-meanwhile (up to its high-water mark); a peer that comes back on another port is
-reconnected when the master announces the new address.
+the executor's address inside a Spark task. Each worker binds a PULL socket on its worker port
+(from ``supervisor.slots.ports``, or an ephemeral port when that one is taken or the list is
+empty) on which its reading thread takes payloads, and connects a PUSH socket to every other
+worker's port (used by its transfer path only). Every one of them is secured by the worker's
+:class:`~squall.runtime.messaging.security.LinkSecurity`: only the topology's own workers get
+through (another topology's traffic on a re-used port included). The credit a worker grants
+the others travels in its payloads to them, and nothing but a greeting (see
+:mod:`squall.runtime.messaging.backpressure`) is sent to a worker before it grants credit, so a
+worker that starts or restarts is not flooded. ZeroMQ reconnects by itself when a peer restarts
+on the same port and queues what is sent meanwhile (up to its high-water mark); a peer that
+comes back on another port is reconnected, and greeted, when the master announces the new
+address.
 
 Payloads to a worker of the same host (the same network namespace) do not take ZeroMQ: they
 go over a Unix socket that the workers' own threads write and read
-(:mod:`squall.runtime.messaging.same_host`); credit announcements still use the PUB/SUB ports.
+(:mod:`squall.runtime.messaging.same_host`).
 
 A payload travels as two frames: a header naming the sending worker and its incarnation,
 then the batch. What a dead run of a worker left unread is dropped once its new run is heard
@@ -36,12 +30,10 @@ import errno
 import logging
 import struct
 import threading
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import zmq
 
-from squall.runtime.messaging import schema
 from squall.runtime.messaging.incarnation import Incarnations
 from squall.runtime.messaging.same_host import SameHostLinks
 from squall.runtime.messaging.security import LinkSecurity
@@ -54,12 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("squall.transport")
 
 LOOPBACK = "127.0.0.1"
-# How often a worker republishes its grants even when they did not change (a subscriber that
-# just connected misses earlier messages).
-_REPUBLISH_SECS = 0.1
-# How soon changed grants are published (those the transfer path keeps until it has something to
-# send with them, or a quarter window: a peer waiting for a few tuples' credit gets them then).
-_CHANGED_SECS = 0.005
 # The kernel's buffers of a link, each side: what a peer sends while this worker's thread is
 # busy elsewhere waits there (and in ZeroMQ's high-water marks); credit bounds it, and they are
 # kept small (the kernel's default on loopback grows to megabytes).
@@ -90,37 +76,27 @@ class ZmqTransport(Transport):
         self._pull.setsockopt(zmq.RCVHWM, buffered_payloads)
         self._pull.setsockopt(zmq.RCVBUF, _SOCKET_BUFFER_BYTES)
         security.server(self._pull, "worker port")
-        self._pub = context.socket(zmq.PUB)
-        security.server(self._pub, "backpressure port")
-        self._sub = context.socket(zmq.SUB)
-        security.client(self._sub)
-        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
         self._pollers: dict[Bell | None, zmq.Poller] = {}  # the reading thread's (see _wait_poller_now)
         self.port = 0
-        self.bp_port = 0
-        # peers: worker index -> (host, port, backpressure port); written by the control thread
-        self._peers: dict[int, tuple[str, int, int]] = {}
+        # peers: worker index -> (host, port); written by the control thread
+        self._peers: dict[int, tuple[str, int]] = {}
         self._peers_version = 0
         self._peers_lock = threading.Lock()
         self._push: dict[int, tuple[zmq.Socket, str]] = {}  # transfer thread only: socket, endpoint
         self._push_version = -1
         self._backlog: dict[int, collections.deque[bytes]] = {}  # transfer thread only
-        self._sub_endpoints: dict[int, str] = {}  # control thread only
         self._grants: CreditGrants | None = None
-        self._credits: Credits | None = None
         self._bell: Bell | None = None
         # the workers of this host: payloads to them bypass ZeroMQ (squall.runtime.messaging.same_host);
         # same_host False: every peer over TCP (tests of the TCP path)
         self._same_host = SameHostLinks(index, incarnation, topology, security.keys, self._link_ready, same_host)
         self._wait_version = -1
-        self._published_version = (-1, -1)  # the grants' heard_version and version
-        self._published_at = 0.0
 
     # -- set-up (worker process main thread / control thread) -------------------------
 
-    def bind(self, preferred_port: int | None) -> tuple[int, int]:
+    def bind(self, preferred_port: int | None) -> int:
         """Bind the worker port (``preferred_port``, or an ephemeral one if it is taken or
-        None) and the backpressure port; return both."""
+        None) and return it."""
         self.port = 0
         if preferred_port:
             try:
@@ -131,12 +107,11 @@ class ZmqTransport(Transport):
                     raise
         if not self.port:
             self.port = self._pull.bind_to_random_port(f"tcp://{self.host}")
-        self.bp_port = self._pub.bind_to_random_port(f"tcp://{self.host}")
         self._same_host.bind(self.host, self.port)  # before the peers hear of this address
-        return self.port, self.bp_port
+        return self.port
 
     def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None:
-        self._grants, self._credits, self._bell = grants, credits, bell
+        self._grants, self._bell = grants, bell
         self._wait_poller_now(bell)  # the bell's pipe made now, before any thread rings it
 
     def _link_ready(self) -> None:
@@ -159,22 +134,17 @@ class ZmqTransport(Transport):
                 poller.register(bell.fileno(), zmq.POLLIN)
         return poller
 
-    def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
-        """The other workers' addresses (control thread). A peer whose address changed is
-        reconnected (it restarted: its new run announces itself)."""
+    def set_peers(self, peers: dict[int, tuple[str, int]]) -> None:
+        """The other workers' addresses (control thread). A peer new, or at a new address (it
+        restarted), is (re)connected and greeted: this run's grants, or a payload without any,
+        go to it with the transfer path's next payloads."""
         with self._peers_lock:
-            changed = {i for i, addr in peers.items() if self._peers.get(i) != addr}
+            changed = {i for i, addr in peers.items() if i != self._index and self._peers.get(i) != tuple(addr)}
             self._peers = {i: tuple(addr) for i, addr in peers.items() if i != self._index}
             self._peers_version += 1
-        self._same_host.set_peers({i: (host, port) for i, (host, port, _) in self._peers.items()})
-        for i in changed:
-            old = self._sub_endpoints.pop(i, None)
-            if old is not None:
-                self._sub.disconnect(old)
-        for i, (host, _, bp_port) in self._peers.items():
-            if i not in self._sub_endpoints:
-                self._sub_endpoints[i] = endpoint(host, bp_port)
-                self._sub.connect(self._sub_endpoints[i])
+        self._same_host.set_peers(self._peers)
+        if changed and self._grants is not None:
+            self._grants.greet(changed)
 
     # -- data path ----------------------------------------------------------------------
 
@@ -183,7 +153,7 @@ class ZmqTransport(Transport):
             if self._push_version == self._peers_version:
                 return
             peers, self._push_version = dict(self._peers), self._peers_version
-        for i, (host, port, _) in peers.items():
+        for i, (host, port) in peers.items():
             address = endpoint(host, port)
             current = self._push.get(i)
             if current is not None and current[1] == address:
@@ -266,58 +236,9 @@ class ZmqTransport(Transport):
         self._wait_poller_now(bell).poll(timeout * 1000)
         bell.disarm()
 
-    # -- credit (control thread) ------------------------------------------------------------
-
-    def publish_credit(self) -> None:
-        """Publish this worker's grants (control thread, every few milliseconds): at once if it
-        heard of a new peer run, else if they changed and were not published for a tick (what
-        the transfer path did not send yet), else every 0.1 s."""
-        if not self._peers or self._grants is None:
-            return  # a single worker: nobody to tell
-        now = time.monotonic()
-        versions = (self._grants.heard_version, self._grants.version)
-        since = now - self._published_at
-        if (versions[0] != self._published_version[0] or since >= _REPUBLISH_SECS
-                or (versions[1] != self._published_version[1] and since >= _CHANGED_SECS)):
-            grants = {peer: schema.CreditGrant(run, credit) for peer, (run, credit) in self._grants.state().items()}
-            self._pub.send(schema.encode(schema.Credit(self._index, self.run, grants)))
-            self._published_version, self._published_at = versions, now
-
-    def announce(self) -> None:
-        """Publish this run without granting anything (every 0.1 s; while the worker starts):
-        the peers learn of it and grant it credit, so that its executors may send as they start
-        up (a restarted worker's request for a rollback); nothing is sent to it before
-        :meth:`publish_credit` grants credit, once it is ready."""
-        now = time.monotonic()
-        if self._peers and now - self._published_at >= _REPUBLISH_SECS:
-            self._pub.send(schema.encode(schema.Credit(self._index, self.run, {})))
-            self._published_at = now
-
-    def read_credit(self) -> None:
-        """Take the peers' announcements: their runs, and the credit they grant this worker."""
-        while True:
-            try:
-                data = self._sub.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                message = schema.decode(data, schema.Credit)
-            except schema.MalformedMessage as e:
-                log.warning("worker %d dropped a malformed credit message: %s", self._index, e)
-                continue
-            if message.worker in self._peers and self._grants is not None and self._credits is not None:
-                self._grants.heard(message.worker, message.run)
-                mine = message.grants.get(self._index)
-                self._credits.update(message.worker, message.run, None if mine is None else (mine.run, mine.credit))
-
-    @property
-    def sub_socket(self) -> Any:
-        return self._sub
-
     def close(self) -> None:
         """Close every socket; the worker's threads must have stopped."""
         self._same_host.close()
         for sock, _ in self._push.values():
             sock.close(linger=0)
-        for sock in (self._pull, self._pub, self._sub):
-            sock.close(linger=0)
+        self._pull.close(linger=0)
