@@ -252,7 +252,7 @@ class _SimTransport(Transport):
     def receive(self, worker: int, timeout: float) -> list[Any]:
         return []  # the scheduler delivers
 
-    def wait(self, worker: int, bell: Any, timeout: float) -> None:
+    def wait(self, worker: int, bell: Any, timeout: float, backlog: bool = False) -> None:
         bell.disarm()
 
 

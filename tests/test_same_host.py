@@ -19,14 +19,19 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 
 import pytest
+import zmq
 
 from squall.runtime.messaging.same_host import (
     MAX_PAYLOAD, HandshakeError, SameHostLinks, accept_handshake, connect, link_key, socket_path, topology_tag,
 )
-from squall.runtime.messaging.security import LinkKeys
+from squall.runtime.messaging.security import LinkKeys, LinkSecurity
+from squall.runtime.messaging.zmq_transport import ZmqTransport
 from squall.testing import wait_until
+from squall.utils.batch_queue import Bell
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -264,3 +269,50 @@ def test_two_workers_linking_to_each_other_at_once_both_get_through(keys):
     finally:
         for links in workers:
             links.close()
+
+
+def test_a_sender_with_a_backlog_waits_for_the_link_to_take_more_not_polling(keys):
+    context = zmq.Context()
+    security = LinkSecurity(context, keys, "t")
+    receiver = ZmqTransport(context, 1, security, topology="t")
+    sender = ZmqTransport(context, 0, security, topology="t")
+    bell = Bell()
+    try:
+        receiver.bind(None)
+        sender.bind(None)
+        sender.set_peers({1: (HOST, receiver.port)})
+        payload = os.urandom(4 << 20)  # far more than the link's buffers hold
+        sender.send(1, payload, 0)
+        wait_until(lambda: sender.send_backlog() and sender._same_host.blocked()[0], timeout=10,
+                   message="linked, the rest of the payload waiting")
+        assert sender._same_host.blocked()[1] is None, "no retry due: the link is up"
+
+        bell.arm()
+        started = time.monotonic()
+        sender.wait_sendable(bell, 0.3)
+        assert time.monotonic() - started >= 0.29, "nothing was read: the sender had no reason to wake"
+
+        got: list = []
+        reading = threading.Event()
+
+        def read() -> None:
+            reading.set()
+            while not got:
+                got.extend(receiver.receive(1, 0.05))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        reading.wait(10)
+        while sender.send_backlog():
+            bell.arm()
+            started = time.monotonic()
+            sender.wait_sendable(bell, 30)
+            assert time.monotonic() - started < 10, "woken by the link taking more, not by the timeout"
+        reader.join(10)
+        assert [p for _, _, p in got] == [payload]
+    finally:
+        sender.close()
+        receiver.close()
+        bell.close()
+        security.close()
+        context.term()

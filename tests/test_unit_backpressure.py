@@ -14,6 +14,9 @@ from squall.api.config import Config, merged_config
 from squall.runtime.assignment import assign
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.messaging.local import LocalTransport
+from squall.runtime.messaging.transport import Transport
+from squall.runtime.worker_transfer import WorkerTransfer
+from squall.testing import wait_until
 from squall.runtime.messaging.tuple_batch import encode
 from squall.runtime.worker import Worker
 from squall.runtime.assignment import Assignment, ExecutorAssignment, WorkerAssignment
@@ -236,3 +239,59 @@ def test_the_receive_path_hears_a_new_run_of_a_peer_from_its_payload_and_drops_a
     assert receiver.grants.take_changes({7}) == []
     errors = [e["error"] for c in ("spout", "sink") for e in state.errors(c)]
     assert any("a payload from worker 7, not a peer" in e for e in errors), errors
+
+
+class _NarrowLink(Transport):
+    """Takes a payload only once the test opens the link; counts the retries."""
+
+    def __init__(self) -> None:
+        self.kept: list[bytes] = []
+        self.delivered: list[bytes] = []
+        self.open = threading.Event()
+        self.retries = 0
+        self.waits = 0
+
+    def register(self, worker, grants, credits, bell) -> None: ...
+
+    def send(self, dest_worker: int, payload: bytes, source_worker: int) -> None:
+        self.kept.append(payload)
+
+    def send_backlog(self) -> bool:
+        self.retries += 1
+        if self.open.is_set():
+            self.delivered += self.kept
+            self.kept = []
+        return bool(self.kept)
+
+    def receive(self, worker, timeout):
+        return []
+
+    def wait(self, worker, bell, timeout, backlog=False) -> None: ...
+
+    def wait_sendable(self, bell, timeout) -> None:
+        self.waits += 1
+        self.open.wait(timeout)
+        bell.disarm()
+
+
+def test_a_transfer_thread_with_a_backlog_waits_for_the_link_instead_of_retrying():
+    link = _NarrowLink()
+    conf = {Config.TOPOLOGY_TRANSFER_BUFFER_SIZE: 64}
+    credits = Credits(0, 0, {}, {}, {}, 2, WINDOW, CAPACITY, unlimited=True)
+    transfer = WorkerTransfer(0, conf, link, CreditGrants({}, WINDOW, lambda: None), credits)
+    stop = threading.Event()
+    thread = threading.Thread(target=transfer.run, args=(stop.is_set,))
+    thread.start()
+    try:
+        assert transfer.transfer(1, [tuples(2)], 1, True, stop.is_set)
+        # each wait ends at its timeout while the link takes nothing: one retry per wait, no spinning
+        wait_until(lambda: link.waits >= 3, timeout=10, message="the transfer thread waiting for the link")
+        assert not link.delivered and transfer.backlog
+        assert link.retries <= link.waits + 2, (link.retries, link.waits)
+        link.open.set()
+        wait_until(lambda: link.delivered, timeout=10, message="the backlog sent once the link took more")
+        assert len(link.delivered) == 1
+    finally:
+        stop.set()
+        transfer.queue.wake()
+        thread.join(10)

@@ -44,7 +44,7 @@ from squall.runtime.executor.threads import CooperativeThread, ExecutorThread, W
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.messaging.transport import Transport
 from squall.runtime.worker_receive import WorkerReceive
-from squall.runtime.worker_transfer import BACKLOG_RETRY_SECS, WorkerTransfer
+from squall.runtime.worker_transfer import WorkerTransfer
 from squall.utils import gc_tuning
 from squall.utils.batch_queue import BatchQueue, Bell
 from squall.utils.time import Timer, now
@@ -312,6 +312,7 @@ class Worker:
         for t in self._threads:
             t.join(timeout)
         self._bell.close()
+        self.transfer.queue.bell.close()  # the transfer thread's own, if it had one
         if self._started:
             self._started = False
             gc_tuning.release()
@@ -344,12 +345,8 @@ class _DataPath:
     def idle(self) -> bool:
         return self._transfer.queue.is_empty()
 
-    @property
-    def idle_poll_secs(self) -> float | None:
-        return BACKLOG_RETRY_SECS if self._transfer.backlog else None
-
     def wait(self, bell: Bell, timeout: float) -> None:
-        self._transport.wait(self._index, bell, timeout)
+        self._transport.wait(self._index, bell, timeout, self._transfer.backlog)
 
     def end_round(self) -> None:
         if self._round_acks is not None and self._round_acks.acks:

@@ -30,8 +30,6 @@ log = logging.getLogger("squall.worker")
 
 # How long a blocked hand-off, or an idle transfer thread, waits before it looks again.
 _POLL_SECS = 0.1
-# How soon a backlog (a peer that could not take more) is retried.
-BACKLOG_RETRY_SECS = 0.001
 
 
 class WorkerTransfer:
@@ -90,6 +88,15 @@ class WorkerTransfer:
 
     def run(self, stopping: Callable[[], bool]) -> None:
         """The transfer thread's loop, for a worker without a cooperative thread."""
+        bell = self.queue.bell
+        bell.fileno()  # its pipe made before any wait: a ring never misses it
         while not stopping():
-            # with a backlog (a peer that cannot take more yet), come back soon to retry it
-            self.send_queued(BACKLOG_RETRY_SECS if self.backlog else _POLL_SECS)
+            if self.backlog:  # a peer cannot take more yet: wait for it, or for new batches
+                bell.arm()
+                if self.queue.is_empty():
+                    self.transport.wait_sendable(bell, _POLL_SECS)
+                else:
+                    bell.disarm()
+                self.send_queued(0)
+            else:
+                self.send_queued(_POLL_SECS)

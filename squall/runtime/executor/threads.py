@@ -67,12 +67,9 @@ class WorkerIO(Protocol):
     def idle(self) -> bool:
         """Nothing waits to be sent (checked with the bell armed)."""
 
-    @property
-    def idle_poll_secs(self) -> float | None:
-        """How soon :meth:`exchange` wants another call though nothing arrives, or None."""
-
     def wait(self, bell: Bell, timeout: float) -> None:
-        """Wait (``bell`` armed) for a payload, a ring or ``timeout``; ``bell`` disarmed after."""
+        """Wait (``bell`` armed) for a payload, a ring, ``timeout``, or for a link that could
+        not take all that was sent to take more; ``bell`` disarmed after."""
 
     def end_round(self) -> None:
         """Hand on what the round left to the worker as a whole (its combined acks)."""
@@ -224,8 +221,6 @@ class CooperativeThread(_Runner):
         """How long an idle round may sleep: until the soonest call an executor or the data
         path wants though nothing arrives."""
         polls = [p for e in executors if (p := e.idle_poll_secs) is not None]
-        if (io_poll := self._io.idle_poll_secs) is not None:
-            polls.append(io_poll)
         return min(polls) if polls else _POLL_SECS
 
     def _run_alone(self, executor: Executor) -> None:

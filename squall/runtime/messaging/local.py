@@ -36,7 +36,7 @@ class LocalTransport(Transport):
     def receive(self, worker: int, timeout: float) -> list[Received]:
         return self._inboxes[worker].take_all(timeout)
 
-    def wait(self, worker: int, bell: Bell, timeout: float) -> None:
+    def wait(self, worker: int, bell: Bell, timeout: float, backlog: bool = False) -> None:
         if self._inboxes[worker].is_empty():
             bell.wait(timeout)  # the inbox rings it
         else:

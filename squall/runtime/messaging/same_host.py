@@ -478,6 +478,18 @@ class SameHostLinks:
                     self._to_connect.put((peer, path))
         return waiting
 
+    def blocked(self) -> tuple[list[int], float | None]:
+        """What :meth:`flush` waits for: the sockets that must become writable, and the seconds
+        until it must try again to link to a peer (None: no retry due; a link being made calls
+        ``on_link``)."""
+        fds = [link.sock.fileno() for link in self._out.values() if link.busy]
+        now, retry = time.monotonic(), None
+        for peer, queued in self._waiting.items():
+            if queued and peer not in self._out and peer not in self._asked:
+                due = max(0.0, self._next_try.get(peer, 0.0) - now)
+                retry = due if retry is None else min(retry, due)
+        return fds, retry
+
     def _broken(self, peer: int, link: OutboundLink, error: OSError) -> None:
         # the receiver died: what it had not read died with it, as what this worker had not written
         log.info("worker %d: the link to worker %d broke (%s); linking again", self._index, peer, error)

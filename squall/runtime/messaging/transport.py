@@ -54,9 +54,17 @@ class Transport(ABC):
     def receive(self, worker: int, timeout: float) -> list[Received]: ...
 
     @abstractmethod
-    def wait(self, worker: int, bell: Bell, timeout: float) -> None:
+    def wait(self, worker: int, bell: Bell, timeout: float, backlog: bool = False) -> None:
         """Wait, with ``bell`` armed, until a payload for ``worker`` may have arrived, the bell
-        rings or ``timeout`` seconds pass; ``bell`` is disarmed on return."""
+        rings or ``timeout`` seconds pass; ``bell`` is disarmed on return. ``backlog``: the
+        waiting thread also sends, and :meth:`send_backlog` keeps something: wake as well when
+        it may go on."""
+
+    def wait_sendable(self, bell: Bell, timeout: float) -> None:
+        """Wait, with ``bell`` armed, until what :meth:`send_backlog` keeps may go on, the bell
+        rings or ``timeout`` seconds pass (the transfer thread, when it waits apart from the
+        reading thread); ``bell`` is disarmed on return."""
+        bell.wait(timeout)
 
     def send_backlog(self) -> bool:
         """Retry what :meth:`send` could not hand over yet (transfer thread); True while

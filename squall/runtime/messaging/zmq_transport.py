@@ -87,6 +87,7 @@ class ZmqTransport(Transport):
         self._backlog: dict[int, collections.deque[bytes]] = {}  # transfer thread only
         self._grants: CreditGrants | None = None
         self._bell: Bell | None = None
+        self._send_bell: Bell | None = None  # the transfer thread's, if it waits apart (wait_sendable)
         # the workers of this host: payloads to them bypass ZeroMQ (squall.runtime.messaging.same_host);
         # same_host False: every peer over TCP (tests of the TCP path)
         self._same_host = SameHostLinks(index, incarnation, topology, security.keys, self._link_ready, same_host)
@@ -116,8 +117,9 @@ class ZmqTransport(Transport):
 
     def _link_ready(self) -> None:
         # a same-host link was made or accepted (another thread): the data path takes it up
-        if self._bell is not None:
-            self._bell.ring()
+        for bell in (self._bell, self._send_bell):
+            if bell is not None:
+                bell.ring()
 
     def _wait_poller_now(self, bell: Bell | None) -> zmq.Poller:
         """The reading thread's poller: the worker port, the same-host links and ``bell``."""
@@ -232,9 +234,36 @@ class ZmqTransport(Transport):
                 payloads.append((sender, run, frames[1]))
         return payloads
 
-    def wait(self, worker: int, bell: Bell, timeout: float) -> None:
-        self._wait_poller_now(bell).poll(timeout * 1000)
+    def wait(self, worker: int, bell: Bell, timeout: float, backlog: bool = False) -> None:
+        if backlog:  # this thread sends too: what the backlog waits for wakes it as well
+            poller = zmq.Poller()
+            poller.register(self._pull, zmq.POLLIN)
+            for fd in self._same_host.fds():
+                poller.register(fd, zmq.POLLIN)
+            poller.register(bell.fileno(), zmq.POLLIN)
+            timeout = self._wait_sendable(poller, timeout)
+        else:
+            poller = self._wait_poller_now(bell)
+        poller.poll(timeout * 1000)
         bell.disarm()
+
+    def wait_sendable(self, bell: Bell, timeout: float) -> None:
+        self._send_bell = bell
+        poller = zmq.Poller()
+        poller.register(bell.fileno(), zmq.POLLIN)
+        poller.poll(self._wait_sendable(poller, timeout) * 1000)
+        bell.disarm()
+
+    def _wait_sendable(self, poller: zmq.Poller, timeout: float) -> float:
+        """Register on ``poller`` what the backlogs wait for (a link writable again); return
+        ``timeout``, or less if a same-host link must be tried again sooner."""
+        for dest, backlog in self._backlog.items():
+            if backlog and dest in self._push:
+                poller.register(self._push[dest][0], zmq.POLLOUT)
+        fds, retry = self._same_host.blocked()
+        for fd in fds:
+            poller.register(fd, zmq.POLLOUT)
+        return timeout if retry is None else min(timeout, retry)
 
     def close(self) -> None:
         """Close every socket; the worker's threads must have stopped."""
