@@ -206,7 +206,8 @@ def test_a_kill_between_the_checkpoints_commit_and_the_sinks_leaves_each_record_
 @pytest.mark.processes
 def test_kill_9_of_each_worker_kind_then_a_stop_and_a_rerun_leave_each_record_once(kafka_broker, tmp_path):  # noqa: F811
     servers = kafka_broker.bootstrap_servers
-    lines = make_lines(1500, seed=4)
+    # enough work that each kill lands before the end: a restart lets the rest run meanwhile
+    lines = make_lines(4000, seed=4)
     out = f"eo-out-{uuid.uuid4().hex[:8]}"
     kafka_broker.create_topics(out, f"{out}.markers")
     bolt = KafkaBolt(servers, out, mapper, exactly_once=True, marker_topic=f"{out}.markers")
