@@ -280,7 +280,7 @@ def test_a_sender_with_a_backlog_waits_for_the_link_to_take_more_not_polling(key
     try:
         receiver.bind(None)
         sender.bind(None)
-        sender.set_peers({1: (HOST, receiver.port)})
+        sender.set_peers({1: (HOST, receiver.port, 0)})
         payload = os.urandom(4 << 20)  # far more than the link's buffers hold
         sender.send(1, payload, 0)
         wait_until(lambda: sender.send_backlog() and sender._same_host.blocked()[0], timeout=10,

@@ -18,10 +18,12 @@ import textwrap
 import pytest
 import zmq
 
+from squall.runtime.messaging.backpressure import CreditGrants, Credits
 from squall.runtime.messaging.incarnation import Incarnations, incarnation
 from squall.runtime.messaging.security import LinkKeys, LinkSecurity
 from squall.runtime.messaging.zmq_transport import PAYLOAD_HEADER, ZmqTransport
 from squall.testing import wait_until
+from squall.utils.batch_queue import BatchQueue
 from squall.utils.batch_queue import Bell
 
 pytestmark = pytest.mark.timeout(60)
@@ -36,7 +38,7 @@ SENDER = textwrap.dedent("""
     transport = ZmqTransport(context, 0, LinkSecurity(context, LinkKeys.from_json(sys.stdin.readline()), "sender"),
                              buffered_payloads=8, incarnation=run, same_host=same_host)
     transport.bind(None)
-    transport.set_peers({1: ("127.0.0.1", port)})
+    transport.set_peers({1: ("127.0.0.1", port, 0)})
     for i in range(count):
         transport.send(1, f"{run}:{i}:".encode() + bytes(4000), 0)
         while transport.send_backlog():
@@ -127,3 +129,28 @@ def test_incarnations_admit_the_newest_run_of_each_worker_only():
     assert seen.admit(0, incarnation(1, 0))  # a relaunched generation outranks every restart
     assert not seen.admit(0, incarnation(0, 7))
     assert seen.dropped() == 2
+
+
+def test_a_new_run_told_by_the_master_voids_the_dead_runs_leftovers_before_it_sends_anything():
+    """The master names each worker's run in ``peers`` as soon as it binds: from then on the
+    receiver drops the dead run's payloads, though none of the new run has arrived yet (a
+    checkpoint's rollback may reach the receiver through another worker first)."""
+    context = zmq.Context()
+    security = LinkSecurity(context, None, "receiver")
+    receiver = ZmqTransport(context, 1, security, same_host=False)
+    queue = BatchQueue(8, "q")
+    grants = CreditGrants({2: queue}, 8, lambda: None)
+    credits = Credits(1, 0, {1: 1, 2: 2}, {1: 0, 2: 1}, {2: queue}, 2, 8, 8)
+    try:
+        receiver.bind(None)
+        receiver.register(1, grants, credits, Bell())
+        receiver.set_peers({0: ("127.0.0.1", 1, incarnation(0, 0)), 1: ("127.0.0.1", receiver.port, 0)})
+        assert grants.deliver(0, incarnation(0, 0), [(queue, ["from run 0"])], {})
+        receiver.set_peers({0: ("127.0.0.1", 1, incarnation(0, 1)), 1: ("127.0.0.1", receiver.port, 0)})
+        assert not grants.deliver(0, incarnation(0, 0), [(queue, ["left by run 0"])], {})
+        assert queue.take_all(0) == [["from run 0"]]
+        assert [(peer, run) for peer, run, _ in grants.take_changes({0})] == [(0, incarnation(0, 1))]
+    finally:
+        receiver.close()
+        security.close()
+        context.term()

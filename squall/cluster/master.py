@@ -46,6 +46,7 @@ from squall.runtime.assignment import Assignment
 from squall.runtime.cluster_state import TopologyState
 from squall.runtime.info import ExecutorPlace, WorkerInfo
 from squall.runtime.messaging import schema
+from squall.runtime.messaging.incarnation import incarnation
 from squall.runtime.messaging.security import LinkKeys, LinkSecurity
 from squall.runtime.messaging.zmq_transport import LOOPBACK
 from squall.runtime.sampling import SAMPLES_KEPT
@@ -388,7 +389,7 @@ class TopologyMaster(ABC):
             case schema.Bound(host=host, port=port):
                 slot.host, slot.port = host, port
                 if self.peers_from_master and all(s.port for s in self.slots):
-                    peers = schema.Peers({s.index: (s.host, s.port) for s in self.slots})
+                    peers = schema.Peers({s.index: (s.host, s.port, incarnation(self.generation, s.restarts)) for s in self.slots})
                     for s in self.slots:
                         self._send(self._identity(s), peers)
             case schema.Ready():

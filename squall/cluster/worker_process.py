@@ -89,7 +89,7 @@ class _ForwardingState(TopologyState):
         return unsent
 
 
-Peers = dict[int, tuple[str, int]]  # worker index -> (host, port)
+Peers = dict[int, tuple[str, int, int]]  # worker index -> (host, port, run)
 
 
 def _figures(worker: Worker) -> list[schema.ExecutorReport]:
@@ -154,7 +154,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
     master says ``kill`` (return 0), the parent process dies or a thread of the worker dies
     (return 1); return 1 at once if the worker cannot start (the master hears the cause).
     ``keys`` are the topology's link keys (None: links not secure). Listens on ``host``.
-    ``exchange_peers`` takes this worker's (host, port) and returns every
+    ``exchange_peers`` takes this worker's (host, port, run) and returns every
     worker's, blocking until all have called it; None: the master sends them."""
     parent = os.getppid()
     control = _Control(master, index, generation, keys)
@@ -177,7 +177,7 @@ def run(master: str, index: int, keys: LinkKeys | None, generation: int = 0, hos
         port = transport.bind(assignment.workers[index].port)
         control.send(schema.Bound(host, port))
         if exchange_peers is not None:
-            transport.set_peers(exchange_peers((host, port)))
+            transport.set_peers(exchange_peers((host, port, transport.run)))
         else:
             transport.set_peers(control.expect(schema.Peers, 60, parent).peers)
         worker.start()

@@ -191,9 +191,11 @@ class Bootstrap(msgspec.Struct, frozen=True, tag="bootstrap", tag_field="type"):
 
 
 class Peers(msgspec.Struct, frozen=True, tag="peers", tag_field="type"):
-    """Every worker's (host, worker port), by worker index."""
+    """Every worker's (host, worker port, run), by worker index: a worker's run (incarnation)
+    is told as soon as it binds, so the others drop what its dead run left before anything of
+    the new run reaches them."""
 
-    peers: dict[NonNegative, tuple[Name, Port]]
+    peers: dict[NonNegative, tuple[Name, Port, NonNegative]]
 
 
 class Activate(msgspec.Struct, frozen=True, tag="activate", tag_field="type"):

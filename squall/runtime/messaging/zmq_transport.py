@@ -86,6 +86,7 @@ class ZmqTransport(Transport):
         self._push_version = -1
         self._backlog: dict[int, collections.deque[bytes]] = {}  # transfer thread only
         self._grants: CreditGrants | None = None
+        self._credits: Credits | None = None
         self._bell: Bell | None = None
         self._send_bell: Bell | None = None  # the transfer thread's, if it waits apart (wait_sendable)
         # the workers of this host: payloads to them bypass ZeroMQ (squall.runtime.messaging.same_host);
@@ -112,7 +113,7 @@ class ZmqTransport(Transport):
         return self.port
 
     def register(self, worker: int, grants: CreditGrants, credits: Credits, bell: Bell) -> None:
-        self._grants, self._bell = grants, bell
+        self._grants, self._credits, self._bell = grants, credits, bell
         self._wait_poller_now(bell)  # the bell's pipe made now, before any thread rings it
 
     def _link_ready(self) -> None:
@@ -136,16 +137,25 @@ class ZmqTransport(Transport):
                 poller.register(bell.fileno(), zmq.POLLIN)
         return poller
 
-    def set_peers(self, peers: dict[int, tuple[str, int]]) -> None:
-        """The other workers' addresses (control thread). A peer new, or at a new address (it
-        restarted), is (re)connected and greeted: this run's grants, or a payload without any,
-        go to it with the transfer path's next payloads."""
+    def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
+        """The other workers' addresses and runs (control thread). A peer new, or at a new
+        address, is (re)connected and greeted: this run's grants, or a payload without any, go
+        to it with the transfer path's next payloads. A new run of a peer is heard of at once:
+        what its dead run left unread is dropped from now on (not only once a payload of the new
+        run arrives), and the credit that run held is void."""
+        addresses = {i: (host, port) for i, (host, port, _) in peers.items() if i != self._index}
         with self._peers_lock:
-            changed = {i for i, addr in peers.items() if i != self._index and self._peers.get(i) != tuple(addr)}
-            self._peers = {i: tuple(addr) for i, addr in peers.items() if i != self._index}
+            changed = {i for i, addr in addresses.items() if self._peers.get(i) != addr}
+            self._peers = addresses
             self._peers_version += 1
         self._same_host.set_peers(self._peers)
-        if changed and self._grants is not None:
+        if self._grants is None or self._credits is None:
+            return
+        for i, (_, _, run) in peers.items():
+            if i != self._index:
+                self._grants.heard(i, run)
+                self._credits.update(i, run, None)
+        if changed:
             self._grants.greet(changed)
 
     # -- data path ----------------------------------------------------------------------
