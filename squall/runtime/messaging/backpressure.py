@@ -31,10 +31,11 @@ a grant instead of sending and hoping. The rules, in the order a tuple meets the
    :class:`~squall.runtime.messaging.tuple_batch.CreditGrant` group sent by the worker's transfer
    path (:mod:`squall.runtime.worker_transfer`); a quarter of a window or more goes in a payload
    of its own if nothing else is going. Runs find each other the same way: a worker greets every
-   peer it is told of (a payload with its grants, or none yet), and a receiver that hears from a
-   new run of a peer (any payload's sender and run) grants it a window and sends it at once. A
-   payload is lost only with a dead run, whose credit is void anyway; the new run greets again.
-   Nobody polls, and no port of its own carries credit.
+   peer it is told of (a payload with its grants, or none yet), and a receiver that hears of a
+   new run of a peer (from any payload's sender and run, or first from the master, which names
+   every worker's run as soon as it binds) grants it a window and sends it at once; from then
+   on what the dead run left is dropped. A payload is lost only with a dead run, whose credit is
+   void anyway; the new run greets again. Nobody polls, and no port of its own carries credit.
 
 Queues are named, in grants, by their executor's first task (:func:`queue_keys`).
 """
