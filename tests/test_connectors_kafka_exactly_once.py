@@ -163,7 +163,8 @@ def test_a_tuple_that_cannot_be_mapped_fails_alone_naming_the_component(kafka_cl
 @pytest.mark.processes
 def test_kill_9_of_the_sinks_and_the_checkpoint_spouts_workers_and_a_rerun_leave_each_record_once(
         kafka_cluster, tmp_path):  # noqa: F811
-    lines = make_lines(1500, seed=2)
+    # enough work that each kill lands before the end: output shows at commits, a restart lets the rest run
+    lines = make_lines(4000, seed=2)
     source = KafkaSource(kafka_cluster, lines)
     out = f"eo-out-{uuid.uuid4().hex[:8]}"
     bolt = KafkaBolt(kafka_cluster, out, mapper=lambda t: (t.values[0], str(t.values[1])), exactly_once=True,

@@ -303,7 +303,8 @@ def test_every_data_type_is_published_once(redis_server, client, name, data_type
 
 @pytest.mark.processes
 def test_kill_9_of_the_sinks_and_the_counts_workers_leaves_each_entry_once(redis_server, client, tmp_path):
-    lines = make_lines(1500, seed=3)
+    # enough work that each kill lands before the end: output shows at commits, a restart lets the rest run
+    lines = make_lines(4000, seed=3)
     source = DirectorySource(tmp_path / "files", lines)
     key = f"eo-kill9-{uuid.uuid4().hex[:8]}"
     bolt = RedisStoreBolt(entry, data_type="list", key=key, exactly_once=True, host=redis_server.host,
