@@ -129,12 +129,17 @@ class ZmqTransport(Transport):
             self._pollers = {}
         poller = self._pollers.get(bell)
         if poller is None:
-            poller = self._pollers[bell] = zmq.Poller()
-            poller.register(self._pull, zmq.POLLIN)
-            for fd in self._same_host.fds():
-                poller.register(fd, zmq.POLLIN)
-            if bell is not None:
-                poller.register(bell.fileno(), zmq.POLLIN)
+            poller = self._pollers[bell] = self._read_poller(bell)
+        return poller
+
+    def _read_poller(self, bell: Bell | None) -> zmq.Poller:
+        """A new poller of what the reading thread reads, and ``bell``."""
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        for fd in self._same_host.fds():
+            poller.register(fd, zmq.POLLIN)
+        if bell is not None:
+            poller.register(bell.fileno(), zmq.POLLIN)
         return poller
 
     def set_peers(self, peers: dict[int, tuple[str, int, int]]) -> None:
@@ -246,11 +251,7 @@ class ZmqTransport(Transport):
 
     def wait(self, worker: int, bell: Bell, timeout: float, backlog: bool = False) -> None:
         if backlog:  # this thread sends too: what the backlog waits for wakes it as well
-            poller = zmq.Poller()
-            poller.register(self._pull, zmq.POLLIN)
-            for fd in self._same_host.fds():
-                poller.register(fd, zmq.POLLIN)
-            poller.register(bell.fileno(), zmq.POLLIN)
+            poller = self._read_poller(bell)
             timeout = self._wait_sendable(poller, timeout)
         else:
             poller = self._wait_poller_now(bell)
