@@ -2,10 +2,11 @@
 tests/exactly_once_run.py, many times, counting the runs whose output was not exact.
 
 Each run: a fresh input (--lines lines of 1 to 3 words, seeded by the run's number) produced to a
-topic before the submit; ``StatefulKafkaSpout x2 -> split x2 -> stateful count x2 (emits (word,
-n), 2 ms a word) -> KafkaBolt(exactly_once=True) x2`` on 3 worker processes, state in SQLite;
-``kill -9`` of the worker of a sink task, of a count's, of the checkpoint spout's, each once
-another fifth of the expected output is visible, then a stop and a rerun under the same name;
+topic in five parts, the first before the submit; ``StatefulKafkaSpout x2 -> split x2 -> stateful
+count x2 (emits (word, n), 2 ms a word) -> KafkaBolt(exactly_once=True) x2`` on 3 worker
+processes, state in SQLite; ``kill -9`` of the worker of a sink task, of a count's, of the
+checkpoint spout's, each once half of the latest part's output is visible (the next part follows
+the kill), then a stop and a rerun under the same name;
 then every ``(word, n)`` must be read back once by a ``read_committed`` consumer (none twice, none
 missing). The broker is a process with real transactions (:class:`squall.testing.KafkaBroker`,
 ``noida-db``); ``--sink`` picks the files, Redis or SQLite sink instead of Kafka's.
@@ -47,6 +48,7 @@ from squall.connectors.redis import RedisStoreBolt  # noqa: E402
 from squall.testing import KafkaBroker, RedisServer  # noqa: E402
 
 KILLS = ["sink", "count", "checkpoint"]
+PARTS = eo.parts(KILLS, stop_and_rerun=True)
 
 
 def mapper(tup):
@@ -56,9 +58,9 @@ def mapper(tup):
 def kafka_case(broker: KafkaBroker, root: Path, lines: list[str]):
     servers, out = broker.bootstrap_servers, f"eo-out-{uuid.uuid4().hex[:8]}"
     broker.create_topics(out, f"{out}.markers")
-    spout = KafkaSource(servers, lines, broker.create_topics).spout()
+    source = KafkaSource(servers, lines, broker.create_topics, parts=PARTS)
     sink = KafkaBolt(servers, out, mapper, exactly_once=True, marker_topic=f"{out}.markers")
-    return spout, sink, lambda: [(k, int(v)) for k, v in read_all(servers, out)]
+    return source, sink, lambda: [(k, int(v)) for k, v in read_all(servers, out)]
 
 
 def files_case(root: Path, lines: list[str]):
@@ -74,7 +76,7 @@ def files_case(root: Path, lines: list[str]):
         return rows
 
     sink = FileBolt(str(out), format="jsonl", fields=["word", "count"], exactly_once=True)
-    return DirectorySource(root / "files", lines).spout(), sink, read
+    return DirectorySource(root / "files", lines, parts=PARTS), sink, read
 
 
 def redis_case(server: RedisServer, root: Path, lines: list[str]):
@@ -85,7 +87,7 @@ def redis_case(server: RedisServer, root: Path, lines: list[str]):
     sink = RedisStoreBolt(lambda t: f"{t.values[0]}:{t.values[1]}", data_type="list", key=key, host=server.host,
                           port=server.port, exactly_once=True)
     read = lambda: [(w, int(n)) for w, n in (v.decode().rsplit(":", 1) for v in client.lrange(key, 0, -1))]  # noqa: E731
-    return DirectorySource(root / "files", lines).spout(), sink, read
+    return DirectorySource(root / "files", lines, parts=PARTS), sink, read
 
 
 def sqlite_case(root: Path, lines: list[str]):
@@ -98,7 +100,7 @@ def sqlite_case(root: Path, lines: list[str]):
             except sqlite3.OperationalError:
                 return []
 
-    return DirectorySource(root / "files", lines).spout(), SQLiteSink(str(db), "counts", ["word", "count"]), read
+    return DirectorySource(root / "files", lines, parts=PARTS), SQLiteSink(str(db), "counts", ["word", "count"]), read
 
 
 def main() -> None:
@@ -119,14 +121,14 @@ def main() -> None:
                 run_started = time.monotonic()
                 try:
                     if args.sink == "kafka":
-                        spout, sink, read = kafka_case(broker, root, lines)
+                        source, sink, read = kafka_case(broker, root, lines)
                     elif args.sink == "redis":
-                        spout, sink, read = redis_case(server, root, lines)
+                        source, sink, read = redis_case(server, root, lines)
                     else:
-                        spout, sink, read = (files_case if args.sink == "files" else sqlite_case)(root, lines)
+                        source, sink, read = (files_case if args.sink == "files" else sqlite_case)(root, lines)
                     conf = eo.conf({"path": str(root / "state")}, free_ports(3))
-                    report = eo.run(eo.build(spout, sink), conf, read, eo.expected(lines), kills=KILLS,
-                                    stop_and_rerun=True, between=0.2, name=f"eo{n}")
+                    report = eo.run(eo.build(source.spout(), sink), conf, read, source, KILLS,
+                                    stop_and_rerun=True, name=f"eo{n}")
                     landed = ", ".join(f"{k['component']} at {k['visible']:.0%}" for k in report["kills"])
                     print(f"run {n + 1}: exact in {time.monotonic() - run_started:.1f} s; kills: {landed}; "
                           f"stopped at {report.get('stopped_at', 0):.0%}", flush=True)

@@ -143,9 +143,29 @@ class Snapshot:
 
 class Source(ABC):
     """The input of a variant: its spout, and the counts of the records a snapshot's committed
-    positions say were read."""
+    positions say were read. The input may come in ``parts``: the first is there before the
+    topology starts, each next one when :meth:`release` hands it over (a test that kills
+    workers mid-stream holds the last part back until its last kill, so no kill can land after
+    the end whatever the machine's pace)."""
 
-    whole: Counter
+    def __init__(self, lines: list[str], parts: int) -> None:
+        size = math.ceil(len(lines) / parts)
+        self.whole = words_of(lines)
+        self.parts = parts
+        self.released = 0  # the words handed over so far
+        self._held = [lines[i * size:(i + 1) * size] for i in range(parts)]
+        self.release()
+
+    def release(self) -> None:
+        """Hands the spout the next part of the input."""
+        assert self._held, "the whole input is out already"
+        part = self._held.pop(0)
+        self._add(part)
+        self.released += sum(words_of(part).values())
+
+    @abstractmethod
+    def _add(self, lines: list[str]) -> None:
+        """Makes ``lines`` readable by the spout, after what it had."""
 
     @abstractmethod
     def spout(self) -> Spout:
@@ -164,18 +184,23 @@ class Source(ABC):
 
 
 class KafkaSource(Source):
-    """``lines`` produced to a new topic before the topology starts (line ``i`` on partition
-    ``i % PARTITIONS``); where each landed is taken from the delivery reports. ``make_topic``
-    creates the topic first, where the broker would not make it with PARTITIONS partitions."""
+    """``lines`` produced to a new topic (line ``i`` of a part on partition ``i % PARTITIONS``),
+    the first part before the topology starts; where each landed is taken from the delivery
+    reports. ``make_topic`` creates the topic first, where the broker would not make it with
+    PARTITIONS partitions."""
 
-    def __init__(self, servers: str, lines: list[str], make_topic: Callable[[str], None] | None = None) -> None:
-        from confluent_kafka import Producer
-
+    def __init__(self, servers: str, lines: list[str], make_topic: Callable[[str], None] | None = None,
+                 parts: int = 1) -> None:
         tag = uuid.uuid4().hex[:12]
         self.servers, self.topic, self.group = servers, f"kill9-{tag}", f"kill9-{tag}"
         if make_topic is not None:  # a broker that does not make it with PARTITIONS partitions on first use
             make_topic(self.topic)
-        self.whole = words_of(lines)
+        self.records: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
+        super().__init__(lines, parts)
+
+    def _add(self, lines: list[str]) -> None:
+        from confluent_kafka import Producer
+
         placed: dict[int, dict[int, str]] = {p: {} for p in range(PARTITIONS)}
         errors: list[Any] = []
 
@@ -185,12 +210,14 @@ class KafkaSource(Source):
             else:
                 placed[message.partition()][message.offset()] = message.value().decode()
 
-        producer = Producer({"bootstrap.servers": servers, "logger": logging.getLogger("tests.kafka")})
+        producer = Producer({"bootstrap.servers": self.servers, "logger": logging.getLogger("tests.kafka")})
         for i, line in enumerate(lines):
             producer.produce(self.topic, value=line, partition=i % PARTITIONS, on_delivery=delivered)
         assert producer.flush(30) == 0 and not errors, errors
-        assert all(sorted(offsets) == list(range(len(offsets))) for offsets in placed.values()), "offsets not dense"
-        self.records = {p: [offsets[o] for o in range(len(offsets))] for p, offsets in placed.items()}
+        for p, offsets in placed.items():
+            first = len(self.records[p])
+            assert sorted(offsets) == list(range(first, first + len(offsets))), "offsets not dense"
+            self.records[p] += [offsets[o] for o in sorted(offsets)]
 
     def spout(self) -> Spout:
         return StatefulKafkaSpout(KafkaSpoutConfig(self.servers, topics=[self.topic], group_id=self.group,
@@ -207,17 +234,22 @@ class KafkaSource(Source):
 
 
 class DirectorySource(Source):
-    """``lines`` in ``files`` files of a directory under ``root``, written before the topology
-    starts; a file moves to the archive directory once a committed checkpoint says it ended."""
+    """``lines`` in a directory under ``root``, ``files`` files a part, the first part written
+    before the topology starts; a file moves to the archive directory once a committed
+    checkpoint says it ended."""
 
-    def __init__(self, root: Path, lines: list[str], files: int = 6) -> None:
+    def __init__(self, root: Path, lines: list[str], files: int = 6, parts: int = 1) -> None:
         self.src, self.archive, self.locks = root / "in", root / "archive", root / "locks"
         self.src.mkdir(parents=True)
-        self.whole = words_of(lines)
+        self.files = files
         self.contents: dict[str, bytes] = {}
-        per_file = math.ceil(len(lines) / files)
-        for i in range(files):
-            name, tmp = f"f{i}.txt", self.src / f"f{i}.txt.ignore"  # renamed whole: never read half-written
+        super().__init__(lines, parts)
+
+    def _add(self, lines: list[str]) -> None:
+        per_file = math.ceil(len(lines) / self.files)
+        for i in range(self.files):
+            name = f"f{len(self.contents)}.txt"
+            tmp = self.src / f"{name}.ignore"  # renamed whole: never read half-written
             self.contents[name] = "".join(f"{line}\n" for line in lines[i * per_file:(i + 1) * per_file]).encode()
             tmp.write_bytes(self.contents[name])
             tmp.rename(self.src / name)
