@@ -2,13 +2,21 @@
 sees of each runner's call, on a clock the test moves. The runners and executors here are the
 watchdog's whole view of them (current_call, can_hand_off, executors; progress, stall_secs,
 stalled); the same watch over real threads is tested end to end in tests/test_runtime.py (a
-spout's stall) and tests/test_scheduling.py (hand-offs)."""
+spout's stall) and tests/test_scheduling.py (hand-offs). Last, a hand-off on a real
+CooperativeThread: what the thread that keeps the stuck executor does with the data path."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from squall.runtime.executor.threads import Watchdog
+from squall.runtime.executor.ack_ledger import AckLedger
+from squall.runtime.executor.executor import Executor as RealExecutor
+from squall.runtime.executor.threads import CooperativeThread, Watchdog
+from squall.testing import wait_until
+from squall.utils.batch_queue import BatchQueue, Bell
 
 
 class Executor:
@@ -118,3 +126,98 @@ def test_the_period_is_half_the_shortest_stall_limit_when_that_is_sooner():
     runner = Runner(Executor(stall_secs=0.3), Executor(stall_secs=5), Executor())
     dog, _, _ = watch([runner], handoff_secs=0.2)
     assert dog.period() == 0.15
+
+
+
+# -- the hand-off on a real cooperative thread ---------------------------------------------------
+
+
+class DataPath:
+    """A WorkerIO that records the thread of every call (the data path is one thread's)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str]] = []
+
+    def _call(self, what: str) -> None:
+        self.calls.append((threading.get_ident(), what))
+
+    def exchange(self) -> bool:
+        self._call("exchange")
+        return False
+
+    def idle(self) -> bool:
+        self._call("idle")
+        return True
+
+    def wait(self, bell: Bell, timeout: float) -> None:
+        self._call("wait")
+        bell.wait(min(timeout, 0.01))
+        bell.disarm()
+
+    def end_round(self) -> None:
+        self._call("end_round")
+
+
+class Turns(RealExecutor):
+    """An executor that only takes turns: each ``run_once`` reports work done; a turn can be
+    held (``hold``) until ``release`` lets it return, the way a stuck ``execute`` holds it."""
+
+    def __init__(self, name: str) -> None:
+        self.component, self.task_ids = name, [1]
+        self.queue = BatchQueue(10, name)
+        self.acks = AckLedger([], None, {}, 1, held=False)  # no round: nothing for a thread alone to send
+        self.stopping = False
+        self.turns = 0
+        self.held = threading.Event()  # a turn is being held
+        self.hold = False
+        self._release = threading.Event()
+
+    def start_up(self) -> bool:
+        return True
+
+    def shut_down(self) -> None:
+        pass
+
+    def request_stop(self) -> None:
+        self.stopping = True
+
+    def run_once(self, timeout: float) -> bool:
+        self.turns += 1
+        if self.hold:
+            self.hold = False
+            self.held.set()
+            self._release.wait(10)
+        time.sleep(0.001)
+        return True
+
+    def release(self) -> None:
+        self._release.set()
+
+    @property
+    def idle_poll_secs(self) -> float | None:
+        return None
+
+
+def test_a_thread_that_handed_its_data_path_off_never_touches_it_again():
+    # the stuck call returns having done work, its round long past the flush interval: the
+    # exchange it would make then is the successor's (two threads reading one link duplicated
+    # or lost whole payloads)
+    stuck, other, io = Turns("stuck"), Turns("other"), DataPath()
+    runner = CooperativeThread([other, stuck], Bell(), io, "test-runner", lambda e, error: None, flush_secs=0.0)
+    runner.start()
+    try:
+        wait_until(lambda: stuck.turns > 0 and other.turns > 0, timeout=5, message="both executors' turns")
+        stuck.hold = True
+        assert stuck.held.wait(5), "the stuck executor's turn did not come"
+        assert runner.hand_off(stuck) == [other]
+        handed_at = len(io.calls)
+        turns = stuck.turns
+        stuck.release()
+        wait_until(lambda: stuck.turns >= turns + 3, timeout=5, message="the stuck executor running alone")
+        assert io.calls[handed_at:] == []
+        assert runner.executors == [stuck]
+    finally:
+        runner.request_stop()
+        stuck.release()
+        runner.join(5)
+    assert not runner.is_alive()

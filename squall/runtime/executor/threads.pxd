@@ -14,5 +14,5 @@ cdef class _Runner:
 
 
 cdef class CooperativeThread(_Runner):
-    @cython.locals(executor=Executor, did=bint, exchange_at=cython.double)
+    @cython.locals(executor=Executor, did=bint, ran=bint, exchange_at=cython.double)
     cpdef void _loop(self, list executors) except *

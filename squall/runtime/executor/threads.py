@@ -190,15 +190,16 @@ class CooperativeThread(_Runner):
             for executor in executors:
                 self._current = executor
                 self._calls += 1
-                if executor.run_once(0):
+                ran = executor.run_once(0)
+                with self._switch:
+                    self._current = None
+                    if self._handed_off:  # the data path is the successor's now: never touch it again
+                        break
+                if ran:
                     did = True
                     if perf_counter() >= exchange_at:  # a long round: what it sent goes now
                         io.exchange()
                         exchange_at = perf_counter() + flush_secs
-                with self._switch:
-                    self._current = None
-                    if self._handed_off:
-                        break
             if self._handed_off:
                 self._run_alone(executor)
                 return
