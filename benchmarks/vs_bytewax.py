@@ -16,12 +16,15 @@ running total per word) over the same sentences (benchmarks/wordcount.py's
   fields grouping), one worker of a LocalCluster() in this process.
 * squall, shuffle-split/fields-count (``squall/shuffle/off`` and ``/on``): the split on
   shuffle grouping, the count with 2 executors (fields grouping on "word"), one worker.
-  For both Squall topologies: words/s after the first 10% of the words were counted
-  (benchmarks/wordcount.py's ``timed_run``), which leaves out the topology's start-up.
+  For both Squall topologies, two figures (benchmarks/wordcount.py's ``timed_run``): words/s
+  over the whole run, the start of the LocalCluster and the submit included (``whole``, as
+  Bytewax's figure is), and words/s after the first 10% of the words were counted
+  (``steady``), which leaves the start-up out. The end is seen through the executors' figures
+  (every 50 ms), which adds up to ~50 ms to a whole run.
 * the plain Python loop of the same work (``loop``), the baseline.
 
 The variants alternate (so that all meet the same conditions on a shared machine); the best
-of --runs counts. Targets (the issue): in-process Squall / bytewax >= 0.8x (goal 1.0x);
+of --runs counts. Targets (the issue): in-process Squall / bytewax >= 1.3x, start-up included;
 Squall acking on / acking off >= 0.6.
 
 Reproduce:
@@ -62,7 +65,7 @@ except ImportError as error:
 
 REFERENCE = "bytewax/map"  # what the Squall variants are compared with
 PROFILED = "squall/local/off"  # what --profile runs when --only does not say
-TARGET_VS_BYTEWAX, GOAL_VS_BYTEWAX, TARGET_ACKING = 0.8, 1.0, 0.6
+TARGET_VS_BYTEWAX, TARGET_ACKING = 1.3, 0.6
 
 
 class _TotalsPartition(StatelessSinkPartition):
@@ -113,30 +116,37 @@ def bytewax_rate(sentences: list[str], words: int, batch_size: int, final: bool)
 
 @dataclass(frozen=True)
 class Variant:
-    """One line of the table: ``measure()`` runs it once and returns words/s."""
+    """One line of the table: ``measure()`` runs it once and returns words/s over the whole run
+    and in the steady state (the same for all but Squall's)."""
 
     name: str  # what --only selects it by: its name or a prefix up to a "/"
     label: str
-    measure: Callable[[], float]
+    measure: Callable[[], tuple[float, float]]
     acking_off: str | None = None  # a Squall variant with acking on: the name of the same with it off
 
 
 def variants(sentences: list[str], words: int, batch_size: int) -> list[Variant]:
     """Every variant, in the order they run and are printed."""
 
-    def squall(shuffle: bool, acking: bool) -> Callable[[], float]:
+    def squall(shuffle: bool, acking: bool) -> Callable[[], tuple[float, float]]:
         # one in-process worker; the shuffle-split/fields-count topology has two count executors
-        return lambda: timed_run(sentences, words, acking, 1, shuffle_split=shuffle,
-                                 count_parallelism=2 if shuffle else None)[1]
+        def measure() -> tuple[float, float]:
+            seconds, steady = timed_run(sentences, words, acking, 1, shuffle_split=shuffle,
+                                        count_parallelism=2 if shuffle else None)
+            return words / seconds, steady
+        return measure
+
+    def whole(rate: Callable[[], float]) -> Callable[[], tuple[float, float]]:
+        return lambda: (rate(),) * 2
 
     found = [
-        Variant("loop", "plain Python loop", lambda: words / plain_loop(sentences)[1]),
+        Variant("loop", "plain Python loop", whole(lambda: words / plain_loop(sentences)[1])),
         Variant(REFERENCE, f"bytewax, stateful_map, batches of {batch_size}",
-                lambda: bytewax_rate(sentences, words, batch_size, final=False)),
+                whole(lambda: bytewax_rate(sentences, words, batch_size, final=False))),
         Variant("bytewax/map1", "bytewax, stateful_map, batches of 1",
-                lambda: bytewax_rate(sentences, words, 1, final=False)),
+                whole(lambda: bytewax_rate(sentences, words, 1, final=False))),
         Variant("bytewax/final", f"bytewax, count_final, batches of {batch_size}",
-                lambda: bytewax_rate(sentences, words, batch_size, final=True)),
+                whole(lambda: bytewax_rate(sentences, words, batch_size, final=True))),
     ]
     for key, label, shuffle in (("local", "examples' word count", False),
                                 ("shuffle", "shuffle-split/fields-count", True)):
@@ -164,22 +174,27 @@ def verdict(value: float, target: float) -> str:
     return "met" if value >= target else "NOT MET"
 
 
-def report(chosen: list[Variant], best: dict[str, float]) -> None:
-    """The table: words/s of each variant, then its ratio to bytewax and, for Squall, the
-    issue's targets (ratios whose other side was not measured are left out)."""
-    reference = best.get(REFERENCE)
+def report(chosen: list[Variant], best: dict[str, tuple[float, float]]) -> None:
+    """The table: words/s of each variant (Squall's: whole run, then steady), its ratio to
+    bytewax and, for Squall, the issue's targets (ratios whose other side was not measured are
+    left out)."""
+    reference = best[REFERENCE][0] if REFERENCE in best else None
     for v in chosen:
-        line = f"  {v.label:<46}{best[v.name]:>12,.0f} words/s"
+        whole, steady = best[v.name]
+        squall = v.name.startswith("squall/")
+        line = f"  {v.label:<46}{whole:>12,.0f} words/s"
+        if squall:
+            line += f", steady {steady:>9,.0f}"
         if v.name == REFERENCE:
             line += "  (the reference)"
         elif reference:
-            versus = best[v.name] / reference
-            line += f"  {versus:5.2f}x bytewax"
-            if v.name.startswith("squall/") and v.acking_off is None:
-                line += (f"  (target >= {TARGET_VS_BYTEWAX}x: {verdict(versus, TARGET_VS_BYTEWAX)}; "
-                         f"goal {GOAL_VS_BYTEWAX}x: {verdict(versus, GOAL_VS_BYTEWAX)})")
+            line += f"  {whole / reference:5.2f}x bytewax"
+            if squall:
+                line += f" (steady {steady / reference:.2f}x)"
+            if squall and v.acking_off is None:
+                line += f"  target >= {TARGET_VS_BYTEWAX}x whole: {verdict(whole / reference, TARGET_VS_BYTEWAX)}"
         if v.acking_off in best:
-            ratio = best[v.name] / best[v.acking_off]
+            ratio = steady / best[v.acking_off][1]
             line += f"  acking on/off {ratio:.2f} (target >= {TARGET_ACKING}: {verdict(ratio, TARGET_ACKING)})"
         print(line)
 
@@ -245,12 +260,13 @@ def main() -> None:
         sentences = make_sentences(args.sentences)
         words = plain_loop(sentences)[0]
         chosen = select(variants(sentences, words, args.bytewax_batch), args.only)
-        best = {v.name: 0.0 for v in chosen}
+        best = {v.name: (0.0, 0.0) for v in chosen}
         for _ in range(args.runs):
             for v in chosen:
-                best[v.name] = max(best[v.name], v.measure())
+                best[v.name] = tuple(map(max, best[v.name], v.measure()))
         print(f"word count, {len(sentences):,} sentences ({words:,} words), one worker in this process, best of "
-              f"{args.runs} alternating runs (Squall: words/s after the first 10% of the words; the rest: whole run)")
+              f"{args.runs} alternating runs (words/s over the whole run, start-up included; Squall's steady: "
+              f"after the first 10% of the words)")
         report(chosen, best)
     print("reproduce: python benchmarks/vs_bytewax.py " + " ".join(sys.argv[1:]))
 

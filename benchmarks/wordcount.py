@@ -86,9 +86,10 @@ def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int
               overrides: dict | None = None, cluster=None, shuffle_split: bool = False,
               count_parallelism: int | None = None, parallelism: int | None = None, extend: Callable[[TopologyBuilder], None] | None = None,
               watch: Callable[[dict], None] | None = None) -> tuple[float, float]:
-    """(seconds from submit until done, words/s after the first 10% of the words): the second
-    leaves out the start-up (worker processes, or a Spark job and its executors' task
-    launches) for comparing running topologies.
+    """(seconds from the start until done, words/s after the first 10% of the words): the first
+    counts the start-up in (the LocalCluster's start, or the submit when ``cluster`` is given:
+    worker processes, a Spark job and its executors' task launches), the second leaves it out
+    for comparing running topologies.
 
     By default the split takes local-or-shuffle grouping and each bolt has one executor per
     worker; ``shuffle_split`` and ``count_parallelism`` give the shuffle-split/fields-count
@@ -115,8 +116,8 @@ def timed_run(sentences: list[str], total_words: int, acking: bool, workers: int
     if acking:
         conf.set_max_spout_pending(5000)
     conf.update(overrides or {})
+    start = time.perf_counter()
     with contextlib.nullcontext(cluster) if cluster is not None else LocalCluster(processes=processes) as running:
-        start = time.perf_counter()
         running.submit_topology("bench", conf, builder.create_topology())
         begun: list[tuple[float, int]] = []
 
