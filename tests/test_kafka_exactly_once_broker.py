@@ -128,6 +128,42 @@ def test_a_commit_whose_outcome_is_unknown_is_tried_again_never_published_twice(
     h.close()
 
 
+class BrokerRestartedInCommit:
+    """The sink's producer, whose first transaction spans a restart of the broker: its records
+    are in the broker's log when the broker restarts, and the commit comes after. This broker
+    then acknowledges the commit of a transaction it lost."""
+
+    def __init__(self, producer, broker) -> None:
+        self._producer, self._broker, self.restarted = producer, broker, False
+
+    def commit_transaction(self, *args):
+        if not self.restarted:
+            self.restarted = True
+            self._producer.flush()
+            self._broker.restart()
+        return self._producer.commit_transaction(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._producer, name)
+
+
+def test_a_commit_acknowledged_for_a_transaction_the_restarted_broker_lost_publishes_the_epoch_again(
+        kafka_broker, tmp_path):  # noqa: F811
+    servers = kafka_broker.bootstrap_servers
+    topic, name = f"lost-{uuid.uuid4().hex[:8]}", f"lost-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topics(topic, f"{topic}.markers")
+    h = sink(servers, topic, str(tmp_path / "state"), name)
+    h.bolt._producer = restarted = BrokerRestartedInCommit(h.bolt._producer, kafka_broker)
+    h.feed(["a", "1"], tracked=False)
+    with pytest.raises(KafkaConnectorError, match="epoch 1's commit was acknowledged, but its marker is not there"):
+        h.commit_checkpoint(h.prepare_checkpoint())
+    assert restarted.restarted and read_all(servers, topic) == []
+    h.feed(["b", "1"], tracked=False)
+    h.checkpoint()  # its commit publishes the pending epoch again, then this one
+    assert sorted(read_all(servers, topic)) == [("a", "1"), ("b", "1")]
+    h.close()
+
+
 def test_a_transaction_another_task_left_open_does_not_hide_this_tasks_marker(kafka_broker, tmp_path):  # noqa: F811
     """Tasks share marker partitions: a marker read that stops where a read_committed reader is
     shown the end (the last stable offset) misses this task's markers behind another's open

@@ -1022,6 +1022,9 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
       A retriable error of the commit itself (a timeout, the broker restarting) leaves the
       outcome unknown: the next commit retries that same commit, never the epoch anew. If that
       fails otherwise, or the task restarts in between, the marker says whether it went through.
+      So it does after a commit acknowledged though the broker was out of reach during the
+      transaction (a restarted broker may acknowledge a transaction it lost; noida-db does): an
+      epoch whose marker is missing is published again.
     * **Costs.** Records are visible one checkpoint interval after they arrive; each task holds
       an epoch's records in memory and writes them into its state at each checkpoint; one
       marker record per task and epoch.
@@ -1172,6 +1175,7 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
             self.metrics["skipped"] += 1
             return
         producer = self._producer
+        errors = self.metrics["errors"]
         try:
             if self._in_doubt != txid:
                 producer.begin_transaction()
@@ -1179,6 +1183,8 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
                     self._produce(record)
                 self._produce([self.marker_topic, self.transactional_id, str(txid), self.marker_partition])
             producer.commit_transaction(timeout)
+            if self.metrics["errors"] != errors:
+                self._check_published(txid, timeout)
         except (KafkaException, BufferError) as e:
             self.metrics["errors"] += 1
             error = e.args[0] if isinstance(e, KafkaException) and e.args else None
@@ -1207,6 +1213,23 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
         self.metrics["transactions"] += 1
         self.metrics["produced"] += len(records)
         self._outage.fine()
+
+    def _check_published(self, txid: int, timeout: float) -> None:
+        """After a commit the broker acknowledged though it was out of reach during the
+        transaction: a broker that restarted may acknowledge the commit of a transaction it lost
+        (noida-db does), so the marker must say it went through; else the epoch is published again.
+        Should the marker be unreadable now, the next publish reads it first."""
+        self._in_doubt = None
+        try:
+            published = self._read_marker(timeout)
+        except KafkaConnectorError:
+            self.published = None
+            raise
+        if published < txid:
+            self.metrics["errors"] += 1
+            raise KafkaConnectorError(f"{self._where}: epoch {txid}'s commit was acknowledged, but its marker is not "
+                                      f"there (the broker lost the transaction, restarting?): it will be published "
+                                      f"again")
 
     def finish_batch(self) -> None:
         pass  # nothing is produced until the checkpoint commits
