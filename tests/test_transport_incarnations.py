@@ -23,8 +23,7 @@ from squall.runtime.messaging.incarnation import Incarnations, incarnation
 from squall.runtime.messaging.security import LinkKeys, LinkSecurity
 from squall.runtime.messaging.zmq_transport import PAYLOAD_HEADER, ZmqTransport
 from squall.testing import wait_until
-from squall.utils.batch_queue import BatchQueue
-from squall.utils.batch_queue import Bell
+from squall.utils.batch_queue import BatchQueue, Bell
 
 pytestmark = pytest.mark.timeout(60)
 

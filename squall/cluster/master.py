@@ -389,7 +389,8 @@ class TopologyMaster(ABC):
             case schema.Bound(host=host, port=port):
                 slot.host, slot.port = host, port
                 if self.peers_from_master and all(s.port for s in self.slots):
-                    peers = schema.Peers({s.index: (s.host, s.port, incarnation(self.generation, s.restarts)) for s in self.slots})
+                    peers = schema.Peers({s.index: (s.host, s.port, incarnation(self.generation, s.restarts))
+                                          for s in self.slots})
                     for s in self.slots:
                         self._send(self._identity(s), peers)
             case schema.Ready():
