@@ -5,6 +5,7 @@ rerun, each read back by a ``read_committed`` consumer."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -86,27 +87,41 @@ def test_a_zombie_sink_replaced_while_paused_commits_nothing(kafka_broker, tmp_p
     replacement.close()
 
 
-class BrokerPausedInCommit:
-    """The sink's producer, whose first commit the broker receives but does not answer in time:
-    the broker is paused (SIGSTOP) once the epoch's records are in its log, and goes on once the
-    commit has timed out, committing it then."""
+class FirstCommitInterrupted:
+    """The sink's producer, whose first commit runs inside ``interruption()`` (a context
+    manager), once the epoch's records are in the broker's log."""
 
-    def __init__(self, producer, broker) -> None:
-        self._producer, self._broker, self.paused = producer, broker, False
+    def __init__(self, producer, interruption) -> None:
+        self._producer, self._interruption, self.interrupted = producer, interruption, False
 
     def commit_transaction(self, *args):
-        if self.paused:
+        if self.interrupted:
             return self._producer.commit_transaction(*args)
-        self.paused = True
+        self.interrupted = True
         self._producer.flush()
-        os.kill(self._broker.pid, signal.SIGSTOP)
-        try:
+        with self._interruption():
             return self._producer.commit_transaction(*args)
-        finally:
-            os.kill(self._broker.pid, signal.SIGCONT)
 
     def __getattr__(self, name):
         return getattr(self._producer, name)
+
+
+@contextlib.contextmanager
+def paused(broker):
+    """The broker receives the commit but does not answer in time: paused (SIGSTOP) until the
+    commit has timed out, committing it then."""
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def restarted(broker):
+    """The broker restarts before the commit: it then acknowledges the commit of a transaction it lost."""
+    broker.restart()
+    yield
 
 
 def test_a_commit_whose_outcome_is_unknown_is_tried_again_never_published_twice(kafka_broker, tmp_path):  # noqa: F811
@@ -115,11 +130,11 @@ def test_a_commit_whose_outcome_is_unknown_is_tried_again_never_published_twice(
     kafka_broker.create_topics(topic, f"{topic}.markers")
     h = sink(servers, topic, str(tmp_path / "state"), name)
     h.bolt.transaction_timeout_ms = 2000  # how long publish waits for the commit
-    h.bolt._producer = paused = BrokerPausedInCommit(h.bolt._producer, kafka_broker)
+    h.bolt._producer = producer = FirstCommitInterrupted(h.bolt._producer, lambda: paused(kafka_broker))
     h.feed(["a", "1"], tracked=False)
     with pytest.raises(KafkaConnectorError, match="epoch 1's commit not confirmed \\(it will be tried again\\)"):
         h.commit_checkpoint(h.prepare_checkpoint())
-    assert paused.paused and h.bolt.metrics["errors"] == 1, "the commit timed out"
+    assert producer.interrupted and h.bolt.metrics["errors"] == 1, "the commit timed out"
     h.feed(["b", "1"], tracked=False)
     h.checkpoint()  # its commit publishes the pending epoch (the doubtful one), then this one
     h.checkpoint()
@@ -128,36 +143,17 @@ def test_a_commit_whose_outcome_is_unknown_is_tried_again_never_published_twice(
     h.close()
 
 
-class BrokerRestartedInCommit:
-    """The sink's producer, whose first transaction spans a restart of the broker: its records
-    are in the broker's log when the broker restarts, and the commit comes after. This broker
-    then acknowledges the commit of a transaction it lost."""
-
-    def __init__(self, producer, broker) -> None:
-        self._producer, self._broker, self.restarted = producer, broker, False
-
-    def commit_transaction(self, *args):
-        if not self.restarted:
-            self.restarted = True
-            self._producer.flush()
-            self._broker.restart()
-        return self._producer.commit_transaction(*args)
-
-    def __getattr__(self, name):
-        return getattr(self._producer, name)
-
-
 def test_a_commit_acknowledged_for_a_transaction_the_restarted_broker_lost_publishes_the_epoch_again(
         kafka_broker, tmp_path):  # noqa: F811
     servers = kafka_broker.bootstrap_servers
     topic, name = f"lost-{uuid.uuid4().hex[:8]}", f"lost-{uuid.uuid4().hex[:8]}"
     kafka_broker.create_topics(topic, f"{topic}.markers")
     h = sink(servers, topic, str(tmp_path / "state"), name)
-    h.bolt._producer = restarted = BrokerRestartedInCommit(h.bolt._producer, kafka_broker)
+    h.bolt._producer = producer = FirstCommitInterrupted(h.bolt._producer, lambda: restarted(kafka_broker))
     h.feed(["a", "1"], tracked=False)
     with pytest.raises(KafkaConnectorError, match="epoch 1's commit was acknowledged, but its marker is not there"):
         h.commit_checkpoint(h.prepare_checkpoint())
-    assert restarted.restarted and read_all(servers, topic) == []
+    assert producer.interrupted and read_all(servers, topic) == []
     h.feed(["b", "1"], tracked=False)
     h.checkpoint()  # its commit publishes the pending epoch again, then this one
     assert sorted(read_all(servers, topic)) == [("a", "1"), ("b", "1")]
