@@ -96,3 +96,25 @@ def test_a_two_minute_chaos_run_loses_and_duplicates_nothing(kafka_broker, tmp_p
     assert report.faults, out
     assert report.output is not None and report.output.records == report.words > 0, out
     assert report.failures() == [], out
+
+
+def test_the_output_read_afresh_tells_records_of_an_open_transaction_from_committed_ones(kafka_broker):  # noqa: F811
+    from confluent_kafka import Producer
+
+    topic = "chaos-read-afresh"
+    kafka_broker.create_topics(topic, partitions=chaos.PARTITIONS)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers, "transactional.id": "chaos-read-afresh"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce(topic, key="a", value="1", partition=0)
+    producer.produce(topic, key="b", value="1", partition=1)
+    producer.commit_transaction(10)
+    producer.begin_transaction()  # left open: (a, 2) is not committed
+    producer.produce(topic, key="a", value="2", partition=2)
+    producer.flush(10)
+    words = collections.Counter({"a": 2, "b": 1})
+    committed = chaos.check_output(words, chaos.read_output(kafka_broker.bootstrap_servers, topic, "read_committed"))
+    assert committed.lost == [("a", 2)] and committed.records == 2, committed.describe()
+    everything = chaos.check_output(words, chaos.read_output(kafka_broker.bootstrap_servers, topic, "read_uncommitted"))
+    assert everything.exact, everything.describe()
+    producer.abort_transaction(10)
