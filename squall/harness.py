@@ -139,7 +139,7 @@ class _Harness:
     def _init_state(self, component: Any) -> None:
         if isinstance(component, StatefulComponent):
             self._states = TaskStates(self.conf, self._name, self.component_id, {self._task_id(): component},
-                                      lambda _task, error: self.report_error(error))
+                                      {self._task_id(): 0}, lambda _task, error: self.report_error(error))
             self._states.init()
 
     @property

@@ -79,8 +79,8 @@ def committed_state(name: str, topology: StormTopology | type[Topology], compone
     try:
         committed = provider.committed()
         result = {}
-        for task in assign(topology, merged).component_tasks[component]:
-            store = provider.task_store(component, task)
+        for index, task in enumerate(assign(topology, merged).component_tasks[component]):
+            store = provider.task_store(component, task, index)
             try:
                 result[task] = {serializer.loads(k): serializer.loads(v) for k, v in store.read(committed).items()}
             finally:

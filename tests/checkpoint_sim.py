@@ -411,19 +411,19 @@ class Simulation:
         txid = self.provider.committed()
         tasks = self.assignment.component_tasks
 
-        def state(component: str, task: int) -> dict[Any, Any]:
-            raw = self.provider.task_store(component, task).read(txid)
-            return {self.serializer.loads(k): self.serializer.loads(v) for k, v in raw.items()}
-
-        positions = {i: state("lines", task).get("position", 0) for i, task in enumerate(tasks["lines"])}
+        positions = {i: self._read("lines", task, txid).get("position", 0) for i, task in enumerate(tasks["lines"])}
         counts: Counter = Counter()
         for task in tasks["count"]:
-            counts.update(state("count", task))
+            counts.update(self._read("count", task, txid))
         return txid, positions, counts
 
     def task_state(self, component: str, task: int) -> dict[Any, Any]:
         """The committed state of ``task`` of ``component``."""
-        raw = self.provider.task_store(component, task).read(self.provider.committed())
+        return self._read(component, task, self.provider.committed())
+
+    def _read(self, component: str, task: int, txid: int | None) -> dict[Any, Any]:
+        index = self.assignment.component_tasks[component].index(task)
+        raw = self.provider.task_store(component, task, index).read(txid)
         return {self.serializer.loads(k): self.serializer.loads(v) for k, v in raw.items()}
 
     def check(self) -> None:

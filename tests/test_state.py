@@ -403,8 +403,12 @@ def test_a_state_location_holding_other_components_is_refused(words_file):
         cluster.submit_topology("layout", conf(), swc.build(words_file, counters=2))
         cluster.kill_topology("layout", wait_secs=0)
         wait_until(lambda: "layout" not in cluster.get_topologies(), message="killed")
-        with pytest.raises(StateProviderError, match=r"'count': 2.*but this topology has.*'count': 3"):
-            cluster.submit_topology("layout", conf(), swc.build(words_file, counters=3))
+        builder = TopologyBuilder()
+        builder.set_spout("lines", swc.FileSpout(words_file))
+        builder.set_bolt("split", swc.SplitLine()).shuffle_grouping("lines")
+        builder.set_bolt("tally", swc.WordCount()).fields_grouping("split", ["word"])
+        with pytest.raises(StateProviderError, match=r"'count': 2.*but this topology has.*'tally': 1"):
+            cluster.submit_topology("layout", conf(), builder.create_topology())
 
 
 def test_a_state_location_of_another_topology_is_refused_at_submit(tmp_path, words_file):

@@ -87,7 +87,7 @@ def _checkpoint(provider: StateProvider, store: Any, txid: int, puts: dict[bytes
 def test_round_trip(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     assert store.load(None) == {}
     _checkpoint(provider, store, 1, {b"a": b"1", b"b": b"2"})
     _checkpoint(provider, store, 2, {b"b": b"3", b"c": b"\x00\xff"}, [b"a"])
@@ -95,31 +95,31 @@ def test_round_trip(make: MakeProvider) -> None:
 
     again = make()
     assert again.committed() == 2
-    assert again.task_store("count", 0).load(2) == {b"b": b"3", b"c": b"\x00\xff"}
+    assert again.task_store("count", 0, 0).load(2) == {b"b": b"3", b"c": b"\x00\xff"}
 
 
 def test_load_folds_a_prepared_delta_up_to_the_committed_txid(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     _checkpoint(provider, store, 1, {b"a": b"1", b"b": b"2"})
     store.prepare(2, {b"b": b"20"}, [b"a"])
     provider.set_committed(2)  # the commit point passed, the task's commit never came
 
-    assert make().task_store("count", 0).load(2) == {b"b": b"20"}
+    assert make().task_store("count", 0, 0).load(2) == {b"b": b"20"}
     assert store.load(2) == {b"b": b"20"}  # folded once: loading again changes nothing
 
 
 def test_load_keeps_a_prepared_delta_past_the_committed_txid_unfolded(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     _checkpoint(provider, store, 1, {b"a": b"1"})
     store.prepare(2, {b"a": b"2", b"b": b"2"}, [])
     # the task restarts and loads while the other tasks are still finishing checkpoint 2
 
     assert store.load(1) == {b"a": b"1"}
-    assert make().task_store("count", 0).load(1) == {b"a": b"1"}
+    assert make().task_store("count", 0, 0).load(1) == {b"a": b"1"}
     provider.set_committed(2)  # they finished it: the recovery to txid 2 must see this task's part
     assert store.load(2) == {b"a": b"2", b"b": b"2"}
 
@@ -127,7 +127,7 @@ def test_load_keeps_a_prepared_delta_past_the_committed_txid_unfolded(make: Make
 def test_an_uncommitted_delta_is_replaced_by_the_next_prepare(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     _checkpoint(provider, store, 1, {b"a": b"1"})
     store.prepare(2, {b"a": b"2", b"b": b"2"}, [])  # checkpoint 2 failed: rolled back to 1
     assert store.load(1) == {b"a": b"1"}
@@ -139,10 +139,10 @@ def test_an_uncommitted_delta_is_replaced_by_the_next_prepare(make: MakeProvider
 def test_read_is_what_load_would_return_changing_nothing(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     _checkpoint(provider, store, 1, {b"a": b"1", b"b": b"1"})
     store.prepare(2, {b"b": b"2", b"c": b"2"}, [b"a"])
-    outside = make().task_store("count", 0)  # a tool reading a running topology's state
+    outside = make().task_store("count", 0, 0)  # a tool reading a running topology's state
 
     assert outside.read(None) == outside.read(1) == {b"a": b"1", b"b": b"1"}
     assert outside.read(2) == {b"b": b"2", b"c": b"2"}
@@ -153,7 +153,7 @@ def test_read_is_what_load_would_return_changing_nothing(make: MakeProvider) -> 
 def test_load_with_nothing_committed_returns_nothing(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     store.prepare(0, {b"a": b"1"}, [])
     assert store.load(None) == {}
     assert store.read(None) == {}
@@ -162,7 +162,7 @@ def test_load_with_nothing_committed_returns_nothing(make: MakeProvider) -> None
 def test_deletes(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 1)
+    store = provider.task_store("count", 1, 1)
     _checkpoint(provider, store, 1, {b"a": b"1", b"b": b"2", b"c": b"3"})
     # a key never stored, and one both put and deleted in the same delta: deleted
     _checkpoint(provider, store, 2, {b"c": b"30"}, [b"a", b"missing", b"c"])
@@ -175,7 +175,7 @@ def test_a_large_delta(make: MakeProvider) -> None:
     # more keys than Redis's Lua takes in one call's arguments (the fold goes by chunks)
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     _checkpoint(provider, store, 1, {b"%d" % i: b"v" for i in range(9000)})
     _checkpoint(provider, store, 2, {b"%d" % i: b"w" for i in range(9000, 12000)},
                 [b"%d" % i for i in range(0, 9000, 2)])
@@ -186,7 +186,7 @@ def test_a_large_delta(make: MakeProvider) -> None:
 def test_commit_is_idempotent_and_only_folds_its_own_txid(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     _checkpoint(provider, store, 1, {b"n": b"1"})
     store.commit(1)  # again: already folded
     store.prepare(2, {b"n": b"2"}, [])
@@ -201,7 +201,7 @@ def test_commit_is_idempotent_and_only_folds_its_own_txid(make: MakeProvider) ->
 def test_a_prepare_replaces_the_earlier_prepared_delta(make: MakeProvider) -> None:
     provider = make()
     provider.check(LAYOUT)
-    store = provider.task_store("sum", 0)
+    store = provider.task_store("sum", 0, 0)
     store.prepare(1, {b"a": b"1", b"b": b"1"}, [])
     store.prepare(2, {b"c": b"2"}, [])  # checkpoint 1 was abandoned, the state rolled back
     provider.set_committed(2)
@@ -216,11 +216,11 @@ def test_tasks_have_stores_of_their_own(make: MakeProvider) -> None:
     provider.check({c: 2 for c in components})
     for i, component in enumerate(components):
         for task in (1, 12):
-            provider.task_store(component, task).prepare(1, {b"who": f"{i} {task}".encode()}, [])
+            provider.task_store(component, task, task).prepare(1, {b"who": f"{i} {task}".encode()}, [])
     provider.set_committed(1)
     for i, component in enumerate(components):
         for task in (1, 12):
-            assert make().task_store(component, task).load(1) == {b"who": f"{i} {task}".encode()}
+            assert make().task_store(component, task, task).load(1) == {b"who": f"{i} {task}".encode()}
 
 
 def test_committed_txid_survives_a_new_provider_object(make: MakeProvider) -> None:
@@ -240,7 +240,7 @@ def test_the_last_commit_says_which_checkpoint_and_when_and_drop_forgets_it(make
     assert provider.last_commit() is None  # nothing there; and reading it claims nothing
     provider.check(LAYOUT)
     assert make().last_commit() is None  # claimed, never committed
-    store = provider.task_store("count", 0)
+    store = provider.task_store("count", 0, 0)
     before = time.time()
     _checkpoint(provider, store, 1, {b"a": b"1"})
     _checkpoint(provider, store, 2, {b"a": b"2"})
@@ -251,17 +251,25 @@ def test_the_last_commit_says_which_checkpoint_and_when_and_drop_forgets_it(make
     again = make()
     assert again.last_commit() is None
     again.check({"other": 1})  # the location is free again, for any layout
-    assert again.task_store("other", 0).load(None) == {}
+    assert again.task_store("other", 0, 0).load(None) == {}
     again.drop()
     again.drop()  # nothing there: nothing to do
 
 
-def test_check_refuses_another_layout(make: MakeProvider) -> None:
+def test_check_refuses_other_stateful_components(make: MakeProvider) -> None:
     make().check(LAYOUT)
-    with pytest.raises(StateProviderError, match=r"stateful components .*'count': 2.*'count': 3"):
-        make().check({"count": 3, "sum": 1})
-    with pytest.raises(StateProviderError, match="stateful components"):
+    with pytest.raises(StateProviderError, match=r"stateful components .*'count': 2.*'count': 2\}"):
         make().check({"count": 2})
+    with pytest.raises(StateProviderError, match="stateful components"):
+        make().check({**LAYOUT, "other": 1})
+
+
+def test_a_provider_without_key_groups_refuses_another_task_count(tmp_path: Path, request: pytest.FixtureRequest,
+                                                                  topology: str) -> None:
+    for make in _maker("redis", _config("redis", request, tmp_path), topology):
+        assert make().claim(LAYOUT, 128) is None  # its stateful bolts' inputs go by task count
+        with pytest.raises(StateProviderError, match=r"stateful components .*'count': 2.*'count': 3"):
+            make().claim({"count": 3, "sum": 1}, 128)
 
 
 # -- what only the durable providers do ------------------------------------------------------
@@ -297,7 +305,7 @@ _CHILD = textwrap.dedent("""
     conf, name = json.loads(sys.argv[1]), sys.argv[2]
     provider = provider_for(conf, name)
     provider.check({"count": 2})
-    first, second = provider.task_store("count", 0), provider.task_store("count", 1)
+    first, second = provider.task_store("count", 0, 0), provider.task_store("count", 1, 1)
     for store in (first, second):
         store.prepare(1, {b"base": b"1", b"gone": b"1"}, [])
     provider.set_committed(1)
@@ -335,8 +343,8 @@ def test_committed_state_survives_a_killed_process(make_durable: MakeProvider, t
     committed = provider.committed()
     assert committed == 2
     expected = {b"base": b"1", b"new": b"2"}
-    assert provider.task_store("count", 0).load(committed) == expected
-    assert provider.task_store("count", 1).load(committed) == expected
+    assert provider.task_store("count", 0, 0).load(committed) == expected
+    assert provider.task_store("count", 1, 1).load(committed) == expected
 
 
 # -- SQLite ------------------------------------------------------------------------------------
@@ -368,10 +376,12 @@ def test_sqlite_files(tmp_path: Path) -> None:
     provider = _sqlite(path=str(tmp_path / "state"), synchronous="full")
     provider.check({"count": 1, "Count": 1, "a/b": 1})
     for component in ("count", "Count", "a/b"):
-        _checkpoint(provider, provider.task_store(component, 0), 1, {b"k": component.encode()})
-    # lowercase ids are kept; others get a hash of the exact id, so that no two ids share a file
-    tasks = " ".join(sorted(p.name for p in (tmp_path / "state" / "tasks").glob("*.sqlite")))
-    assert re.fullmatch(r"a_b~[0-9a-f]{16}-0\.sqlite count-0\.sqlite count~[0-9a-f]{16}-0\.sqlite", tasks)
+        _checkpoint(provider, provider.task_store(component, 0, 0), 1, {b"k": component.encode()})
+    # a directory per component: lowercase ids are kept; others get a hash of the exact id, so that no
+    # two ids share one; a file per task, by its index, in its component's generation (0 at first)
+    tasks = " ".join(sorted(str(p.relative_to(tmp_path / "state" / "tasks"))
+                            for p in (tmp_path / "state" / "tasks").glob("*/*.sqlite")))
+    assert re.fullmatch(r"a_b~[0-9a-f]{16}/g0-0\.sqlite count/g0-0\.sqlite count~[0-9a-f]{16}/g0-0\.sqlite", tasks)
     assert (tmp_path / "state" / "topology.sqlite").is_file()
 
 
@@ -413,9 +423,9 @@ def test_redis_unreachable(monkeypatch) -> None:
 def test_redis_over_a_unix_socket(redis_server: RedisServer, topology: str) -> None:  # noqa: F811
     provider = _redis(topology, unix_socket_path=redis_server.unix_socket_path)
     provider.check(LAYOUT)
-    _checkpoint(provider, provider.task_store("count", 0), 1, {b"k": b"v"})
+    _checkpoint(provider, provider.task_store("count", 0, 0), 1, {b"k": b"v"})
     over_tcp = _redis(topology, **redis_server.config())  # the default key prefix: by topology name
-    assert over_tcp.task_store("count", 0).load(over_tcp.committed()) == {b"k": b"v"}
+    assert over_tcp.task_store("count", 0, 0).load(over_tcp.committed()) == {b"k": b"v"}
     provider.close()
     over_tcp.close()
 

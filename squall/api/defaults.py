@@ -240,6 +240,14 @@ KEYS: dict[str, ConfigKey] = _registry(
               note="Its records are untracked; markers it sends behind them measure what the bolts have "
                    "processed, and next_tuple waits while more is in flight. A checkpoint barrier then waits "
                    "behind at most that much data, however large the backlog.", storm=False),
+    ConfigKey("topology.state.key.groups", 128,
+              Check("None or an integer from 1 to 32768", lambda v: v is None or _is_int(v) and 1 <= v <= 32768),
+              "Key groups of each stateful bolt: its most tasks; recorded when its state location is first claimed.",
+              note="A key's state stays in its group, so a topology submitted again with other task counts restores "
+                   "each group into its new task (squall/api/state/key_groups.py). A location keeps the number "
+                   "it was claimed with: submitting another is refused. None: no key groups (a key goes to its "
+                   "hash modulo the task count, as in Storm, and task counts cannot change): what a location "
+                   "claimed before key groups, or a provider without them (redis), keeps.", storm=False),
     ConfigKey("topology.state.provider", None, optional(NON_EMPTY_STRING),
               "Where stateful components keep their state: memory, sqlite, redis or module:Class.",
               note="Storm's class names for memory and Redis work too. None: memory, except that `squall run` "

@@ -440,7 +440,8 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
     checkpoint is a tracked tuple), and a state provider every worker can reach, whose location
     holds no other topology's state. An exactly-once sink fed by a spout whose position is not
     in the checkpoints is refused; a stateful bolt fed by a spout that keeps no position gets a
-    warning (``squall.nimbus``)."""
+    warning (``squall.nimbus``). Sets ``topology.state.key.groups`` in ``conf`` to the key groups
+    the location keeps (see :meth:`~squall.api.state.StateProvider.claim`)."""
     for sink, spout in _upstream_spouts(topology, lambda spec: spec.exactly_once, lambda spout: not spout.stateful):
         raise InvalidTopologyError(
             f"topology {name!r}: exactly-once sink {sink!r} is fed by spout {spout!r}, whose position is not in the "
@@ -450,6 +451,13 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
     if conf[Config.TOPOLOGY_ACKER_EXECUTORS] == 0:
         raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so 'topology.acker.executors' "
                                    "cannot be 0")
+    key_groups = conf[Config.TOPOLOGY_STATE_KEY_GROUPS]
+    for spec in topology.bolts:
+        if spec.stateful and key_groups is not None and spec.num_tasks > key_groups:
+            raise InvalidTopologyError(
+                f"topology {name!r}: stateful bolt {spec.id!r} has {spec.num_tasks} tasks, more than its "
+                f"{key_groups} key groups (topology.state.key.groups), each kept by one task: raise "
+                "topology.state.key.groups (when its state location is first claimed), or give it fewer tasks")
     interval, timeout = conf[Config.TOPOLOGY_STATE_CHECKPOINT_INTERVAL], conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
     if interval >= timeout * 1000:
         raise InvalidTopologyError(f"{where}: its checkpoints are tracked tuples, so "
@@ -463,7 +471,8 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
                 "as processes of their own; use 'sqlite' (a directory every worker can reach) or 'redis' "
                 "(topology.state.provider)"
             )
-        provider.check(topology.state_layout)
+        conf[Config.TOPOLOGY_STATE_KEY_GROUPS] = provider.claim(topology.state_layout,
+                                                                conf[Config.TOPOLOGY_STATE_KEY_GROUPS])
     finally:
         provider.close()
     for bolt, spout in _upstream_spouts(topology, lambda spec: spec.stateful, lambda spout: not spout.keeps_position):

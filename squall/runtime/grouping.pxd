@@ -23,7 +23,7 @@ cdef class LoadAwareShuffleGrouper(_Grouper):
 
 cdef class FieldsGrouper(_Grouper):
     cdef list _choices, _indexes
-    cdef Py_ssize_t _n
+    cdef Py_ssize_t _n, _key_groups
     cdef object _single
     cdef dict _cache
 

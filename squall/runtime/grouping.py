@@ -22,6 +22,7 @@ from squall.api.grouping import (
     ALL, CUSTOM, DIRECT, FIELDS, GLOBAL, LOCAL_OR_SHUFFLE, NONE, PARTIAL_KEY, SHUFFLE, CustomStreamGrouping,
     GlobalStreamId, GroupingSpec,
 )
+from squall.api.state.key_groups import key_group, owner
 from squall.api.tuple import Fields
 
 if TYPE_CHECKING:
@@ -69,6 +70,12 @@ def stable_key_bytes(key: Sequence[Any]) -> bytes:
     """The bytes a grouping key hashes as: the same in every process (unlike ``hash()``),
     and the same for keys that are equal."""
     return _pack([_canonical(v) for v in key])
+
+
+def key_hash(key: Sequence[Any]) -> int:
+    """The fields grouping's hash of a key (its selected values), which also names its key
+    group (see :mod:`squall.api.state.key_groups`)."""
+    return zlib.crc32(stable_key_bytes(key))
 
 
 class _Grouper:
@@ -197,13 +204,18 @@ class LoadAwareShuffleGrouper(_Grouper):
 
 
 class FieldsGrouper(_Grouper):
-    """Hash of the selected values modulo the number of tasks (stable across processes)."""
+    """Hash of the selected values modulo the number of tasks (stable across processes); with
+    ``key_groups`` (the input of a stateful bolt), modulo that many key groups, each sent to
+    the task that owns it (:mod:`squall.api.state.key_groups`)."""
 
     _CACHE_LIMIT = 65536
 
-    def __init__(self, targets: list[int], output_fields: Fields, selected: Fields) -> None:
-        self._choices = [[t] for t in sorted(targets)]
-        self._n = len(targets)
+    def __init__(self, targets: list[int], output_fields: Fields, selected: Fields,
+                 key_groups: int | None = None) -> None:
+        ordered = sorted(targets)
+        self._choices = [[t] for t in ordered]
+        self._n = len(ordered)
+        self._key_groups = 0 if key_groups is None else key_groups
         self._indexes = [output_fields.field_index(f) for f in selected]
         self._single = self._indexes[0] if len(self._indexes) == 1 else None
         self._cache: dict[Any, list[int]] = {}
@@ -217,14 +229,19 @@ class FieldsGrouper(_Grouper):
         except KeyError:
             pass
         except TypeError:  # unhashable value: hash it every time
-            return self._choices[zlib.crc32(stable_key_bytes(self._key_list(key))) % self._n]
+            return self._choices[self._index(key)]
         if len(self._cache) >= self._CACHE_LIMIT:
             self._cache.clear()
-        chosen = self._cache[key] = self._choices[zlib.crc32(stable_key_bytes(self._key_list(key))) % self._n]
+        chosen = self._cache[key] = self._choices[self._index(key)]
         return chosen
 
-    def _key_list(self, key: Any) -> list[Any]:
-        return [key] if self._single is not None else list(key)
+    def _index(self, key: Any) -> int:
+        """The index of the task for ``key`` (as cached): its hash modulo the tasks, or the
+        owner of its key group."""
+        h = key_hash([key] if self._single is not None else list(key))
+        if not self._key_groups:
+            return h % self._n
+        return owner(key_group(h, self._key_groups), self._n, self._key_groups)
 
 
 class PartialKeyGrouper(FieldsGrouper):
@@ -320,10 +337,12 @@ def make_grouper(
     local_tasks: set[int],
     rng: random.Random,
     load: Callable[[int], float] | None = None,
+    key_groups: int | None = None,
 ) -> _Grouper | None:
     """The grouper of one emitting task for one subscriber; None for direct grouping. With
     ``load`` (a target task's load, see :class:`LoadAwareShuffleGrouper`), shuffle and
-    local-or-shuffle groupings are load-aware."""
+    local-or-shuffle groupings are load-aware; with ``key_groups`` (a stateful subscriber's),
+    a fields grouping sends each key group to the task that owns it."""
     kind = spec.type
     if kind in (SHUFFLE, LOCAL_OR_SHUFFLE):
         if kind == LOCAL_OR_SHUFFLE:
@@ -332,7 +351,7 @@ def make_grouper(
             return LoadAwareShuffleGrouper(targets, rng, load)
         return ShuffleGrouper(targets, rng)
     if kind == FIELDS:
-        return FieldsGrouper(targets, output_fields, spec.fields)
+        return FieldsGrouper(targets, output_fields, spec.fields, key_groups)
     if kind == PARTIAL_KEY:
         return PartialKeyGrouper(targets, output_fields, spec.fields)
     if kind == ALL:

@@ -3,6 +3,10 @@
 The state is a dict in the task's memory; every put and delete also marks its key. A
 checkpoint writes only the marked keys (the delta since the last checkpoint) to the task's
 :class:`~squall.api.state.provider.TaskStore`, so a checkpoint costs what changed, not what is held.
+A bolt fed by a fields grouping keeps each key under the key group of the input it was put
+while executing (see :mod:`squall.api.state.key_groups`), so that its state can follow its keys
+to another number of tasks; what is put outside such an input (a spout's position, a sink's
+pending epochs, a put in a checkpoint hook) has no group, and ties the component to its task count.
 Keys and values are serialized with the topology's serializer (msgpack's types, registered
 serializers, and pickles only where the topology allows them), so anything a tuple may carry
 can be stored; keys must also be hashable.
@@ -25,6 +29,16 @@ class ValueSerializer(Protocol):
 
     def loads(self, data: bytes) -> Any: ...
 
+
+class KeyedInputs(Protocol):
+    """What a keyed state needs of its executor: the input being executed (None outside
+    ``execute``), and the key group of an input (None: not from a fields grouping)."""
+
+    current_input: Any
+
+    def group_of(self, tup: Any) -> int | None: ...
+
+
 _MISSING = object()
 
 
@@ -37,18 +51,23 @@ class KeyValueState:
     ``init_state`` is called again.
     """
 
-    def __init__(self, store: TaskStore, serializer: ValueSerializer, where: str) -> None:
+    def __init__(self, store: TaskStore, serializer: ValueSerializer, where: str,
+                 keyed: KeyedInputs | None = None) -> None:
         self._store = store
         self._serializer = serializer
         self._where = where  # "component 'count' task 3", for messages
         self._data: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
+        self._keyed = keyed  # None: no key groups
+        self._inputs: dict[Any, Any] = {}  # key -> the input it was last put under, until the checkpoint
 
     # -- the component's API -------------------------------------------------------------
 
     def put(self, key: Any, value: Any) -> None:
         self._data[key] = value
         self._dirty.add(key)
+        if self._keyed is not None:
+            self._inputs[key] = self._keyed.current_input
 
     def get(self, key: Any, default: Any = None) -> Any:
         return self._data.get(key, default)
@@ -83,9 +102,10 @@ class KeyValueState:
         """Write the delta since the last checkpoint as checkpoint ``txid``'s. Raises
         :class:`SerializationError` naming the task and key of a value that cannot be
         stored (nothing is written then)."""
-        dumps, data = self._serializer.dumps, self._data
+        dumps, data, keyed, inputs = self._serializer.dumps, self._data, self._keyed, self._inputs
         puts: dict[bytes, bytes] = {}
         deletes: list[bytes] = []
+        groups: dict[bytes, int] = {}
         for key in self._dirty:
             try:
                 packed_key = dumps(key)
@@ -94,10 +114,13 @@ class KeyValueState:
                     deletes.append(packed_key)
                 else:
                     puts[packed_key] = dumps(value)
+                    if keyed is not None and (group := keyed.group_of(inputs.get(key))) is not None:
+                        groups[packed_key] = group
             except SerializationError as e:
                 raise SerializationError(f"{self._where}: the state of key {key!r} cannot be stored: {e}") from e
-        self._store.prepare(txid, puts, deletes)
+        self._store.prepare(txid, puts, deletes, groups)
         self._dirty.clear()
+        inputs.clear()
 
     def commit(self, txid: int) -> None:
         self._store.commit(txid)
@@ -108,6 +131,7 @@ class KeyValueState:
         loads = self._serializer.loads
         self._data = {_hashable(loads(k)): loads(v) for k, v in self._store.load(committed).items()}
         self._dirty.clear()
+        self._inputs.clear()
 
     def close(self) -> None:
         self._store.close()

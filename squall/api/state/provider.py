@@ -22,6 +22,13 @@ Keys and values are bytes here; :class:`~squall.api.state.key_value_state.KeyVal
 serializes them with the topology's serializer. Every method may raise
 :class:`StateProviderError`, whose message names the provider and location.
 
+A provider that keeps key groups (memory, sqlite; see :mod:`squall.api.state.key_groups`)
+stores each put with its group, keeps a task's state by the task's *index* in its component
+(not its topology-wide task id, which other components shift), and lets a stateful bolt's task
+count change between two submits: :meth:`StateProvider.claim` moves each group's entries to
+the task that owns it under the new count. One without them (redis, a user's provider) keeps
+state by task id and refuses any change of layout.
+
 Methods are called from one thread at a time per object; a TaskStore is used by the thread
 running its task. They may block (I/O) but should return within seconds.
 """
@@ -35,7 +42,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
 from squall.api.config import Config
+from squall.api.state.key_groups import DEFAULT_KEY_GROUPS, owner
 
 
 class StateProviderError(RuntimeError):
@@ -61,9 +71,11 @@ class TaskStore(ABC):
         committed state from outside (tests, tools)."""
 
     @abstractmethod
-    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes],
+                groups: dict[bytes, int] | None = None) -> None:
         """Durably record the delta of checkpoint ``txid`` (relative to the base), replacing
-        any earlier prepared delta. The base is unchanged."""
+        any earlier prepared delta. The base is unchanged. ``groups``: the key group of each
+        put that has one (kept by a provider with key groups, ignored by the others)."""
 
     @abstractmethod
     def commit(self, txid: int) -> None:
@@ -106,9 +118,19 @@ class StateProvider(ABC):
         ``layout``: component id -> number of tasks). A fresh location is claimed for this
         topology (name and layout recorded)."""
 
+    def claim(self, layout: dict[str, int], key_groups: int | None) -> int | None:
+        """Called at submit, before any worker starts, in place of :meth:`check`: the number of
+        key groups the stateful bolts' inputs are routed by (None: none, a key goes to its hash
+        modulo the task count). A provider with key groups records ``key_groups`` when it claims
+        a location, refuses another later, and moves the state of a component whose task count
+        changed; this default (no key groups) checks the layout."""
+        self.check(layout)
+        return None
+
     @abstractmethod
-    def task_store(self, component: str, task: int) -> TaskStore:
-        """The store of one task; made on the worker running it."""
+    def task_store(self, component: str, task: int, index: int) -> TaskStore:
+        """The store of one task (``task`` its id, ``index`` its place among its component's
+        tasks); made on the worker running it."""
 
     @abstractmethod
     def committed(self) -> int | None:
@@ -151,8 +173,9 @@ class _MemoryLocation:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.layout: dict[str, int] | None = None
+        self.key_groups: int | None = None
         self.committed: Commit | None = None
-        # (component, task) -> [base txid, base, prepared txid, puts, deletes]
+        # (component, task index) -> its record (see _MemoryTaskStore)
         self.tasks: dict[tuple[str, int], list[Any]] = {}
 
 
@@ -161,49 +184,123 @@ _MEMORY_LOCK = threading.Lock()
 
 
 class _MemoryTaskStore(TaskStore):
+    """A task's record: [base txid, base, base's key groups, prepared txid, puts, their groups,
+    deletes]."""
+
     def __init__(self, location: _MemoryLocation, key: tuple[str, int]) -> None:
         self._location = location
         with location.lock:
-            self._record = location.tasks.setdefault(key, [None, {}, None, {}, []])
+            self._record = location.tasks.setdefault(key, _empty_record())
 
     def load(self, committed: int | None) -> dict[bytes, bytes]:
         with self._location.lock:
             record = self._record
-            if prepared_is_committed(record[2], committed):
-                self._fold(record[2])
+            if prepared_is_committed(record[3], committed):
+                _fold(record, record[3])
             return dict(record[1])
 
     def read(self, committed: int | None) -> dict[bytes, bytes]:
         with self._location.lock:
-            _, base, prepared, puts, deletes = self._record
-            content = dict(base)
-            if prepared_is_committed(prepared, committed):
-                content.update(puts)
-                for key in deletes:
-                    content.pop(key, None)
-            return content
+            return {key: value for key, (value, _) in _entries(self._record, committed).items()}
 
-    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes],
+                groups: dict[bytes, int] | None = None) -> None:
         with self._location.lock:
-            self._record[2:] = [txid, dict(puts), list(deletes)]
+            self._record[3:] = [txid, dict(puts), dict(groups or {}), list(deletes)]
 
     def commit(self, txid: int) -> None:
         with self._location.lock:
-            if self._record[2] == txid:
-                self._fold(txid)
+            if self._record[3] == txid:
+                _fold(self._record, txid)
 
-    def _fold(self, txid: int) -> None:
-        record = self._record
-        base = record[1]
-        base.update(record[3])
-        for key in record[4]:
-            base.pop(key, None)
-        record[0], record[2], record[3], record[4] = txid, None, {}, []
+
+def _empty_record() -> list[Any]:
+    return [None, {}, {}, None, {}, {}, []]
+
+
+def _fold(record: list[Any], txid: int) -> None:
+    base, base_groups = record[1], record[2]
+    base.update(record[4])
+    for key in record[4]:
+        base_groups.pop(key, None)
+    base_groups.update(record[5])
+    for key in record[6]:
+        base.pop(key, None)
+        base_groups.pop(key, None)
+    record[0], record[3:] = txid, [None, {}, {}, []]
+
+
+def _entries(record: list[Any], committed: int | None) -> dict[bytes, tuple[bytes, int | None]]:
+    """A task's committed content, each value with its key group (None: none)."""
+    base, groups = record[1], record[2]
+    content = {key: (value, groups.get(key)) for key, value in base.items()}
+    if prepared_is_committed(record[3], committed):
+        content.update((key, (value, record[5].get(key))) for key, value in record[4].items())
+        for key in record[6]:
+            content.pop(key, None)
+    return content
 
 
 def prepared_is_committed(prepared: int | None, committed: int | None) -> bool:
     """Whether a prepared delta of txid ``prepared`` belongs to the committed state."""
     return prepared is not None and committed is not None and prepared <= committed
+
+
+def regroup(provider: StateProvider, component: str, contents: list[dict[bytes, tuple[bytes, int | None]]], tasks: int,
+            key_groups: int) -> list[dict[bytes, tuple[bytes, int]]]:
+    """The committed contents of ``component``'s tasks (key -> (value, key group)) dealt to
+    ``tasks`` tasks by the owners of their groups; :class:`StateProviderError` naming a key
+    that has no group, whose task cannot be known."""
+    dealt: list[dict[bytes, tuple[bytes, int]]] = [{} for _ in range(tasks)]
+    for content in contents:
+        for key, (value, group) in content.items():
+            if group is None:
+                raise StateProviderError(
+                    f"{_where(provider)}: component {component!r} cannot change its task count ({len(contents)} -> "
+                    f"{tasks}): its state key {_shown(key)} was not put while executing an input of a fields "
+                    "grouping (a spout's position, a sink's pending epochs, a put outside execute), so no key group "
+                    f"says which task keeps it; submit it with {len(contents)} task(s)")
+            dealt[owner(group, tasks, key_groups)][key] = (value, group)
+    return dealt
+
+
+def _shown(key: bytes) -> str:
+    """A stored key as a message shows it: decoded, when it is msgpack (the serializer's)."""
+    try:
+        return repr(msgpack.unpackb(key))
+    except Exception:  # noqa: BLE001 - another serializer's bytes: shown as they are
+        return repr(key)
+
+
+def check_key_groups(provider: StateProvider, claimed: int | None, requested: int | None) -> None:
+    """Refuse a submit whose ``topology.state.key.groups`` differs from the location's."""
+    if requested != claimed:
+        raise StateProviderError(
+            f"{_where(provider)}: its stateful bolts keep {claimed} key groups, chosen when the location was "
+            f"claimed; this topology asks for {requested} (topology.state.key.groups): set it to {claimed}, or use "
+            "another state location")
+
+
+def check_rescale(provider: StateProvider, found: dict[str, int], layout: dict[str, int],
+                  key_groups: int | None) -> list[str]:
+    """The components whose task count changes from ``found`` to ``layout``; refused (as
+    :func:`layout_mismatch`) unless both have the same components, and (one line naming
+    the component) beyond the key groups or without them."""
+    if set(found) != set(layout):
+        raise StateProviderError(layout_mismatch(provider, found, layout))
+    where = _where(provider)
+    changed = sorted(c for c in layout if layout[c] != found[c])
+    for component in changed:
+        if key_groups is None:
+            raise StateProviderError(
+                f"{where}: component {component!r} cannot change its task count ({found[component]} -> "
+                f"{layout[component]}): this location keeps no key groups (claimed before them); submit it with "
+                f"{found[component]} task(s), or use another state location")
+        if layout[component] > key_groups:
+            raise StateProviderError(
+                f"{where}: component {component!r} cannot have {layout[component]} tasks: its state has "
+                f"{key_groups} key groups (topology.state.key.groups), each kept by one task")
+    return changed
 
 
 class InMemoryStateProvider(StateProvider):
@@ -222,15 +319,30 @@ class InMemoryStateProvider(StateProvider):
         return f"memory of process (topology {self.topology_name!r})"
 
     def check(self, layout: dict[str, int]) -> None:
+        self.claim(layout, DEFAULT_KEY_GROUPS)
+
+    def claim(self, layout: dict[str, int], key_groups: int | None) -> int | None:
         location = self._location()
         with location.lock:
             if location.layout is None:
-                location.layout = dict(layout)
-            elif location.layout != layout:
-                raise StateProviderError(layout_mismatch(self, location.layout, layout))
+                location.layout, location.key_groups = dict(layout), key_groups
+                return key_groups
+            check_key_groups(self, location.key_groups, key_groups)
+            committed = None if location.committed is None else location.committed.txid
+            for component in check_rescale(self, location.layout, layout, key_groups):
+                assert key_groups is not None  # check_rescale refuses a change without
+                contents = [_entries(location.tasks.get((component, i), _empty_record()), committed)
+                            for i in range(location.layout[component])]
+                for index, content in enumerate(regroup(self, component, contents, layout[component], key_groups)):
+                    location.tasks[(component, index)] = [committed, {k: v for k, (v, _) in content.items()},
+                                                          {k: g for k, (_, g) in content.items()}, None, {}, {}, []]
+                for index in range(layout[component], location.layout[component]):
+                    location.tasks.pop((component, index), None)
+                location.layout[component] = layout[component]
+            return key_groups
 
-    def task_store(self, component: str, task: int) -> TaskStore:
-        return _MemoryTaskStore(self._location(), (component, task))
+    def task_store(self, component: str, task: int, index: int) -> TaskStore:
+        return _MemoryTaskStore(self._location(), (component, index))
 
     def committed(self) -> int | None:
         commit = self._location().committed
@@ -254,7 +366,7 @@ class InMemoryStateProvider(StateProvider):
 def name_mismatch(provider: StateProvider, found: str | None) -> str:
     """The message for a location not claimed for this topology (``found``: the topology it
     was claimed for, None if for none)."""
-    where = f"state provider {provider.name!r} at {provider.location}"
+    where = _where(provider)
     if found is None:
         return (f"{where}: the location is not claimed for topology {provider.topology_name!r}; "
                 "StateProvider.check claims it at submit, before any worker starts")
@@ -274,9 +386,12 @@ def verify_claim(provider: StateProvider, found_name: str | None, found_layout: 
 
 def layout_mismatch(provider: StateProvider, found: dict[str, int], layout: dict[str, int]) -> str:
     """The message for a location that holds the state of other stateful components."""
-    return (f"state provider {provider.name!r} at {provider.location}: it holds the state of topology "
-            f"{provider.topology_name!r} with stateful components (tasks) {found}, but this topology has {layout}; "
-            "use another state location, or the same components and task counts")
+    return (f"{_where(provider)}: it holds the state of topology {provider.topology_name!r} with stateful components "
+            f"(tasks) {found}, but this topology has {layout}; use another state location, or the same components")
+
+
+def _where(provider: StateProvider) -> str:
+    return f"state provider {provider.name!r} at {provider.location}"
 
 
 # -- choosing one -------------------------------------------------------------------------

@@ -86,10 +86,11 @@ def state_report(settings: StateSettings, component: str | None = None, key: str
                              f"runs (every topology.state.checkpoint.interval.ms)")
         head = _head(settings.name, provider, commit, as_json)
         if component is None:
-            keys = {c: {t: len(_read(provider, c, t, commit)) for t in tasks} for c, tasks in settings.tasks.items()}
+            keys = {c: {t: len(_read(provider, c, t, i, commit)) for i, t in enumerate(tasks)}
+                    for c, tasks in settings.tasks.items()}
             return _overview(head, keys, as_json)
         serializer = settings.serializer()
-        raw = {task: _read(provider, component, task, commit) for task in settings.tasks[component]}
+        raw = {task: _read(provider, component, task, i, commit) for i, task in enumerate(settings.tasks[component])}
         if key is None:
             report = _values(head, component, {task: _decoded(serializer, data) for task, data in raw.items()},
                              as_json)
@@ -105,9 +106,10 @@ def state_report(settings: StateSettings, component: str | None = None, key: str
         provider.close()
 
 
-def _read(provider: StateProvider, component: str, task: int, commit: Commit) -> dict[bytes, bytes]:
-    """The committed content of one task, as the provider stores it (serialized keys and values)."""
-    store = provider.task_store(component, task)
+def _read(provider: StateProvider, component: str, task: int, index: int, commit: Commit) -> dict[bytes, bytes]:
+    """The committed content of one task (``index`` its place in its component), as the
+    provider stores it (serialized keys and values)."""
+    store = provider.task_store(component, task, index)
     try:
         return store.read(commit.txid)
     finally:

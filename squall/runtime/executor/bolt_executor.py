@@ -22,6 +22,7 @@ class BoltExecutor(InputExecutor):
     (behind :class:`~squall.runtime.executor.checkpointing.Checkpointing` in a checkpointed topology)."""
 
     def setup(self) -> None:
+        self.current_input: Tuple | None = None
         self.bolts: dict[int, Any] = {}
         self.collectors: dict[int, OutputCollector] = {}
         self.basic_collectors: dict[int, BasicOutputCollector] = {}
@@ -89,23 +90,29 @@ class BoltExecutor(InputExecutor):
         self.collectors[task].fail(tup)
 
     def _process_rich(self, batch: list[Any]) -> None:
+        # current_input: the input being executed, whose key group a keyed state's puts are
+        # kept under (squall.api.state.key_groups); None between batches (a barrier's hooks)
         if self.single_task:
             self.stats.sample(batch[0])
             task = self.task_ids[0]
             execute = self.bolts[task].execute
             for tup in batch:
+                self.current_input = tup
                 try:
                     execute(tup)
                 except Exception as e:
                     self._execute_failed(task, tup, e)
+            self.current_input = None
             return
         self.stats.sample(batch[0][1])
         bolts = self.bolts
         for task, tup in batch:
+            self.current_input = tup
             try:
                 bolts[task].execute(tup)
             except Exception as e:
                 self._execute_failed(task, tup, e)
+        self.current_input = None
 
     def _process_basic(self, batch: list[Any]) -> None:
         # no sampling: a basic bolt's input is acked as execute returns, so its process
@@ -118,7 +125,7 @@ class BoltExecutor(InputExecutor):
         acked = 0
         for task, tup in batch:
             bc = basic[task]
-            bc.input = tup
+            bc.input = self.current_input = tup
             try:
                 bolts[task].execute(tup, bc)
             except Exception as e:
@@ -127,6 +134,7 @@ class BoltExecutor(InputExecutor):
                 acked += 1
                 if tup.tracked and pending_acks is not None:
                     combine_ack(pending_acks, tup)  # the auto-ack
+        self.current_input = None
         self.stats.acked += acked
 
     def _process_basic_one_task(self, batch: list[Any]) -> None:
@@ -138,7 +146,7 @@ class BoltExecutor(InputExecutor):
         pending_acks = self.acks.pending if self.acker_tasks else None
         failed = 0
         for tup in batch:
-            bc.input = tup
+            bc.input = self.current_input = tup
             try:
                 execute(tup, bc)
             except Exception as e:
@@ -147,4 +155,5 @@ class BoltExecutor(InputExecutor):
                 continue
             if pending_acks is not None and tup.tracked:
                 combine_ack(pending_acks, tup)  # the auto-ack
+        self.current_input = None
         self.stats.acked += len(batch) - failed

@@ -37,7 +37,7 @@ from squall.runtime.executor.transfer import ExecutorTransfer
 from squall.runtime.executor.worker_context import WorkerContext
 from squall.runtime.executor.executor_stats import ExecutorStats
 from squall.runtime.executor.checkpointing import Checkpointing
-from squall.runtime.state.task_states import TaskStates
+from squall.runtime.state.task_states import KeyedInputs, TaskStates
 from squall.runtime.stats import component_metrics
 
 
@@ -191,7 +191,9 @@ class Executor:
         its component) loaded from the last commit; a restarted worker's asks for a rollback.
         The executor is its :class:`~squall.runtime.executor.checkpointing.CheckpointHost`; teardown
         closes the states."""
-        states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, self.report_error)
+        indexes = {task: i for i, task in enumerate(self.worker.assignment.component_tasks[self.component])}
+        states = (TaskStates(self.conf, self.worker.topology_name, self.component, stateful, indexes,
+                             self.report_error, KeyedInputs.of(self, self.worker.topology, self.component, self.conf))
                   if stateful else None)
         checkpointing = Checkpointing(self, self.acks, self.transfer, self.worker.topology, self.worker.assignment,
                                       states)

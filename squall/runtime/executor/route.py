@@ -134,6 +134,7 @@ def build_routes(worker: WorkerContext, component: str, conf: dict[str, Any],
                 output_fields=stream_spec.fields, local_tasks=local, rng=rng,
                 load=None if conf[Config.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING] or worker.credits is None
                 else worker.credits.load,
+                key_groups=conf[Config.TOPOLOGY_STATE_KEY_GROUPS] if comp.stateful else None,
             ))
         routes[stream] = StreamRoute(worker.sources[(component, stream)], stream_spec.direct, groupers,
                                      direct_targets, _observers(worker, component, conf, task_id, stream))

@@ -174,7 +174,8 @@ class _RedisTaskStore(TaskStore):
                 content.pop(key, None)
         return content
 
-    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes],
+                groups: dict[bytes, int] | None = None) -> None:
         _, prepared, deleted, txids = self._keys
         with self._client.transaction(f"preparing txid {txid}") as pipe:
             pipe.delete(prepared, deleted)
@@ -245,7 +246,8 @@ class RedisStateProvider(StateProvider):
             log.warning("%s: Redis has no append-only file (appendonly no): if Redis restarts, the state returns to "
                         "its last snapshot; set appendonly yes to keep every checkpoint", self._client.where)
 
-    def task_store(self, component: str, task: int) -> TaskStore:
+    def task_store(self, component: str, task: int, index: int) -> TaskStore:
+        # by task id, without key groups: the layout never changes (StateProvider.claim)
         client = _Client(self._settings, f"{self._client.where} (component {component!r} task {task})")
         return _RedisTaskStore(client, f"{self._prefix}:task:{component}:{task}")
 

@@ -12,8 +12,15 @@ durable provider; Python's own ``sqlite3``, nothing to install or run).
 
 Layout of ``path``::
 
-    topology.sqlite                        the claim (topology name, layout), the committed txid and its time
-    tasks/<component>-<task>.sqlite        one task's store: its base, prepared delta and their txids
+    topology.sqlite                          the claim (topology name, layout, key groups, each component's
+                                             generation), the committed txid and its time
+    tasks/<component>/g<gen>-<index>.sqlite  one task's store: its base, prepared delta, their txids and key groups
+
+A task is found by its index among its component's tasks, in the component's current
+*generation*. A changed task count (see :mod:`squall.api.state.key_groups`) writes the
+component's state anew, dealt by key group, as the next generation; the claim's one write then
+makes it current, and the files of other generations are removed. A location claimed before key
+groups keeps ``tasks/<component>-<task id>.sqlite`` files and its layout.
 
 One file per task, so that the workers' tasks never wait on each other's write lock, and a
 task's prepare and commit are each one transaction of its own file, atomic and durable by
@@ -35,8 +42,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from squall.api.state.key_groups import DEFAULT_KEY_GROUPS
 from squall.api.state.provider import (
-    Commit, StateProvider, StateProviderError, TaskStore, name_mismatch, prepared_is_committed, verify_claim,
+    Commit, StateProvider, StateProviderError, TaskStore, check_key_groups, check_rescale, name_mismatch,
+    prepared_is_committed, regroup,
 )
 
 # How long a transaction waits for another process's write lock on the same file before it
@@ -49,13 +58,16 @@ _TOPOLOGY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS topology (
     id INTEGER PRIMARY KEY CHECK (id = 0),  -- one row: the location's claim
     name TEXT NOT NULL,
-    layout TEXT NOT NULL,                   -- JSON: stateful component id -> number of tasks
-    committed INTEGER,                      -- the committed txid; NULL before the first commit
-    committed_at REAL                       -- when (epoch seconds); NULL before, or in older files
+    layout TEXT NOT NULL                    -- JSON: stateful component id -> number of tasks
 );
 """
-# a location made before committed_at existed gets it on first use
-_ADD_COMMITTED_AT = "ALTER TABLE topology ADD COLUMN committed_at REAL"
+# columns added since the first version: a location made before gets them on first use
+_TOPOLOGY_COLUMNS = [
+    ("topology", "committed", "INTEGER"),      # the committed txid; NULL before the first commit
+    ("topology", "committed_at", "REAL"),      # when (epoch seconds); NULL before, or in older files
+    ("topology", "key_groups", "INTEGER"),     # the stateful bolts' key groups; NULL: none
+    ("topology", "generations", "TEXT"),       # JSON: component -> its files' generation; NULL: by task id
+]
 
 _TASK_SCHEMA = """
 CREATE TABLE IF NOT EXISTS base (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
@@ -65,6 +77,10 @@ CREATE TABLE IF NOT EXISTS prepared (key BLOB NOT NULL, value BLOB);
 CREATE TABLE IF NOT EXISTS txids (id INTEGER PRIMARY KEY CHECK (id = 0), base INTEGER, prepared INTEGER);
 INSERT OR IGNORE INTO txids VALUES (0, NULL, NULL);
 """
+# each entry's key group (NULL: none)
+_TASK_COLUMNS = [("base", "key_group", "INTEGER"), ("prepared", "key_group", "INTEGER")]
+
+_UNREAD = object()
 
 # Connections a forked child inherited: SQLite forbids using them in the child, and closing one
 # there could release locks the parent holds, so they are kept open (and unused) until exit.
@@ -75,9 +91,11 @@ class _Database:
     """One SQLite file, connected lazily by the process using it. The connection may pass
     from one thread to another (the callers use it from one thread at a time)."""
 
-    def __init__(self, path: Path, schema: str, synchronous: str, where: str) -> None:
+    def __init__(self, path: Path, schema: str, columns: list[tuple[str, str, str]], synchronous: str,
+                 where: str) -> None:
         self._path = path
         self._schema = schema
+        self._columns = columns  # (table, column, type): added to a file made without them
         self._synchronous = synchronous
         self.where = where  # "state provider 'sqlite' at /dir", for messages
         self._conn: sqlite3.Connection | None = None
@@ -117,6 +135,9 @@ class _Database:
                 raise StateProviderError(f"{self.where}: {self._path} cannot be put in WAL mode (it stays in {mode!r})")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             conn.executescript(self._schema)
+            for table, column, kind in self._columns:
+                if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         except BaseException:
             conn.close()
             raise
@@ -154,15 +175,19 @@ def _sync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _task_file_name(component: str, task: int) -> str:
-    """A file name that is safe on any filesystem and unique per (component, task): the
-    component id lowercased with other characters than ``[a-z0-9_.-]`` replaced, plus a hash
-    of the exact id when that changed it (so that "Count" and "count", "a/b" and "a_b" differ
-    even where file names are case-insensitive). The task id, last, cannot contain a "-"."""
+def _safe_name(component: str) -> str:
+    """A file name that is safe on any filesystem and unique per component: its id lowercased
+    with other characters than ``[a-z0-9_.-]`` replaced, plus a hash of the exact id when that
+    changed it (so that "Count" and "count", "a/b" and "a_b" differ even where file names are
+    case-insensitive)."""
     safe = re.sub(r"[^a-z0-9_.-]", "_", component.lower())[:64]
     if safe != component:
         safe += "~" + hashlib.sha256(component.encode()).hexdigest()[:16]
-    return f"{safe}-{task}.sqlite"
+    return safe
+
+
+# a task's file in its component's directory, and the WAL files beside it
+_GENERATION_FILE = re.compile(r"g(\d+)-\d+\.sqlite(-wal|-shm)?")
 
 
 class _SqliteTaskStore(TaskStore):
@@ -180,24 +205,40 @@ class _SqliteTaskStore(TaskStore):
             return dict(conn.execute("SELECT key, value FROM base"))
 
     def read(self, committed: int | None) -> dict[bytes, bytes]:
+        return {key: value for key, (value, _) in self.entries(committed).items()}
+
+    def entries(self, committed: int | None) -> dict[bytes, tuple[bytes, int | None]]:
+        """What :meth:`read` returns, each value with its key group."""
         # one read transaction: a snapshot, which the task's writes (if it runs) do not block
         with self._db.transaction("reading the state", write=False) as conn:
-            content = dict(conn.execute("SELECT key, value FROM base"))
+            rows = conn.execute("SELECT key, value, key_group FROM base")
+            content = {key: (value, group) for key, value, group in rows}
             if prepared_is_committed(_prepared_txid(conn), committed):
-                for key, value in conn.execute("SELECT key, value FROM prepared ORDER BY rowid"):
+                for key, value, group in conn.execute("SELECT key, value, key_group FROM prepared ORDER BY rowid"):
                     if value is None:
                         content.pop(key, None)
                     else:
-                        content[key] = value
+                        content[key] = (value, group)
         return content
 
-    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+    def restore(self, committed: int | None, content: dict[bytes, tuple[bytes, int]]) -> None:
+        """Make ``content`` the committed state of txid ``committed`` (a new generation's)."""
+        with self._db.transaction("writing the state dealt to this task") as conn:
+            conn.execute("DELETE FROM base")
+            conn.execute("DELETE FROM prepared")
+            conn.executemany("INSERT INTO base VALUES (?, ?, ?)", ((k, v, g) for k, (v, g) in content.items()))
+            conn.execute("UPDATE txids SET base = ?, prepared = NULL", (committed,))
+
+    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes],
+                groups: dict[bytes, int] | None = None) -> None:
+        groups = groups or {}
         with self._db.transaction(f"preparing txid {txid}") as conn:
             conn.execute("DELETE FROM prepared")
-            conn.executemany("INSERT INTO prepared VALUES (?, ?)", puts.items())
+            conn.executemany("INSERT INTO prepared VALUES (?, ?, ?)",
+                             ((key, value, groups.get(key)) for key, value in puts.items()))
             # after the puts: a key both put and deleted is deleted (as the in-memory provider's
             # fold does), by _fold and read both
-            conn.executemany("INSERT INTO prepared VALUES (?, NULL)", ((key,) for key in deletes))
+            conn.executemany("INSERT INTO prepared VALUES (?, NULL, NULL)", ((key,) for key in deletes))
             conn.execute("UPDATE txids SET prepared = ?", (txid,))
 
     def commit(self, txid: int) -> None:
@@ -215,7 +256,7 @@ def _prepared_txid(conn: sqlite3.Connection) -> int | None:
 
 def _fold(conn: sqlite3.Connection, txid: int) -> None:
     """Fold the prepared delta (of ``txid``) into the base, within the caller's transaction."""
-    conn.execute("INSERT OR REPLACE INTO base SELECT key, value FROM prepared WHERE value IS NOT NULL")
+    conn.execute("INSERT OR REPLACE INTO base SELECT key, value, key_group FROM prepared WHERE value IS NOT NULL")
     conn.execute("DELETE FROM base WHERE key IN (SELECT key FROM prepared WHERE value IS NULL)")
     conn.execute("DELETE FROM prepared")
     conn.execute("UPDATE txids SET base = ?, prepared = NULL", (txid,))
@@ -244,30 +285,104 @@ class SqliteStateProvider(StateProvider):
         self._path = Path(path).expanduser().absolute()
         self._synchronous = synchronous
         self._where = f"state provider {self.name!r} at {self._path}"
-        self._topology = _Database(self._path / "topology.sqlite", _TOPOLOGY_SCHEMA, synchronous, self._where)
+        self._topology = _Database(self._path / "topology.sqlite", _TOPOLOGY_SCHEMA, _TOPOLOGY_COLUMNS, synchronous,
+                                   self._where)
+        # component -> the generation of its files, read from the claim when first needed; None:
+        # a location claimed before key groups (files by task id)
+        self._generations: Any = _UNREAD
 
     @property
     def location(self) -> str:
         return str(self._path)
 
     def check(self, layout: dict[str, int]) -> None:
+        self.claim(layout, DEFAULT_KEY_GROUPS)
+
+    def claim(self, layout: dict[str, int], key_groups: int | None) -> int | None:
         with self._topology.transaction("claiming the location for this topology") as conn:
-            row = conn.execute("SELECT name, layout FROM topology").fetchone()
+            row = conn.execute("SELECT name, layout, key_groups, generations, committed FROM topology").fetchone()
             if row is None:
-                conn.execute("INSERT INTO topology (id, name, layout) VALUES (0, ?, ?)",
-                             (self.topology_name, json.dumps(layout, sort_keys=True)))
+                generations: dict[str, int] | None = dict.fromkeys(layout, 0)
+                conn.execute("INSERT INTO topology (id, name, layout, key_groups, generations) VALUES (0, ?, ?, ?, ?)",
+                             (self.topology_name, json.dumps(layout, sort_keys=True), key_groups,
+                              json.dumps(generations, sort_keys=True)))
+                claimed = key_groups
+            elif row[0] != self.topology_name:
+                raise StateProviderError(name_mismatch(self, row[0]))
+            elif row[3] is None:  # claimed before key groups: by task id, its layout for good
+                check_rescale(self, json.loads(row[1]), layout, None)
+                generations, claimed = None, None
             else:
-                verify_claim(self, row[0], json.loads(row[1]), layout)
+                found, generations, claimed, committed = json.loads(row[1]), json.loads(row[3]), row[2], row[4]
+                check_key_groups(self, claimed, key_groups)
+                changed = check_rescale(self, found, layout, claimed)
+                for component in changed:
+                    generations[component] = self._rescale(component, found[component], layout[component],
+                                                            generations[component], committed, claimed)
+                if changed:
+                    conn.execute("UPDATE topology SET layout = ?, generations = ?",
+                                 (json.dumps(layout, sort_keys=True), json.dumps(generations, sort_keys=True)))
+        self._generations = generations
         try:
             _make_dirs(self._path / "tasks")
+            for component, generation in (generations or {}).items():
+                self._remove_other_generations(component, generation)
         except OSError as e:
-            raise StateProviderError(f"{self._where}: cannot create the tasks' directory: {e}") from e
+            raise StateProviderError(f"{self._where}: cannot prepare the tasks' directory: {e}") from e
+        return claimed
 
-    def task_store(self, component: str, task: int) -> TaskStore:
-        path = self._path / "tasks" / _task_file_name(component, task)
-        return _SqliteTaskStore(
-            _Database(path, _TASK_SCHEMA, self._synchronous, f"{self._where} (component {component!r} task {task})")
-        )
+    def _rescale(self, component: str, found: int, tasks: int, generation: int, committed: int | None,
+                 key_groups: int) -> int:
+        """Deal ``component``'s committed state, from ``found`` tasks of ``generation``, to
+        ``tasks`` tasks of the next generation, which is returned (current once the claim says so)."""
+        contents = []
+        for index in range(found):
+            store = self._store(component, generation, index)
+            try:
+                contents.append(store.entries(committed))
+            finally:
+                store.close()
+        dealt = regroup(self, component, contents, tasks, key_groups)
+        following = generation + 1
+        self._remove_other_generations(component, generation, following)  # an attempt that crashed
+        for index, content in enumerate(dealt):
+            store = self._store(component, following, index)
+            try:
+                store.restore(committed, content)
+            finally:
+                store.close()
+        return following
+
+    def _remove_other_generations(self, component: str, *keep: int) -> None:
+        """Remove the files of ``component``'s generations but ``keep`` (left by a rescale)."""
+        directory = self._path / "tasks" / _safe_name(component)
+        if directory.exists():
+            for entry in directory.iterdir():
+                match = _GENERATION_FILE.fullmatch(entry.name)
+                if match is not None and int(match.group(1)) not in keep:
+                    entry.unlink()
+
+    def _store(self, component: str, generation: int | None, task: int) -> _SqliteTaskStore:
+        """The store of task ``task`` (an index in ``generation``; an id without generations)."""
+        if generation is None:
+            path = self._path / "tasks" / f"{_safe_name(component)}-{task}.sqlite"
+        else:
+            path = self._path / "tasks" / _safe_name(component) / f"g{generation}-{task}.sqlite"
+        return _SqliteTaskStore(_Database(path, _TASK_SCHEMA, _TASK_COLUMNS, self._synchronous,
+                                          f"{self._where} (component {component!r} task {task})"))
+
+    def task_store(self, component: str, task: int, index: int) -> TaskStore:
+        if self._generations is _UNREAD:
+            with self._topology.transaction("reading the claim", write=False) as conn:
+                row = conn.execute("SELECT generations FROM topology").fetchone()
+            self._generations = json.loads(row[0]) if row is not None and row[0] is not None else None
+        generations = self._generations
+        if generations is None:
+            return self._store(component, None, task)
+        if component not in generations:
+            raise StateProviderError(f"{self._where}: it holds no state of component {component!r} (claimed for "
+                                     f"{sorted(generations)})")
+        return self._store(component, generations[component], index)
 
     def committed(self) -> int | None:
         with self._topology.transaction("reading the committed txid", write=False) as conn:
@@ -283,20 +398,13 @@ class SqliteStateProvider(StateProvider):
             found = row[0] if row else None
             if found != self.topology_name:
                 raise StateProviderError(name_mismatch(self, found))
-            try:
-                conn.execute("UPDATE topology SET committed = ?, committed_at = ?", (txid, time.time()))
-            except sqlite3.OperationalError:  # an older location: no committed_at yet
-                conn.execute(_ADD_COMMITTED_AT)
-                conn.execute("UPDATE topology SET committed = ?, committed_at = ?", (txid, time.time()))
+            conn.execute("UPDATE topology SET committed = ?, committed_at = ?", (txid, time.time()))
 
     def last_commit(self) -> Commit | None:
         if not (self._path / "topology.sqlite").exists():  # reading must not create the location
             return None
         with self._topology.transaction("reading the last commit", write=False) as conn:
-            try:
-                row = conn.execute("SELECT name, committed, committed_at FROM topology").fetchone()
-            except sqlite3.OperationalError:  # an older location: no committed_at
-                row = conn.execute("SELECT name, committed, NULL FROM topology").fetchone()
+            row = conn.execute("SELECT name, committed, committed_at FROM topology").fetchone()
         if row is None:
             return None
         if row[0] != self.topology_name:

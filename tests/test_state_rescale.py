@@ -1,0 +1,253 @@
+"""Key groups and a stateful bolt's task count changed between two submits (issue 49):
+squall.api.state.key_groups as pure functions, the fields grouping that follows them, the
+providers' rescale of a location (memory, sqlite) and its refusals, and the stateful word count
+(examples/stateful_wordcount.py) run with 2, then 3, then 1 count tasks, exact each time."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sqlite3
+import uuid
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from squall import LocalCluster, TopologyBuilder
+from squall.api.state import StateProviderError
+from squall.api.state.key_groups import DEFAULT_KEY_GROUPS, key_group, owned, owner
+from squall.api.state.provider import provider_for
+from squall.api.tuple import Fields
+from squall.runtime.grouping import FieldsGrouper, key_hash
+from squall.testing import committed_state, wait_until
+from wordcount_state import counts_of, expected_counts, spout_done, state_conf, swc
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- key groups, as pure functions ----------------------------------------------------------------
+
+@given(st.integers(1, 4096).flatmap(lambda groups: st.tuples(st.just(groups), st.integers(1, groups))))
+def test_every_group_is_owned_by_one_task_whose_range_is_contiguous(layout):
+    groups, tasks = layout
+    ranges = [owned(i, tasks, groups) for i in range(tasks)]
+    assert [g for r in ranges for g in r] == list(range(groups))  # each group once, in task order
+    assert all(len(r) >= 1 for r in ranges) and max(map(len, ranges)) - min(map(len, ranges)) <= 1
+    assert all(owner(g, tasks, groups) == i for i, r in enumerate(ranges) for g in r)
+
+
+@given(st.lists(st.one_of(st.text(max_size=8), st.integers(-2**63, 2**64 - 1)), min_size=1, max_size=3),
+       st.integers(1, 512), st.integers(1, 8))
+def test_a_key_keeps_its_group_whatever_the_task_count_and_goes_to_its_owner(key, groups, tasks):
+    tasks = min(tasks, groups)
+    group = key_group(key_hash(key), groups)
+    assert 0 <= group < groups
+    targets = [10 + 3 * i for i in range(tasks)]
+    fields = Fields(*[f"f{i}" for i in range(len(key))])
+    assert FieldsGrouper(targets, fields, fields, groups).choose(list(key)) == [targets[owner(group, tasks, groups)]]
+
+
+def test_keys_that_differ_in_a_few_bits_spread_over_the_groups():
+    # a CRC alone would put every one of these in the first half of 128 groups (one task of 2)
+    halves = collections.Counter(owner(key_group(key_hash([c]), 128), 2, 128) for c in "abcdefghijklmnop")
+    assert min(halves.values()) >= 4
+
+
+# -- the providers ----------------------------------------------------------------------------------
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make(request, tmp_path):
+    name, made = f"rescale-{uuid.uuid4().hex[:8]}", []
+
+    def make() -> Any:
+        config = {"path": str(tmp_path / "state")} if request.param == "sqlite" else {}
+        provider = provider_for({"topology.state.provider": request.param,
+                                 "topology.state.provider.config": config}, name)
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        provider.close()
+
+
+def _key(word: str) -> bytes:
+    return msgpack.packb(word)
+
+
+def _write(provider: Any, tasks: int, words: list[str], txid: int, keyed: bool = True) -> None:
+    """Commit checkpoint ``txid`` of ``count``: each word's count, in the task owning its group."""
+    stores = [provider.task_store("count", 100 + i, i) for i in range(tasks)]
+    by_task: list[dict[bytes, bytes]] = [{} for _ in range(tasks)]
+    groups: list[dict[bytes, int]] = [{} for _ in range(tasks)]
+    for n, word in enumerate(words):
+        group = key_group(key_hash([word]), DEFAULT_KEY_GROUPS)
+        index = owner(group, tasks, DEFAULT_KEY_GROUPS)
+        by_task[index][_key(word)] = msgpack.packb(n)
+        if keyed:
+            groups[index][_key(word)] = group
+    for store, puts, kept in zip(stores, by_task, groups):
+        store.prepare(txid, puts, [], kept)
+    provider.set_committed(txid)
+    for store in stores:
+        store.commit(txid)
+        store.close()
+
+
+def _contents(provider: Any, tasks: int) -> list[dict[str, int]]:
+    committed = provider.committed()
+    stores = [provider.task_store("count", 0, i) for i in range(tasks)]
+    return [{msgpack.unpackb(k): msgpack.unpackb(v) for k, v in store.read(committed).items()} for store in stores]
+
+
+WORDS = [f"word{i}" for i in range(300)]
+
+
+def test_a_new_task_count_deals_each_group_to_its_new_owner(make):
+    assert make().claim({"count": 2, "lines": 1}, DEFAULT_KEY_GROUPS) == DEFAULT_KEY_GROUPS
+    _write(make(), 2, WORDS, 1)
+    for tasks in (3, 1, 4):
+        provider = make()
+        assert provider.claim({"count": tasks, "lines": 1}, DEFAULT_KEY_GROUPS) == DEFAULT_KEY_GROUPS
+        contents = _contents(make(), tasks)
+        assert {w: n for c in contents for w, n in c.items()} == {w: n for n, w in enumerate(WORDS)}
+        for index, content in enumerate(contents):  # each word where the fields grouping sends it now
+            assert all(owner(key_group(key_hash([w]), DEFAULT_KEY_GROUPS), tasks, DEFAULT_KEY_GROUPS) == index
+                       for w in content)
+        assert make().committed() == 1
+
+
+def test_a_checkpoint_prepared_but_not_committed_does_not_move(make):
+    make().claim({"count": 2}, DEFAULT_KEY_GROUPS)
+    _write(make(), 2, WORDS[:10], 1)
+    provider = make()
+    store = provider.task_store("count", 0, 0)
+    store.prepare(2, {_key("late"): msgpack.packb(1)}, [], {_key("late"): 5})  # txid 2 never committed
+    store.close()
+    make().claim({"count": 3}, DEFAULT_KEY_GROUPS)
+    assert "late" not in {w for c in _contents(make(), 3) for w in c}
+
+
+def test_state_without_key_groups_keeps_its_task_count_named_in_one_line(make):
+    make().claim({"count": 2}, DEFAULT_KEY_GROUPS)
+    _write(make(), 2, ["offset"], 1, keyed=False)
+    with pytest.raises(StateProviderError, match=r"component 'count' cannot change its task count \(2 -> 3\): its "
+                                                 r"state key 'offset' was not put while executing an input of a fields "
+                                                 r"grouping .* submit it with 2 task\(s\)$"):
+        make().claim({"count": 3}, DEFAULT_KEY_GROUPS)
+    assert make().claim({"count": 2}, DEFAULT_KEY_GROUPS) == DEFAULT_KEY_GROUPS  # the same count still runs
+
+
+def test_other_key_groups_and_more_tasks_than_groups_are_refused(make):
+    make().claim({"count": 2}, 16)
+    with pytest.raises(StateProviderError, match=r"keep 16 key groups.* asks for 128 \(topology.state.key.groups\)"):
+        make().claim({"count": 2}, 128)
+    with pytest.raises(StateProviderError, match=r"'count' cannot have 17 tasks: its state has 16 key groups"):
+        make().claim({"count": 17}, 16)
+
+
+def test_a_sqlite_location_claimed_before_key_groups_keeps_its_tasks_by_id(tmp_path):
+    state = tmp_path / "state"
+    (state / "tasks").mkdir(parents=True)
+    with sqlite3.connect(state / "topology.sqlite") as conn:  # as Squall made it before key groups
+        conn.execute("CREATE TABLE topology (id INTEGER PRIMARY KEY CHECK (id = 0), name TEXT NOT NULL, "
+                     "layout TEXT NOT NULL, committed INTEGER, committed_at REAL)")
+        conn.execute("INSERT INTO topology VALUES (0, 'old', ?, 3, NULL)", (json.dumps({"count": 2}),))
+    with sqlite3.connect(state / "tasks" / "count-5.sqlite") as conn:  # task id 5's file
+        conn.execute("CREATE TABLE base (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+        conn.execute("CREATE TABLE prepared (key BLOB NOT NULL, value BLOB)")
+        conn.execute("CREATE TABLE txids (id INTEGER PRIMARY KEY CHECK (id = 0), base INTEGER, prepared INTEGER)")
+        conn.execute("INSERT INTO txids VALUES (0, 3, NULL)")
+        conn.execute("INSERT INTO base VALUES (?, ?)", (_key("a"), msgpack.packb(7)))
+    conf = {"topology.state.provider": "sqlite", "topology.state.provider.config": {"path": str(state)}}
+    provider = provider_for(conf, "old")
+    assert provider.claim({"count": 2}, DEFAULT_KEY_GROUPS) is None  # routed by task count, as it was written
+    assert provider.task_store("count", 5, 1).load(3) == {_key("a"): msgpack.packb(7)}
+    with pytest.raises(StateProviderError, match=r"'count' cannot change its task count \(2 -> 3\): this location "
+                                                 r"keeps no key groups"):
+        provider_for(conf, "old").claim({"count": 3}, DEFAULT_KEY_GROUPS)
+    provider.close()
+
+
+def test_a_rescale_that_died_before_its_claim_leaves_the_location_as_it_was(tmp_path, monkeypatch):
+    from squall.runtime.state import sqlite_provider
+
+    conf = {"topology.state.provider": "sqlite", "topology.state.provider.config": {"path": str(tmp_path)}}
+    provider_for(conf, "t").claim({"count": 2}, DEFAULT_KEY_GROUPS)
+    _write(provider_for(conf, "t"), 2, WORDS, 1)
+    written = []
+
+    def dies(self, committed, content):  # the process dies after writing one task of the next generation
+        if written:
+            raise SystemExit("killed")
+        written.append(1)
+        original(self, committed, content)
+
+    original = sqlite_provider._SqliteTaskStore.restore
+    monkeypatch.setattr(sqlite_provider._SqliteTaskStore, "restore", dies)
+    with pytest.raises(SystemExit):
+        provider_for(conf, "t").claim({"count": 3}, DEFAULT_KEY_GROUPS)
+    monkeypatch.undo()
+    again = provider_for(conf, "t")
+    assert again.claim({"count": 2}, DEFAULT_KEY_GROUPS) == DEFAULT_KEY_GROUPS  # still 2 tasks, the old files
+    assert sorted(p.name for p in (tmp_path / "tasks" / "count").glob("*.sqlite")) == ["g0-0.sqlite", "g0-1.sqlite"]
+    assert {w for c in _contents(again, 2) for w in c} == set(WORDS)
+    again.claim({"count": 3}, DEFAULT_KEY_GROUPS)
+    assert sorted(p.name for p in (tmp_path / "tasks" / "count").glob("*.sqlite")) == [f"g1-{i}.sqlite"
+                                                                                       for i in range(3)]
+    assert {w for c in _contents(again, 3) for w in c} == set(WORDS)
+
+
+# -- the stateful word count with 2, 3, then 1 count tasks --------------------------------------------
+
+@pytest.mark.parametrize("provider", ["memory", "sqlite"])
+def test_the_word_count_resubmitted_with_other_count_tasks_stays_exact(tmp_path, provider):
+    path = swc.make_input(str(tmp_path / "words.txt"), 3000)
+    name = f"rescaled-{provider}"
+    settings = {"path": str(tmp_path / "state")} if provider == "sqlite" else {}
+    conf = state_conf(**{"topology.state.provider": provider, "topology.state.provider.config": settings})
+    with LocalCluster() as cluster:
+        def run(counters: int, until: Any, lines_per_sec: float | None = None) -> Any:
+            topology = swc.build(path, counters=counters, lines_per_sec=lines_per_sec)
+            cluster.submit_topology(name, conf, topology)
+            wait_until(until(topology), timeout=60, interval=0.05, message=f"the run with {counters} count tasks")
+            cluster.kill_topology(name, wait_secs=0)
+            wait_until(lambda: name not in cluster.get_topologies(), message="killed")
+            return topology
+
+        # stopped mid-stream: the next run resumes from its last commit, with 3 tasks
+        run(2, lambda t: lambda: sum(counts_of(name, t, conf).values()) > 2000, lines_per_sec=3000)
+        for counters, more in ((3, 0), (1, 1000)):
+            if more:
+                swc.make_input(str(tmp_path / "more.txt"), more, seed=counters)
+                with open(path, "a") as f, open(tmp_path / "more.txt") as extra:
+                    f.write(extra.read())
+            topology = run(counters, lambda t: lambda: spout_done(name, t, conf, path))
+            assert counts_of(name, topology, conf) == expected_counts(path)
+            by_task = committed_state(name, topology, "count", conf)
+            tasks = sorted(by_task)
+            for task, counts in by_task.items():  # each word in the one task its key group routes it to
+                assert all(tasks[owner(key_group(key_hash([w]), DEFAULT_KEY_GROUPS), counters,
+                                       DEFAULT_KEY_GROUPS)] == task for w in counts)
+
+
+def test_a_spout_keeps_its_task_count_and_the_refusal_names_it(tmp_path):
+    path = swc.make_input(str(tmp_path / "words.txt"), 500)
+    conf = state_conf(**{"topology.state.provider": "sqlite",
+                         "topology.state.provider.config": {"path": str(tmp_path / "s")}})
+    with LocalCluster() as cluster:
+        topology = swc.build(path)
+        cluster.submit_topology("spouts", conf, topology)
+        wait_until(lambda: spout_done("spouts", topology, conf, path), timeout=60, message="the whole file committed")
+        cluster.kill_topology("spouts", wait_secs=0)
+        wait_until(lambda: "spouts" not in cluster.get_topologies(), message="killed")
+        builder = TopologyBuilder()
+        builder.set_spout("lines", swc.FileSpout(path), 2)
+        builder.set_bolt("split", swc.SplitLine(), 2).shuffle_grouping("lines")
+        builder.set_bolt("count", swc.WordCount(), 2).fields_grouping("split", ["word"])
+        with pytest.raises(StateProviderError, match=r"component 'lines' cannot change its task count \(1 -> 2\): "
+                                                     r"its state key 'offset'"):
+            cluster.submit_topology("spouts", conf, builder.create_topology())
