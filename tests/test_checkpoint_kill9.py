@@ -299,11 +299,11 @@ class SlowWordCount(swc.WordCount):
         self.metrics["counted"] += 1
 
 
-def build(spout: Spout) -> StormTopology:
+def build(spout: Spout, counters: int = 2) -> StormTopology:
     builder = TopologyBuilder()
     builder.set_spout("spout", spout, 2)
     builder.set_bolt("split", swc.SplitLine(), 2).shuffle_grouping("spout")
-    builder.set_bolt("count", SlowWordCount(), 2).fields_grouping("split", ["word"])
+    builder.set_bolt("count", SlowWordCount(), counters).fields_grouping("split", ["word"])
     return builder.create_topology()
 
 
@@ -468,15 +468,17 @@ def all_up(cluster: LocalCluster, name: str, index: int, not_pid: int | None = N
 
 
 def run_scenario(source: Source, conf: dict[str, Any], kills: Sequence[str], stop_and_rerun: bool = False,
-                 first_backlog: int = MIN_BACKLOG, name: str = NAME, shape: Shape = BOLTS) -> Result:
+                 first_backlog: int = MIN_BACKLOG, name: str = NAME, shape: Shape = BOLTS,
+                 rerun: Shape | None = None) -> Result:
     """Run the word count over ``source`` in worker processes; each time the counts have
     executed :data:`STRETCH` of the input's words since the start or the last restart (the
     first time, with at least ``first_backlog`` words queued in front of them; then, once a
     checkpoint with counts has committed since the last kill), ``kill -9`` the worker of the
     next of ``kills`` (keys of :data:`TARGETS`) and wait for its restart; then
     (``stop_and_rerun``), after one more stretch, kill the topology and submit it again under
-    the same name; wait until the whole input is committed. Every snapshot read on the way is
-    checked (:class:`Inexact` if one is off); so are the final counts."""
+    the same name (as ``rerun`` builds it, if given: another task count); wait until the whole
+    input is committed. Every snapshot read on the way is checked (:class:`Inexact` if one is
+    off); so are the final counts."""
     result = Result()
     topology = shape.build(source.spout())
     watch = Watch(source, topology, conf, name, shape)
@@ -524,6 +526,8 @@ def run_scenario(source: Source, conf: dict[str, Any], kills: Sequence[str], sto
                 cluster.kill_topology(name, wait_secs=0)
                 wait_until(lambda: name not in cluster.get_topologies(), message=f"topology {name!r} killed")
                 watch.check("after the stop")
+                if rerun is not None:
+                    topology = watch.topology = rerun.build(source.spout())
                 cluster.submit_topology(name, conf, topology)
             snap, _ = watch.until(lambda _, done: done >= 1.0,
                                   "the whole input" + (" after the rerun" if stop_and_rerun else ""))
@@ -548,6 +552,7 @@ class Variant:
     first_backlog: int = MIN_BACKLOG  # words queued in front of the counts at the first kill, at least
     lines: int = LINES
     shape: Shape = BOLTS
+    rerun: Shape | None = None  # how the rerun is built, if not as the first run
 
 
 # A deep backlog (seconds of the counts' work in flight, as in the runs that once over-counted)
@@ -564,6 +569,9 @@ VARIANTS = {
     "kafka": Variant(("checkpoint", "count+spout"), stop_and_rerun=True, inflight_ms=DEEP_BACKLOG_MS,
                      first_backlog=DEEP_FIRST_BACKLOG, lines=7000),
     "files": Variant(("count", "checkpoint")),
+    # then stopped mid-stream and run again with 3 count tasks (their state dealt by key group)
+    "files_rescaled": Variant(("count", "checkpoint"), stop_and_rerun=True, lines=6000,
+                              rerun=replace(BOLTS, build=partial(build, counters=3))),
     "streams": Variant(("count", "checkpoint"), shape=STREAMS),
     "streams_aggregate": Variant(("count", "checkpoint"), shape=STREAMS_AGGREGATE),
     "redis": Variant(("checkpoint", "count"), inflight_ms=DEEP_BACKLOG_MS, first_backlog=DEEP_FIRST_BACKLOG,
@@ -585,7 +593,8 @@ def run_variant(variant: str, root: Path, seed: int, kafka: str | None = None, r
     else:
         provider = ("sqlite", {"path": str(root / "state")})
     conf = scenario_conf(*provider, inflight_ms=chosen.inflight_ms)
-    return run_scenario(source, conf, chosen.kills, chosen.stop_and_rerun, chosen.first_backlog, shape=chosen.shape)
+    return run_scenario(source, conf, chosen.kills, chosen.stop_and_rerun, chosen.first_backlog, shape=chosen.shape,
+                        rerun=chosen.rerun)
 
 
 def check_result(result: Result, variant: Variant) -> None:
@@ -613,6 +622,11 @@ def test_kafka_backlog_kill_9_and_rerun_leave_exact_counts(kafka_cluster, tmp_pa
 @runs
 def test_files_backlog_kill_9_leaves_exact_counts(tmp_path, run):
     check_result(run_variant("files", tmp_path, seed=run), VARIANTS["files"])
+
+
+@runs
+def test_files_backlog_kill_9_then_a_rerun_with_3_count_tasks_leaves_exact_counts(tmp_path, run):
+    check_result(run_variant("files_rescaled", tmp_path, seed=run), VARIANTS["files_rescaled"])
 
 
 @runs

@@ -428,7 +428,7 @@ def test_kill_9_of_the_spout_worker_mid_file_loses_nothing(tmp_path):
 def bolt(tmp_path, **kw):
     b = FileBolt(str(tmp_path / "out"), **kw)
     out = FakeCollector()
-    b.prepare({}, FakeContext(3, "writer"), out)
+    b.prepare({}, FakeContext(3, "writer"), out)  # task 3: its files name its index, 2
     return b, out
 
 
@@ -454,7 +454,7 @@ def test_filebolt_acks_only_at_its_sync_point(tmp_path):
     b.cleanup()
     assert out.acked == tups
     [name] = out_files(tmp_path)
-    assert name.startswith("writer-3-1-") and name.endswith(".jsonl")
+    assert name.startswith("writer-2-1-") and name.endswith(".jsonl")
 
 
 def test_filebolt_tick_syncs_buffered_tuples(tmp_path):
@@ -545,11 +545,11 @@ def test_filebolt_fails_a_tuple_missing_a_field(tmp_path):
 
 def test_filebolt_recovers_a_tmp_file_left_by_a_crash(tmp_path):
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "writer-3-1-5.jsonl.tmp").write_text('{"x": 1}\n{"x": 2}\n{"x"')
+    (tmp_path / "out" / "writer-2-1-5.jsonl.tmp").write_text('{"x": 1}\n{"x": 2}\n{"x"')
     (tmp_path / "out" / "other-1-1-5.jsonl.tmp").write_text("not ours")
     bolt(tmp_path)
-    assert out_files(tmp_path) == ["other-1-1-5.jsonl.tmp", "writer-3-1-5.jsonl"]
-    assert (tmp_path / "out" / "writer-3-1-5.jsonl").read_text() == '{"x": 1}\n{"x": 2}\n'
+    assert out_files(tmp_path) == ["other-1-1-5.jsonl.tmp", "writer-2-1-5.jsonl"]
+    assert (tmp_path / "out" / "writer-2-1-5.jsonl").read_text() == '{"x": 1}\n{"x": 2}\n'
 
 
 def run_writer(cluster, tmp_path, rows, fields, **kw):

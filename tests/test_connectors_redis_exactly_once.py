@@ -68,7 +68,7 @@ def feed(h: BoltHarness, *records: tuple[str, int]) -> None:
 
 def marker(h: BoltHarness) -> str:
     """The task's marker key, by default."""
-    return f"squall:eo:{h.context().topology_name}:sink:{h.context().get_this_task_id()}"
+    return f"squall:eo:{h.context().topology_name}:sink:{h.context().get_this_task_index()}"
 
 
 # -- the forms --------------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ def test_every_data_type_is_published_once(redis_server, client, name, data_type
     once = read(client, name)
     assert once and h.bolt.publish(txid, records) is False
     assert read(client, name) == once
-    assert client.hget(f"test:{name}/sink/{h.context().get_this_task_id()}", "txid") == str(txid)
+    assert client.hget(f"test:{name}/sink/{h.context().get_this_task_index()}", "txid") == str(txid)
     h.close()
 
 

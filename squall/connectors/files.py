@@ -26,7 +26,8 @@ visible when the checkpoint commits; on a local or mounted path.
   un-acked record (everything before it is acked), never beyond it.
 * **Crash.** If a task dies (``kill -9``), its lock stops being heartbeated: after
   ``lock_timeout_secs`` (Storm's ``hdfsspout.lock.timeout.sec``, 60) any task takes it over,
-  and the task that restarts with the same topology/component/task id takes it over at once.
+  and the task that restarts with the same topology, component and place in the component (its
+  index, kept when other components' task counts change) takes it over at once.
   Reading resumes at the committed offset: records after it may be emitted twice,
   none is lost (at-least-once). The takeover itself is guarded by ``<name>.lock.takeover``
   (``O_EXCL``); a task that finds its lock taken over drops the file without archiving it.
@@ -79,7 +80,8 @@ records after the last commit again after a rollback.
 :class:`FileBolt` contract
 --------------------------
 
-* Each input is written to ``<output_dir>/<prefix><component>-<task>-<n>-<millis><ext>.tmp``;
+* Each input is written to ``<output_dir>/<prefix><component>-<task>-<n>-<millis><ext>.tmp``
+  (``task``: the task's index in its component);
   the file is renamed without ``.tmp`` when it is rotated or at ``cleanup``: a reader that
   skips ``.tmp`` files sees complete files only.
 * ``jsonl`` writes one JSON object (``{field: value}``) per line, ``csv`` one row per tuple
@@ -273,8 +275,11 @@ class DirectorySpout(Spout):
                                     f"create it, or check source_dir=")
         _make_dirs("DirectorySpout", archive_dir=self.archive_dir, bad_dir=self.bad_dir, lock_dir=self.lock_dir)
         self.collector = collector
-        self.task = (f"{getattr(context, 'topology_name', '')}:{context.get_this_component_id()}:"
-                     f"{context.get_this_task_id()}")
+        where = f"{getattr(context, 'topology_name', '')}:{context.get_this_component_id()}"
+        self.task = f"{where}:{context.get_this_task_id()}"  # in messages
+        # in its locks: its place in the component, as its state is kept (other components' task
+        # counts may change, and with them its task id)
+        self.place = f"{where}:{context.get_this_task_index()}"
         self.owner = uuid.uuid4().hex
         self.metrics = {"records_read": 0, "files_done": 0, "bad_files": 0, "errors": 0, "replayed": 0,
                         "locks_taken_over": 0, "locks_lost": 0}
@@ -499,7 +504,7 @@ class DirectorySpout(Spout):
         seconds ago: one of an earlier run of this task (restarted), or one abandoned for
         ``lock_timeout_secs`` - unless a :class:`StatefulDirectorySpout` wrote it: that file's
         position is in its task's checkpoints, so only that task may go on with it."""
-        mine = entry is not None and entry.get("task") == self.task and entry.get("owner") != self.owner
+        mine = entry is not None and entry.get("task") == self.place and entry.get("owner") != self.owner
         return mine or (age >= self.lock_timeout_secs and not (entry or {}).get("stateful"))
 
     def _takeable(self, path: str) -> tuple[bool, dict[str, Any] | None]:
@@ -560,7 +565,7 @@ class DirectorySpout(Spout):
         return True
 
     def _entry(self, offset: int, **more: Any) -> dict[str, Any]:
-        return {"owner": self.owner, "task": self.task, "offset": offset, "time": time.time(), **more}
+        return {"owner": self.owner, "task": self.place, "offset": offset, "time": time.time(), **more}
 
     # -- committing and finishing ---------------------------------------------------------------
 
@@ -683,7 +688,7 @@ class StatefulDirectorySpout(DirectorySpout, StatefulSpout):
         name, ended = state.get("file"), state.get("ended", {})
         for locked in self._locked_names():
             entry = _read_lock(self._lock_path(locked))
-            if entry is None or entry.get("task") != self.task or locked == name:
+            if entry is None or entry.get("task") != self.place or locked == name:
                 continue
             if locked in ended and os.path.exists(os.path.join(self.source_dir, locked)):
                 self._retire(locked, ended[locked])
@@ -1028,7 +1033,7 @@ class FileBolt(ExactlyOnceOption, Bolt):
         _make_dirs("FileBolt", output_dir=self.output_dir)
         self.collector = collector
         self.component = context.get_this_component_id()
-        self.task = context.get_this_task_id()
+        self.task = context.get_this_task_index()  # as its state is kept: other task counts may change
         self.base = f"{self.prefix}{self.component}-{self.task}-"
         self.metrics = {"records_written": 0, "files_done": 0, "syncs": 0, "errors": 0}
 

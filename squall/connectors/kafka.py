@@ -1012,7 +1012,8 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
       at or below it is skipped, so a commit repeated after a crash between the transaction's
       commit and the checkpoint state saying so publishes nothing twice.
     * **Fencing.** Each task's producer has the stable ``transactional.id``
-      ``<transactional_id_prefix>.<topology>.<component>.<task>``; ``prepare`` calls
+      ``<transactional_id_prefix>.<topology>.<component>.<task index>`` (the task's place in its
+      component, as its state is kept); ``prepare`` calls
       ``init_transactions``, which aborts what an earlier instance
       of the task left open and fences it: a zombie (a worker paused past its timeout and
       replaced) fails its next transaction and publishes nothing. A fenced producer stays
@@ -1058,8 +1059,9 @@ class ExactlyOnceKafkaBolt(WriteAheadSink, KafkaBolt):
 
         WriteAheadSink.prepare(self, conf, context, collector)
         self._component = context.get_this_component_id()
+        # by its place in the component, as its state is: other components' task counts may change
         self.transactional_id = (f"{self.transactional_id_prefix}.{context.topology_name}.{self._component}."
-                                 f"{context.get_this_task_id()}")
+                                 f"{context.get_this_task_index()}")
         self._where = (f"KafkaBolt {self._component!r} (exactly once, {self.transactional_id}) "
                        f"at {self.bootstrap_servers}")
         self.metrics = self._zero_metrics()

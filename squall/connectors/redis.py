@@ -11,8 +11,8 @@ cannot be reached fails the submission with an error naming the component and ``
 :class:`RedisStreamSpout` — the contract
 -----------------------------------------
 
-* **Reading.** The spout is consumer ``consumer`` (default ``<component id>-<task id>``, stable
-  across restarts of the topology) of consumer group ``group`` of stream ``stream``; ``open``
+* **Reading.** The spout is consumer ``consumer`` (default ``<component id>-<task index>``, the
+  task's place in its component: stable across restarts of the topology) of consumer group ``group`` of stream ``stream``; ``open``
   creates the group (and the stream) if missing, at ``start_id`` (``"0"``: the whole stream;
   ``"$"``: only entries added from now). It first re-delivers the entries this consumer had
   read and not acknowledged before a restart (``XREADGROUP ... 0``), then reads new entries
@@ -84,7 +84,7 @@ spout upstream must be a stateful spout):
   checks the type of every key it writes before it writes any (a script that fails halfway is
   not rolled back).
 * **The marker key** is ``marker_key`` formatted with the topology's name, the component id and
-  the task id: by default ``squall:eo:{topology}:{component}:{task}``. A template must hold the
+  the task's index in its component (as its state is kept): by default ``squall:eo:{topology}:{component}:{task}``. A template must hold the
   three fields, so that no two tasks share a marker (their epochs have the same txids). ``run``
   is a random id kept in the task's state from its first start: a topology whose state was
   dropped (``squall run --fresh``) counts its txids from 1 again under a new ``run``, and is
@@ -226,7 +226,7 @@ class RedisStreamSpout(Spout):
                               and len(self.streams.fields.get("default", ())) == 2)
         component = context.get_this_component_id()
         if self.consumer is None:
-            self.consumer = f"{component}-{context.get_this_task_id()}"
+            self.consumer = f"{component}-{context.get_this_task_index()}"
         self._where = (f"RedisStreamSpout {component!r}: stream {self.stream!r} group {self.group!r} "
                        f"at {self._conn.address}")
         self.metrics = self._zero_metrics()
@@ -690,7 +690,7 @@ class ExactlyOnceRedisStoreBolt(WriteAheadSink, RedisStoreBolt):
         TwoPhaseCommitSink.prepare(self, conf, context, collector)
         RedisStoreBolt.prepare(self, conf, context, collector)
         self.marker = self.marker_key.format(topology=context.topology_name, component=self._component,
-                                             task=context.get_this_task_id())
+                                             task=context.get_this_task_index())
         self._script = self._redis.register_script(_PUBLISH_SCRIPT)  # EVALSHA, loaded again after NOSCRIPT
         self.metrics = self._zero_metrics()
 
