@@ -9,6 +9,7 @@ import collections
 import json
 import sqlite3
 import uuid
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -251,3 +252,51 @@ def test_a_spout_keeps_its_task_count_and_the_refusal_names_it(tmp_path):
         with pytest.raises(StateProviderError, match=r"component 'lines' cannot change its task count \(1 -> 2\): "
                                                      r"its state key 'offset'"):
             cluster.submit_topology("spouts", conf, builder.create_topology())
+
+
+# -- a Streams API pipeline upgraded ---------------------------------------------------------------
+
+def _streams_counts(path: str, filtered: bool, parallelism: int) -> Any:
+    """examples/streams_wordcount.py's pipeline; ``filtered``: its next version, with a filter
+    added before the count (the operations fuse into the same bolts, so they keep their ids)."""
+    import streams_wordcount as s
+
+    from squall.streams import StreamBuilder
+
+    builder = StreamBuilder()
+    words = builder.new_stream(swc.FileSpout(path)).flat_map(s.split)
+    if filtered:
+        words = words.filter(str.isalpha)
+    words.repartition(parallelism).map_to_pair(s.one).update_state_by_key(0, s.Add())
+    return builder.build()
+
+
+COUNTS = "bolt3"  # the update_state_by_key's bolt, after split's and the repartition's
+
+
+def test_a_streams_pipeline_upgraded_with_a_filter_and_more_count_tasks_keeps_its_counts(tmp_path):
+    path = swc.make_input(str(tmp_path / "words.txt"), 2000)
+    conf = state_conf(**{"topology.state.provider": "sqlite",
+                         "topology.state.provider.config": {"path": str(tmp_path / "state")}})
+
+    def counts(topology: Any) -> collections.Counter:
+        total: collections.Counter = collections.Counter()
+        for task in committed_state("upgraded", topology, COUNTS, conf).values():
+            total.update(task)
+        return total
+
+    def lines_done(topology: Any) -> bool:
+        states = committed_state("upgraded", topology, "spout1", conf)
+        return sum(s.get("offset", 0) for s in states.values()) == Path(path).stat().st_size
+
+    with LocalCluster() as cluster:
+        for filtered, parallelism in ((False, 2), (True, 3)):
+            topology = _streams_counts(path, filtered, parallelism)
+            assert topology.state_layout == {"spout1": 1, COUNTS: parallelism}  # the same ids, each version
+            cluster.submit_topology("upgraded", conf, topology)
+            wait_until(lambda: lines_done(topology), timeout=60, interval=0.05, message="the whole file committed")
+            cluster.kill_topology("upgraded", wait_secs=0)
+            wait_until(lambda: "upgraded" not in cluster.get_topologies(), message="killed")
+            assert counts(topology) == expected_counts(path)
+            with open(path, "a") as f:  # the next version reads on
+                f.write("the cow jumped over the moon\n" * 50)
