@@ -12,14 +12,14 @@ cannot be reached fails the submission with an error naming the component and ``
 -----------------------------------------
 
 * **Reading.** The spout is consumer ``consumer`` (default ``<component id>-<task index>``, the
-  task's place in its component: stable across restarts of the topology) of consumer group ``group`` of stream ``stream``; ``open``
-  creates the group (and the stream) if missing, at ``start_id`` (``"0"``: the whole stream;
-  ``"$"``: only entries added from now). It first re-delivers the entries this consumer had
-  read and not acknowledged before a restart (``XREADGROUP ... 0``), then reads new entries
-  (``XREADGROUP ... >``), ``batch_size`` at a time, emitting one entry per ``next_tuple`` call,
-  so ``topology.max.spout.pending`` caps the entries in flight. ``block_ms`` (0: none) is how
-  long a read may wait for new entries: keep it to a few milliseconds at most, ``next_tuple``
-  must not block.
+  task's place in its component: stable across restarts of the topology) of consumer group
+  ``group`` of stream ``stream``; ``open`` creates the group (and the stream) if missing, at
+  ``start_id`` (``"0"``: the whole stream; ``"$"``: only entries added from now). It first
+  re-delivers the entries this consumer had read and not acknowledged before a restart
+  (``XREADGROUP ... 0``), then reads new entries (``XREADGROUP ... >``), ``batch_size`` at a time,
+  emitting one entry per ``next_tuple`` call, so ``topology.max.spout.pending`` caps the entries
+  in flight. ``block_ms`` (0: none) is how long a read may wait for new entries: keep it to a few
+  milliseconds at most, ``next_tuple`` must not block.
 * **Emitting.** Each entry is emitted with the entry id as message id. ``translator``, a
   callable ``(entry_id, fields) -> values`` (``fields``: the entry's fields as a ``dict`` of
   ``str``, decoded as UTF-8, invalid bytes replaced), or ``-> Route(stream, values)`` to pick a
@@ -84,11 +84,12 @@ spout upstream must be a stateful spout):
   checks the type of every key it writes before it writes any (a script that fails halfway is
   not rolled back).
 * **The marker key** is ``marker_key`` formatted with the topology's name, the component id and
-  the task's index in its component (as its state is kept): by default ``squall:eo:{topology}:{component}:{task}``. A template must hold the
-  three fields, so that no two tasks share a marker (their epochs have the same txids). ``run``
-  is a random id kept in the task's state from its first start: a topology whose state was
-  dropped (``squall run --fresh``) counts its txids from 1 again under a new ``run``, and is
-  not mistaken for one already published. Delete the marker keys with the data they cover.
+  the task's index in its component (as its state is kept): by default
+  ``squall:eo:{topology}:{component}:{task}``. A template must hold the three fields, so that no
+  two tasks share a marker (their epochs have the same txids). ``run`` is a random id kept in the
+  task's state from its first start: a topology whose state was dropped (``squall run --fresh``)
+  counts its txids from 1 again under a new ``run``, and is not mistaken for one already
+  published. Delete the marker keys with the data they cover.
 * **Failures.** Redis unreachable, or a command it refuses (a key of another type: the whole
   epoch is refused, nothing written) at the commit: reported for the component, naming
   ``host:port`` and the cause; the epoch stays pending, in the state, and the next commit (or
