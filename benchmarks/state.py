@@ -85,9 +85,10 @@ class _TimedStore(TaskStore):
     def read(self, committed: int | None) -> dict[bytes, bytes]:
         return self._store.read(committed)
 
-    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+    def prepare(self, txid: int, puts: dict[bytes, bytes], deletes: list[bytes],
+                groups: dict[bytes, int] | None = None) -> None:
         PREPARED_AT.setdefault(txid, time.monotonic())
-        self._store.prepare(txid, puts, deletes)
+        self._store.prepare(txid, puts, deletes, groups)
 
     def commit(self, txid: int) -> None:
         self._store.commit(txid)
@@ -99,8 +100,8 @@ class _TimedStore(TaskStore):
 
 def _timed(provider: type[StateProvider]) -> type[StateProvider]:
     class Timed(provider):  # type: ignore[misc, valid-type]
-        def task_store(self, component: str, task: int) -> TaskStore:
-            return _TimedStore(super().task_store(component, task))
+        def task_store(self, component: str, task: int, index: int) -> TaskStore:
+            return _TimedStore(super().task_store(component, task, index))
 
     Timed.__name__ = Timed.__qualname__ = "Timed" + provider.__name__
     return Timed

@@ -31,10 +31,11 @@ class ValueSerializer(Protocol):
 
 
 class KeyedInputs(Protocol):
-    """What a keyed state needs of its executor: the input being executed (None outside
-    ``execute``), and the key group of an input (None: not from a fields grouping)."""
+    """What a keyed state needs of its executor: ``executor.current_input``, the input being
+    executed (None outside ``execute``), and the key group of an input (None: not from a
+    fields grouping)."""
 
-    current_input: Any
+    executor: Any
 
     def group_of(self, tup: Any) -> int | None: ...
 
@@ -59,6 +60,7 @@ class KeyValueState:
         self._data: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
         self._keyed = keyed  # None: no key groups
+        self._executor = None if keyed is None else keyed.executor  # read at each put
         self._inputs: dict[Any, Any] = {}  # key -> the input it was last put under, until the checkpoint
 
     # -- the component's API -------------------------------------------------------------
@@ -66,8 +68,8 @@ class KeyValueState:
     def put(self, key: Any, value: Any) -> None:
         self._data[key] = value
         self._dirty.add(key)
-        if self._keyed is not None:
-            self._inputs[key] = self._keyed.current_input
+        if self._executor is not None:
+            self._inputs[key] = self._executor.current_input
 
     def get(self, key: Any, default: Any = None) -> Any:
         return self._data.get(key, default)

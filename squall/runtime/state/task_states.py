@@ -32,7 +32,7 @@ class KeyedInputs:
     ``key_groups``, from the values its fields grouping selects (None on another grouping)."""
 
     def __init__(self, executor: Any, topology: StormTopology, component: str, key_groups: int) -> None:
-        self._executor = executor
+        self.executor = executor
         self._key_groups = key_groups
         components = topology.components
         # (source component, stream) -> the indexes of the values its fields grouping selects
@@ -43,18 +43,14 @@ class KeyedInputs:
 
     @staticmethod
     def of(executor: Any, topology: StormTopology, component: str, conf: dict[str, Any]) -> KeyedInputs | None:
-        """The keyed inputs of ``component``'s executor; None if it has no fields-grouped input or
-        the topology keeps no key groups."""
+        """The keyed inputs of ``component``'s executor; None if it has no fields-grouped input,
+        the topology keeps no key groups, or the executor does not run its bolt's ``execute``
+        itself (a window's: no ``current_input``, so its puts have no group)."""
         key_groups = conf[Config.TOPOLOGY_STATE_KEY_GROUPS]
         inputs = topology.components[component].inputs.values()
-        if key_groups is None or not any(g.type == FIELDS for g in inputs):
+        if key_groups is None or not any(g.type == FIELDS for g in inputs) or not hasattr(executor, "current_input"):
             return None
         return KeyedInputs(executor, topology, component, key_groups)
-
-    @property
-    def current_input(self) -> Any:
-        # an executor that runs no bolt's execute itself (a window's) has none: its puts have no group
-        return getattr(self._executor, "current_input", None)
 
     def group_of(self, tup: Any) -> int | None:
         indexes = None if tup is None else self._indexes.get((tup.source_component, tup.source_stream_id))
