@@ -300,3 +300,61 @@ def test_a_streams_pipeline_upgraded_with_a_filter_and_more_count_tasks_keeps_it
             assert counts(topology) == expected_counts(path)
             with open(path, "a") as f:  # the next version reads on
                 f.write("the cow jumped over the moon\n" * 50)
+
+
+# -- while it runs: squall rebalance -e past the task count --------------------------------------------
+
+def test_a_rebalance_grows_a_stateful_bolts_tasks_while_input_flows_and_the_counts_stay_exact(tmp_path):
+    path = swc.make_input(str(tmp_path / "words.txt"), 3000)
+    conf = state_conf(**{"topology.state.provider": "sqlite",
+                         "topology.state.provider.config": {"path": str(tmp_path / "state")}})
+    topology = swc.build(path, counters=2, lines_per_sec=2000)
+    with LocalCluster() as cluster:
+        cluster.submit_topology("grown", conf, topology)
+        wait_until(lambda: sum(counts_of("grown", topology, conf).values()) > 3000, timeout=60, interval=0.05,
+                   message="some counts committed")
+        with pytest.raises(ValueError, match=r"executors of 'lines' must be an integer from 1 to its 1 task"):
+            cluster.rebalance("grown", wait_secs=0, executors={"lines": 2})  # a spout's tasks stay
+        with pytest.raises(ValueError, match=r"executors of stateful bolt 'count' must be an integer from 1 to its "
+                                             r"128 key groups"):
+            cluster.rebalance("grown", wait_secs=0, executors={"count": 129})
+        cluster.rebalance("grown", wait_secs=0, executors={"count": 4})
+        grown = swc.build(path, counters=4)
+        assert cluster.get_topology_info("grown")["status"] == "ACTIVE"
+        wait_until(lambda: spout_done("grown", grown, conf, path), timeout=60, interval=0.05,
+                   message="the whole file committed after the rebalance")
+        assert counts_of("grown", grown, conf) == expected_counts(path)
+        by_task = committed_state("grown", grown, "count", conf)
+        assert len(by_task) == 4 and all(by_task.values())  # the keys spread over the 4 tasks
+
+
+class CountingCheckpoints(swc.WordCount):
+    """A word count that also counts its checkpoints, in a put outside ``execute``: no key group."""
+
+    def pre_prepare(self, txid: int) -> None:
+        self.counts.put("$checkpoints", self.counts.get("$checkpoints", 0) + 1)
+
+
+def test_a_rebalance_refused_by_the_state_leaves_the_topology_running_as_it_was(tmp_path):
+    path = swc.make_input(str(tmp_path / "words.txt"), 1000)
+    conf = state_conf(**{"topology.state.provider": "sqlite",
+                         "topology.state.provider.config": {"path": str(tmp_path / "state")}})
+    builder = TopologyBuilder()
+    builder.set_spout("lines", swc.FileSpout(path))
+    builder.set_bolt("split", swc.SplitLine()).shuffle_grouping("lines")
+    builder.set_bolt("count", CountingCheckpoints(), 2).fields_grouping("split", ["word"])
+    topology = builder.create_topology()
+    with LocalCluster() as cluster:
+        cluster.submit_topology("refused", conf, topology)
+        wait_until(lambda: any("$checkpoints" in state
+                               for state in committed_state("refused", topology, "count", conf).values()),
+                   timeout=60, interval=0.05, message="a checkpoint counted")
+        with pytest.raises(ValueError, match=r"rebalance of topology 'refused': .*component 'count' cannot change its "
+                                             r"task count \(2 -> 3\): its state key '\$checkpoints'"):
+            cluster.rebalance("refused", wait_secs=0, executors={"count": 3})
+        assert cluster.get_topology_info("refused")["status"] == "ACTIVE"
+        wait_until(lambda: spout_done("refused", topology, conf, path), timeout=60, interval=0.05,
+                   message="the whole file committed, on 2 count tasks")
+        counts = counts_of("refused", topology, conf)
+        del counts["$checkpoints"]
+        assert counts == expected_counts(path)

@@ -251,11 +251,18 @@ class Nimbus(ABC):
         topology runs again. ``cpu_loads`` (component -> an executor's CPU in percent of a core,
         as ``set_cpu_load``) places the executors by load: the autoscaler's measure.
 
+        Past Storm: a stateful bolt of a location keeping key groups may get more executors than
+        tasks, up to its key groups: its tasks grow to as many, the state committed last is dealt
+        to them by key group (see :mod:`squall.api.state.key_groups`), and what followed that
+        checkpoint is done again from the stateful spouts' committed positions.
+
         Raises ``ValueError`` naming the option at fault (an unknown component, a parallelism
-        above the task count, a number of workers below 1) before anything changes, and
-        ``NotAliveError`` for a topology that is not running (or is being killed)."""
+        above the task count, a number of workers below 1) before anything changes, or (a state
+        that cannot be dealt anew, such as entries without a key group) once the topology runs
+        again as it was; ``NotAliveError`` for a topology that is not running (or is being killed)."""
         running = self._get(name)
         topology, conf = _rebalanced(running, num_workers, executors, cpu_loads)
+        refused: StateProviderError | None = None
         with running.transition:
             with running.lock:
                 if running.status not in (ACTIVE, INACTIVE) or self._status(running) == FAILED:
@@ -269,6 +276,11 @@ class Nimbus(ABC):
                     time.sleep(wait)
                 running.runner.stop()
                 running.monitor.retire(running.runner)
+                if topology.state_layout != running.topology.state_layout:
+                    try:
+                        claim_state(name, topology, conf)  # a stateful bolt's tasks grew: its state dealt anew
+                    except StateProviderError as e:  # nothing changed: it starts again as it was
+                        refused, topology, conf = e, running.topology, running.conf
                 runner = self._make_runner(name, topology, conf, assign(topology, conf), running.state)
                 if previous == INACTIVE:
                     runner.set_active(False)  # before start: its spouts start deactivated
@@ -280,6 +292,8 @@ class Nimbus(ABC):
             finally:
                 running.rebalanced_at = time.monotonic()  # the autoscaler's cool-down starts again
             running.status = previous
+        if refused is not None:
+            raise ValueError(f"rebalance of topology {name!r}: {refused}") from refused
 
     def start_rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
                         executors: dict[str, int] | None = None, cpu_loads: dict[str, float] | None = None) -> None:
@@ -411,15 +425,23 @@ def _rebalanced(running: _Running, num_workers: int | None, executors: dict[str,
                                     or num_workers < 1):
         raise ValueError(f"{where}: numWorkers must be an integer >= 1, got {num_workers!r}")
     components = dict(running.topology.components)
+    key_groups = running.conf.get(Config.TOPOLOGY_STATE_KEY_GROUPS) if running.topology.checkpointed else None
     for cid, parallelism in (executors or {}).items():
         spec = components.get(cid)
         if spec is None or cid.startswith("__"):
             known = sorted(c for c in components if not c.startswith("__"))
             raise ValueError(f"{where}: executors: no component {cid!r} (components: {known})")
-        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not 1 <= parallelism <= spec.num_tasks:
-            raise ValueError(f"{where}: executors of {cid!r} must be an integer from 1 to its {spec.num_tasks} "
-                             f"task(s) (tasks are fixed at submission; set_num_tasks raises them), got {parallelism!r}")
-        components[cid] = dataclasses.replace(spec, parallelism=parallelism)
+        # a stateful bolt keeping key groups may grow its tasks: its state is dealt to them anew
+        most = key_groups if key_groups is not None and spec.stateful and not spec.is_spout else spec.num_tasks
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not 1 <= parallelism <= most:
+            if most == spec.num_tasks:
+                raise ValueError(f"{where}: executors of {cid!r} must be an integer from 1 to its {spec.num_tasks} "
+                                 f"task(s) (tasks are fixed at submission; set_num_tasks raises them), got "
+                                 f"{parallelism!r}")
+            raise ValueError(f"{where}: executors of stateful bolt {cid!r} must be an integer from 1 to its {most} "
+                             f"key groups (topology.state.key.groups), got {parallelism!r}")
+        tasks = max(spec.num_tasks, parallelism)
+        components[cid] = dataclasses.replace(spec, parallelism=parallelism, num_tasks=tasks)
     for cid, load in (cpu_loads or {}).items():
         spec = components.get(cid)
         if spec is None or not POSITIVE.accepts(load):
@@ -440,8 +462,7 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
     checkpoint is a tracked tuple), and a state provider every worker can reach, whose location
     holds no other topology's state. An exactly-once sink fed by a spout whose position is not
     in the checkpoints is refused; a stateful bolt fed by a spout that keeps no position gets a
-    warning (``squall.nimbus``). Sets ``topology.state.key.groups`` in ``conf`` to the key groups
-    the location keeps (see :meth:`~squall.api.state.StateProvider.claim`)."""
+    warning (``squall.nimbus``). Claims the location (:func:`claim_state`)."""
     for sink, spout in _upstream_spouts(topology, lambda spec: spec.exactly_once, lambda spout: not spout.stateful):
         raise InvalidTopologyError(
             f"topology {name!r}: exactly-once sink {sink!r} is fed by spout {spout!r}, whose position is not in the "
@@ -471,14 +492,26 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
                 "as processes of their own; use 'sqlite' (a directory every worker can reach) or 'redis' "
                 "(topology.state.provider)"
             )
-        conf[Config.TOPOLOGY_STATE_KEY_GROUPS] = provider.claim(topology.state_layout,
-                                                                conf[Config.TOPOLOGY_STATE_KEY_GROUPS])
     finally:
         provider.close()
+    claim_state(name, topology, conf)
     for bolt, spout in _upstream_spouts(topology, lambda spec: spec.stateful, lambda spout: not spout.keeps_position):
         log.warning("topology %r: stateful bolt %r is fed by spout %r, which keeps no position (Spout.keeps_position): "
                     "after a restart it reads its input again, on top of the state the bolt restores; make it a "
                     "StatefulSpout, or read from a broker", name, bolt, spout)
+
+
+def claim_state(name: str, topology: StormTopology, conf: dict[str, Any]) -> None:
+    """Claim the state location for ``topology``'s stateful components, before any of its
+    workers starts (a changed task count deals their state anew), and set
+    ``topology.state.key.groups`` in ``conf`` to the key groups it keeps (see
+    :meth:`~squall.api.state.StateProvider.claim`)."""
+    provider = provider_for(conf, name)
+    try:
+        conf[Config.TOPOLOGY_STATE_KEY_GROUPS] = provider.claim(topology.state_layout,
+                                                                conf[Config.TOPOLOGY_STATE_KEY_GROUPS])
+    finally:
+        provider.close()
 
 
 def _upstream_spouts(topology: StormTopology, bolts: Callable[[ComponentSpec], bool],

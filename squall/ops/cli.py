@@ -476,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the number of workers")
     rebalance.add_argument("-e", "--executors", action="append", type=_component_parallelism, default=[],
                            metavar="COMPONENT=PARALLELISM",
-                           help="a component's executors (at most its tasks); repeatable")
+                           help="a component's executors (at most its tasks, but a stateful bolt's grow its tasks); "
+                                "repeatable")
     rebalance.set_defaults(func=cmd_rebalance)
     monitor = control_command("monitor",
                               "print a component's throughput on a stream every interval (Storm's monitor)")
