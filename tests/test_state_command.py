@@ -30,7 +30,7 @@ from squall import LocalCluster
 from squall.api.config import squall_home
 from squall.ops.cli import _file_topology, build_parser, main
 from squall.ops.command import UsageError
-from squall.ops.command.state import announce_state, recorded_settings, settings_path
+from squall.ops.command.state import announce_state, record_rescaled, recorded_settings, settings_path
 from squall.ops.command.state_report import state_report
 from squall.testing import wait_until
 
@@ -114,6 +114,27 @@ def test_the_overview_gives_the_last_commit_and_each_stateful_components_keys(sq
     total, _, first, _, second = map(int, count.groups())
     assert total == first + second == len(words_of(words_file))
     assert re.fullmatch(r"lines\s+1\s+1\s+\d+: 1", rows["lines"])
+
+
+@pytest.mark.timeout(60)
+def test_after_a_rebalance_grew_the_counts_tasks_the_state_is_read_from_all_of_them(words_file, capsys):
+    name = f"state-{uuid.uuid4().hex[:8]}"
+    args = build_parser().parse_args(["run", EXAMPLE, "--name", name, "-c", "topology.acker.executors=1",
+                                      "-c", "topology.state.checkpoint.interval.ms=100"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SQUALL_WORDS_FILE", str(words_file))
+        _, topology, config = _file_topology(args)
+        announce_state(name, topology, config, fresh=False)
+        with LocalCluster() as cluster:
+            cluster.on_state_rescaled = record_rescaled  # as squall run sets it
+            cluster.submit_topology(name, config, topology)
+            cluster.rebalance(name, wait_secs=0, executors={"count": 3})
+            wait_until(lambda: committed_counts(name) == words_of(words_file), timeout=30, interval=0.1,
+                       message="the counts of the whole input committed, on 3 tasks")
+    capsys.readouterr()
+    status, out, _ = state(capsys, name)
+    count = next(line for line in out.splitlines() if line.startswith("count"))
+    assert status == 0 and re.match(r"count\s+3\s+\d+\s+\d+: \d+, \d+: \d+, \d+: \d+$", count), count
 
 
 @pytest.mark.timeout(60)

@@ -79,6 +79,9 @@ class Nimbus(ABC):
     def __init__(self) -> None:
         self._topologies: dict[str, _Running] = {}
         self._lock = threading.Lock()
+        #: called as ``(name, topology, conf)`` after a rebalance dealt a stateful bolt's state to
+        #: more tasks (task ids moved): ``squall run`` records the state settings again
+        self.on_state_rescaled: Callable[[str, StormTopology, dict[str, Any]], None] | None = None
 
     @abstractmethod
     def _make_runner(self, name: str, topology: StormTopology, conf: dict[str, Any], assignment: Assignment,
@@ -263,6 +266,7 @@ class Nimbus(ABC):
         running = self._get(name)
         topology, conf = _rebalanced(running, num_workers, executors, cpu_loads)
         refused: StateProviderError | None = None
+        previous_layout = running.topology.state_layout
         with running.transition:
             with running.lock:
                 if running.status not in (ACTIVE, INACTIVE) or self._status(running) == FAILED:
@@ -294,6 +298,8 @@ class Nimbus(ABC):
             running.status = previous
         if refused is not None:
             raise ValueError(f"rebalance of topology {name!r}: {refused}") from refused
+        if self.on_state_rescaled is not None and topology.state_layout != previous_layout:
+            self.on_state_rescaled(name, topology, conf)
 
     def start_rebalance(self, name: str, wait_secs: float | None = None, num_workers: int | None = None,
                         executors: dict[str, int] | None = None, cpu_loads: dict[str, float] | None = None) -> None:

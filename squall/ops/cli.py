@@ -34,7 +34,7 @@ from squall.ops.command import UsageError
 from squall.ops.command.overrides import parse_overrides, parse_spark_conf
 from squall.ops.command.plan import format_plan
 from squall.ops.command.serve import serve_topology, serve_ui
-from squall.ops.command.state import announce_state, recorded_settings, settings_of
+from squall.ops.command.state import announce_state, record_rescaled, recorded_settings, settings_of
 from squall.ops.command.state_report import state_report
 from squall.ops.command.topology_file import load_topology_file
 from squall.ops.control import ControlError
@@ -75,6 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name, topology, config = _file_topology(args)
     announce_state(name, topology, config, args.fresh)
     with LocalCluster(processes=not args.in_process) as cluster:
+        cluster.on_state_rescaled = record_rescaled
         if args.in_process:
             return serve_topology(cluster, name, topology, config, args.duration, "in this process", "in-process",
                                   args.fail_on_error)
@@ -106,6 +107,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except (JavaNotFoundError, SparkSetupError) as e:
         raise UsageError(str(e)) from e
     with cluster:
+        cluster.on_state_rescaled = record_rescaled
         if not args.verbose:  # Squall reports what fails itself, in one line; Spark's warnings repeat it at length
             cluster.spark.sparkContext.setLogLevel("ERROR")
         for path in py_files:

@@ -99,9 +99,10 @@ class StateSettings:
 
 
 def settings_of(name: str, topology: StormTopology, conf: dict[str, Any]) -> StateSettings:
-    """The state settings of topology ``name`` submitted with ``conf`` (its config, not yet
-    merged over the defaults). The task ids are the ones the submission assigns: they depend on
-    every component and on the number of ackers, which a rebalance keeps.
+    """The state settings of topology ``name`` submitted with ``conf`` (its config, merged over
+    the defaults or not). The task ids are the ones the submission assigns: they depend on every
+    component and on the number of ackers, which a rebalance keeps (one that grows a stateful
+    bolt's tasks moves them: :func:`record_rescaled`).
 
     Raises :class:`UsageError` if the topology has no stateful component, ``ValueError`` for a
     bad config value (as the submission would)."""
@@ -125,6 +126,12 @@ def settings_of(name: str, topology: StormTopology, conf: dict[str, Any]) -> Sta
         pickle_fallback=bool(merged[Config.TOPOLOGY_FALL_BACK_ON_JAVA_SERIALIZATION]),
         registrations=list(merged[Config.TOPOLOGY_KRYO_REGISTER] or []),
     )
+
+
+def record_rescaled(name: str, topology: StormTopology, conf: dict[str, Any]) -> None:
+    """Record the state settings again after a rebalance grew a stateful bolt's tasks (a
+    cluster's ``on_state_rescaled``): the task ids moved with it."""
+    record_settings(settings_of(name, topology, conf))
 
 
 def settings_path(name: str) -> Path:
