@@ -142,6 +142,19 @@ def test_state_without_key_groups_keeps_its_task_count_named_in_one_line(make):
     assert make().claim({"count": 2}, DEFAULT_KEY_GROUPS) == DEFAULT_KEY_GROUPS  # the same count still runs
 
 
+def test_a_key_that_two_tasks_hold_is_refused_rather_than_one_lost(make):
+    make().claim({"count": 2}, DEFAULT_KEY_GROUPS)
+    provider = make()
+    for index in range(2):  # each task's own running total, put while executing its inputs
+        store = provider.task_store("count", 0, index)
+        store.prepare(1, {_key("total"): msgpack.packb(10 + index)}, [], {_key("total"): index * 100})
+        store.close()
+    provider.set_committed(1)
+    with pytest.raises(StateProviderError, match=r"'count' cannot change its task count \(2 -> 3\): its tasks 0 and 1 "
+                                                 r"\(by index\) both hold state key 'total'"):
+        make().claim({"count": 3}, DEFAULT_KEY_GROUPS)
+
+
 def test_other_key_groups_and_more_tasks_than_groups_are_refused(make):
     make().claim({"count": 2}, 16)
     with pytest.raises(StateProviderError, match=r"keep 16 key groups.* asks for 128 \(topology.state.key.groups\)"):

@@ -252,8 +252,16 @@ def regroup(provider: StateProvider, component: str, contents: list[dict[bytes, 
     ``tasks`` tasks by the owners of their groups; :class:`StateProviderError` naming a key
     that has no group, whose task cannot be known."""
     dealt: list[dict[bytes, tuple[bytes, int]]] = [{} for _ in range(tasks)]
-    for content in contents:
+    held: dict[bytes, int] = {}  # key -> the old task that held it
+    for index, content in enumerate(contents):
         for key, (value, group) in content.items():
+            if key in held:  # a task's own entry (a running total), not a key's: one would be lost
+                raise StateProviderError(
+                    f"{_where(provider)}: component {component!r} cannot change its task count ({len(contents)} -> "
+                    f"{tasks}): its tasks {held[key]} and {index} (by index) both hold state key {_shown(key)}, "
+                    "so it is not kept by the key of an input, and dealing it anew would lose one; submit it with "
+                    f"{len(contents)} task(s)")
+            held[key] = index
             if group is None:
                 raise StateProviderError(
                     f"{_where(provider)}: component {component!r} cannot change its task count ({len(contents)} -> "
