@@ -22,7 +22,11 @@ class BoltExecutor(InputExecutor):
     (behind :class:`~squall.runtime.executor.checkpointing.Checkpointing` in a checkpointed topology)."""
 
     def setup(self) -> None:
+        # the input being executed, whose key group a keyed state's puts are kept under
+        # (squall.api.state.key_groups); kept only when keyed_state (a store per tuple otherwise
+        # wasted), None between batches (a barrier's hooks)
         self.current_input: Tuple | None = None
+        self.keyed_state = False
         self.bolts: dict[int, Any] = {}
         self.collectors: dict[int, OutputCollector] = {}
         self.basic_collectors: dict[int, BasicOutputCollector] = {}
@@ -46,6 +50,8 @@ class BoltExecutor(InputExecutor):
         if self.worker.topology.checkpointed:
             stateful = {task: bolt for task, bolt in self.bolts.items() if isinstance(bolt, StatefulComponent)}
             self.checkpointing = self.make_checkpointing(stateful)
+            states = self.checkpointing.states
+            self.keyed_state = states is not None and states.keyed is not None
             self.process_batch = self.checkpointing.process  # barriers are taken out at the input
 
     def emit_barrier(self, task: int, values: list[Any], anchors: list[Tuple]) -> None:
@@ -90,14 +96,14 @@ class BoltExecutor(InputExecutor):
         self.collectors[task].fail(tup)
 
     def _process_rich(self, batch: list[Any]) -> None:
-        # current_input: the input being executed, whose key group a keyed state's puts are
-        # kept under (squall.api.state.key_groups); None between batches (a barrier's hooks)
+        keyed = self.keyed_state
         if self.single_task:
             self.stats.sample(batch[0])
             task = self.task_ids[0]
             execute = self.bolts[task].execute
             for tup in batch:
-                self.current_input = tup
+                if keyed:
+                    self.current_input = tup
                 try:
                     execute(tup)
                 except Exception as e:
@@ -107,7 +113,8 @@ class BoltExecutor(InputExecutor):
         self.stats.sample(batch[0][1])
         bolts = self.bolts
         for task, tup in batch:
-            self.current_input = tup
+            if keyed:
+                self.current_input = tup
             try:
                 bolts[task].execute(tup)
             except Exception as e:
@@ -123,9 +130,12 @@ class BoltExecutor(InputExecutor):
         bolts, basic = self.bolts, self.basic_collectors
         pending_acks = self.acks.pending if self.acker_tasks else None
         acked = 0
+        keyed = self.keyed_state
         for task, tup in batch:
             bc = basic[task]
-            bc.input = self.current_input = tup
+            bc.input = tup
+            if keyed:
+                self.current_input = tup
             try:
                 bolts[task].execute(tup, bc)
             except Exception as e:
@@ -145,8 +155,11 @@ class BoltExecutor(InputExecutor):
         execute = self.bolts[task].execute
         pending_acks = self.acks.pending if self.acker_tasks else None
         failed = 0
+        keyed = self.keyed_state
         for tup in batch:
-            bc.input = self.current_input = tup
+            bc.input = tup
+            if keyed:
+                self.current_input = tup
             try:
                 execute(tup, bc)
             except Exception as e:

@@ -72,6 +72,7 @@ class TaskStates:
         self._component = component
         self._components = components
         self._report_error = report_error
+        self.keyed = keyed
         self.provider = provider_for(conf, topology_name)
         serializer = Serializer.for_config(conf)
         self.states = {
