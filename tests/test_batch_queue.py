@@ -19,6 +19,40 @@ def test_take_all_returns_every_batch_in_order_and_counts_tuples():
     assert len(q) == 0 and q.take_all() == []
 
 
+def test_a_producer_that_moves_off_the_consumers_thread_keeps_its_order():
+    # a worker's hand-off: the producer put batches from the consumer's own thread (no lock),
+    # then goes on from a new thread while those are still queued; a checkpoint barrier it puts
+    # then must not overtake them (nor the tuples another producer put meanwhile reorder them)
+    q = BatchQueue(100)
+    q.consumer = threading.get_ident()
+    q.force_put(["before 1"], 1)
+    q.force_put(["before 2"], 1)
+
+    def moved() -> None:
+        q.force_put(["barrier"], 1)
+        q.put(["after"], 1)
+
+    producer = threading.Thread(target=moved)
+    producer.start()
+    producer.join(5)
+    q.force_put(["the consumer's own"], 1)
+    assert q.take_all() == [["before 1"], ["before 2"], ["barrier"], ["after"], ["the consumer's own"]]
+    assert len(q) == 0 and q.take_all() == []
+
+
+def test_a_producer_that_moves_onto_the_consumers_thread_keeps_its_order():
+    q = BatchQueue(100)
+    q.on_release = lambda released: None  # the credit of another worker's tuples
+    other = threading.Thread(target=lambda: q.put(["first"], 1))
+    other.start()
+    other.join(5)
+    q.consumer = threading.get_ident()
+    q.force_put(["second"], 1)
+    q.force_put(["origin 3"], 1, origin=3)
+    q.force_put(["third"], 1)
+    assert q.take_all() == [["first"], ["second"], ["origin 3"], ["third"]]
+
+
 def test_take_all_waits_up_to_its_timeout():
     q = BatchQueue(10)
     start = time.monotonic()

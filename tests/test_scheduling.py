@@ -3,10 +3,11 @@ for each executor of a blocking component (``set_blocking``, the ``blocking`` at
 ShellBolt), or a thread per executor (``topology.worker.cooperative`` false).
 
 What is checked: a blocking component never stalls the others, declared or not (a stuck
-call on the cooperative thread hands the others to a new one); local hand-offs keep per-task
-order and apply backpressure, cooperatively or with threads; tick tuples arrive on time in a
-busy worker; a bolt's own threads emit and ack through its collector (and wait on a full
-destination); where each executor runs; results do not depend on the mode.
+call on the cooperative thread hands the others to a new one, and what waits on the stuck
+one's queue keeps its order); local hand-offs keep per-task order and apply backpressure,
+cooperatively or with threads; tick tuples arrive on time in a busy worker; a bolt's own
+threads emit and ack through its collector (and wait on a full destination); where each
+executor runs; results do not depend on the mode.
 
 Components record the thread they run on (``Spied``) and what they emitted and executed
 (``COUNTERS``); all of a worker's cooperative executors run on one thread, so counters they
@@ -467,6 +468,62 @@ def test_a_bolt_stuck_on_the_cooperative_thread_keeps_it_and_the_rest_moves_to_a
              for i in idents} - {started}
     assert len(moved) == 1  # the rest moved to one new thread
     assert logged("out-of-order") == [] and logged("failed") == []
+
+
+class PacedSpout(NumberSpout):
+    """Emits [n] up to ``window`` ahead of what ``bolt`` executed until GO is set, then the rest
+    (up to ``limit``) at once."""
+
+    def __init__(self, limit: int, bolt: str, window: int):
+        super().__init__(limit=limit)
+        self.bolt, self.window = bolt, window
+
+    def next_tuple(self):
+        if not GO.is_set() and self.n >= executed(self.bolt) + self.window:
+            return
+        super().next_tuple()
+
+
+class StallingOrderBolt(OrderBolt):
+    """An OrderBolt slow on every input (2 ms), stuck at n == ``stall_at`` until GATE is set
+    (records n under "gated-entered" then)."""
+
+    def __init__(self, stall_at: int):
+        super().__init__()
+        self.stall_at = stall_at
+
+    def execute(self, tup):
+        time.sleep(0.002)  # slow: what it took waits for its next turns, more queues behind it
+        if tup.values[0] == self.stall_at:
+            record("gated-entered", tup.values[0])
+            GATE.wait(30)
+        super().execute(tup)
+
+
+def test_a_bolt_stuck_with_input_queued_gets_it_in_order_after_the_hand_off(cluster, gate, caplog):
+    """What the upstream bolt put on the stuck bolt's queue from the cooperative thread comes
+    before what it puts from its new thread after the hand-off (a checkpoint barrier must
+    never overtake the tuples before it on a channel)."""
+    caplog.set_level("WARNING", logger="squall.worker")
+    n = 400
+    b = TopologyBuilder()
+    b.set_spout("numbers", PacedSpout(limit=n, bolt="slow", window=80))
+    b.set_bolt("pass", PassBolt()).shuffle_grouping("numbers")
+    b.set_bolt("slow", StallingOrderBolt(stall_at=100)).shuffle_grouping("pass")
+    conf = small_queues(1000, 4)
+    conf[Config.TOPOLOGY_SPOUT_MAX_BATCH_SIZE] = 64  # the spout runs ahead: slow's queue holds its tuples
+    conf["topology.worker.handoff.secs"] = 0.05
+    cluster.submit_topology("t", conf, b.create_topology())
+
+    wait_until(lambda: logged("gated-entered") == [100], WAIT, message="slow stuck at 100")
+    wait_until(lambda: any("made no progress" in r.getMessage() for r in caplog.records), WAIT,
+               message="the hand-off")
+    GO.set()  # the rest goes through pass on its new thread, onto slow's queue behind what waits there
+    wait_until(lambda: executed("pass") == n, WAIT, message="pass executed everything")
+    gate.set()
+    wait_until(lambda: executed("slow") == n, WAIT, message="slow executed everything")
+    assert logged("out-of-order") == []
+    assert list(seen("slow").values()) == [list(range(n))]
 
 
 # -- 2. a ShellBolt has a thread of its own ---------------------------------------------------------

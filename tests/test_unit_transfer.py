@@ -592,14 +592,14 @@ def test_a_batch_the_consumer_is_executing_keeps_producers_out_until_it_takes_ag
     assert accepted == [True, True] and q.take_all() == [["x"], ["y"]]
 
 
-def test_other_threads_batches_come_before_the_consumers_own():
+def test_batches_come_in_the_order_they_were_put_by_the_consumers_thread_or_another():
     q = BatchQueue(100)
     q.consumer = threading.get_ident()
     q.force_put("own-1")
     _in_thread(lambda: (q.put("other-1"), q.force_put("other-2"), q.offer("other-3")))
     q.offer("own-2")
     assert len(q) == 5
-    assert q.take_all() == ["other-1", "other-2", "other-3", "own-1", "own-2"]
+    assert q.take_all() == ["own-1", "other-1", "other-2", "other-3", "own-2"]
     assert q.take_all() == []
 
 

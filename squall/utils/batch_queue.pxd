@@ -14,6 +14,7 @@ cdef class BatchQueue:
     cdef Py_ssize_t _size
     cdef list _local
     cdef Py_ssize_t _local_size, _taken
+    cdef object _seq
     cdef Py_ssize_t _remote, _remote_taken
     cdef dict _arrived
     cdef readonly object _lock

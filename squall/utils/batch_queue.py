@@ -14,6 +14,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from itertools import count
 from threading import get_ident
 from typing import Any
 
@@ -108,7 +109,10 @@ class BatchQueue:
     * :meth:`force_put` and :meth:`offer` take no lock when called from the consumer's own
       thread (``consumer``, set by the consumer when it starts).
     * :meth:`take_all` is for the single consumer: it returns every queued element,
-      waiting up to ``timeout`` seconds for one to arrive.
+      waiting up to ``timeout`` seconds for one to arrive, in the order they were put. A
+      producer's elements therefore arrive in its order even when it moves to another thread
+      while some are queued (a worker's hand-off of its executors to a new thread), as
+      checkpoint barriers need: the channel from one task to another is FIFO.
     * ``bell`` wakes the consumer; a thread consuming several queues gives them one.
     * Credit (see :mod:`squall.runtime.messaging.backpressure`): tuples other workers sent arrive by a
       :meth:`force_put` with an ``origin`` (the sending worker). Their room is the credit their
@@ -119,8 +123,8 @@ class BatchQueue:
     """
 
     __slots__ = ("capacity", "name", "on_release", "consumer", "_items", "_size", "_local", "_local_size",
-                 "_taken", "_remote", "_remote_taken", "_arrived", "_lock", "_bell", "_not_full", "_producers_waiting",
-                 "_room_waiters")
+                 "_seq", "_taken", "_remote", "_remote_taken", "_arrived", "_lock", "_bell",
+                 "_not_full", "_producers_waiting", "_room_waiters")
 
     def __init__(self, capacity: int, name: str = "", bell: Bell | None = None) -> None:
         if capacity < 1:
@@ -134,6 +138,9 @@ class BatchQueue:
         self._size = 0  # tuples queued by other threads
         self._local: list[Any] = []  # batches from the consumer's own thread (no lock)
         self._local_size = 0
+        # both lists hold (put number, element): the numbers come from one counter (atomic under
+        # the GIL), so that take_all returns the elements in the order they were put
+        self._seq = count()
         self._taken = 0  # tuples the consumer took and is not done with (see done)
         self._remote = 0  # tuples of other workers queued (see force_put's origin)
         self._remote_taken = 0  # and taken
@@ -186,7 +193,7 @@ class BatchQueue:
                         return False
                 finally:
                     self._producers_waiting -= 1
-            self._items.append(item)
+            self._items.append((next(self._seq), item))
             self._size += size
         if self._bell.waiting:
             self._bell.ring()
@@ -197,7 +204,7 @@ class BatchQueue:
         worker that sent them) puts them in the room its credit stands for."""
         if origin >= 0:
             with self._lock:
-                self._items.append(item)
+                self._items.append((next(self._seq), item))
                 self._size += size
                 self._remote += size
                 self._arrived[origin] = self._arrived.get(origin, 0) + size
@@ -205,11 +212,11 @@ class BatchQueue:
                 self._bell.ring()
             return
         if get_ident() == self.consumer:
-            self._local.append(item)
+            self._local.append((next(self._seq), item))
             self._local_size += size
             return
         with self._lock:
-            self._items.append(item)
+            self._items.append((next(self._seq), item))
             self._size += size
         if self._bell.waiting:
             self._bell.ring()
@@ -261,31 +268,38 @@ class BatchQueue:
 
     def _drain(self) -> list[Any]:
         # what is drained becomes taken: room does not change here, so nobody is notified
-        items = self._local
+        entries = local = self._local
         taken = self._local_size
-        if items:
+        if local:
             self._local = []
             self._local_size = 0
         released = None
         # _items is read without the lock: an append racing with the read is taken next time
         if self._items:
             with self._lock:
-                # other threads' elements first: one queued before the consumer's own thread
-                # emitted (a tick, say) stays ahead of what that emit caused
-                items = [*self._items, *items]
+                entries = list(self._items)
                 self._items.clear()
                 taken += self._size
                 self._size = 0
                 if self._arrived:  # taken: their senders get the credit back (see on_release)
                     released, self._arrived = self._arrived, {}
                     self._remote_taken, self._remote = self._remote, 0
+            if local:
+                interleaved = entries[-1][0] > local[0][0]
+                entries += local
+                if interleaved:
+                    # put order across the lists (put numbers are unique: elements are never
+                    # compared): a producer that moved from the consumer's thread to another,
+                    # or back, has elements in both
+                    entries.sort()
         self._taken = taken
         if released is not None:
             self.on_release(released)
-        return items
+        return [item for _, item in entries]
 
     def wake(self) -> None:
         """Wake the consumer and producers if they wait (e.g. to notice a stop request)."""
         self._bell.ring()
         with self._lock:
             self._not_full.notify_all()
+

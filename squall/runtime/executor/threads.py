@@ -36,7 +36,9 @@ The same watch tells an executor whose call has lasted its ``stall_secs`` (a spo
 
 Guarantees either way: one task's methods are never called concurrently; an executor
 runs its user code holding its lock, which a component's own threads take to emit; a
-runner whose executor raises out of Squall's own code fails the worker (fail-fast).
+runner whose executor raises out of Squall's own code fails the worker (fail-fast); what one
+executor hands another arrives in the order it was handed, across a hand-off too (a
+checkpoint barrier never overtakes the tuples before it: the queue keeps the order of its puts).
 """
 
 from __future__ import annotations
