@@ -234,6 +234,47 @@ def test_squall_run_says_where_the_state_comes_from_and_fresh_drops_it(tmp_path)
                                                    "component: it keeps no state to drop\n")
 
 
+TWO_COUNTS_FILE = """
+import os, sys
+sys.path.insert(0, {examples!r})
+from squall import TopologyBuilder
+from stateful_wordcount import FileSpout, SplitLine, WordCount, config, default_input
+
+builder = TopologyBuilder()
+builder.set_spout("lines", FileSpout(default_input()))
+builder.set_bolt("split", SplitLine(), 2).shuffle_grouping("lines")
+builder.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
+if os.environ.get("WITH_TALLY"):  # a second stateful bolt, which the next version drops
+    builder.set_bolt("tally", WordCount()).fields_grouping("split", ["word"])
+topology = builder.create_topology()
+"""
+
+
+def test_a_version_without_a_stateful_bolt_is_refused_naming_it_unless_its_state_may_be_dropped(tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("the cow jumped over the moon\n" * 2000)
+    env = {**os.environ, "SQUALL_HOME": str(tmp_path / "home"), "SQUALL_WORDS_FILE": str(words)}
+    path = write(tmp_path, TWO_COUNTS_FILE.format(examples=os.path.join(REPO, "examples")), "counts.py")
+
+    def run(*more: str, tally: bool = False) -> Any:
+        return squall_cli("run", path, "--in-process", "--duration", "2", "-c",
+                          "topology.state.checkpoint.interval.ms=100", *more,
+                          env={**env, "WITH_TALLY": "1"} if tally else env)
+
+    first = run(tally=True)
+    assert first.returncode == 0, first.stderr
+    refused = run()
+    assert refused.returncode != 0
+    assert re.search(r"it holds the state of 'tally' \(1 task\(s\)\), which this topology no longer has: keep "
+                     r"the component's id .* --allow-dropped-state", refused.stderr), refused.stderr
+    allowed = run("--allow-dropped-state")
+    assert allowed.returncode == 0, allowed.stderr
+    assert re.search(r"^squall: resuming 'counts' from the state committed at ", allowed.stderr, re.M)
+    assert "dropping the state of component 'tally'" in allowed.stderr
+    again = run()  # 'tally' is gone from the location: nothing to refuse
+    assert again.returncode == 0, again.stderr
+
+
 @pytest.mark.parametrize("master, slots", [("local[1]", 1), ("local", 1), ("local-cluster[1,1,512]", 1)])
 def test_a_local_master_with_too_few_slots_is_refused_before_spark_starts(tmp_path, capsys, monkeypatch, master,
                                                                            slots):

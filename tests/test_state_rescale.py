@@ -163,6 +163,43 @@ def test_other_key_groups_and_more_tasks_than_groups_are_refused(make):
         make().claim({"count": 17}, 16)
 
 
+def _sums(provider: Any) -> dict[str, int]:
+    committed = provider.committed()
+    store = provider.task_store("sum", 0, 0)
+    try:
+        return {msgpack.unpackb(k): msgpack.unpackb(v) for k, v in store.read(committed).items()}
+    finally:
+        store.close()
+
+
+def test_a_component_added_starts_empty_and_one_dropped_is_refused_naming_it_unless_allowed(make, tmp_path):
+    make().claim({"count": 2}, DEFAULT_KEY_GROUPS)
+    _write(make(), 2, WORDS, 1)
+    counts = _contents(make(), 2)
+    assert sum(map(len, counts)) == len(WORDS)
+    provider = make()
+    assert provider.claim({"count": 2, "sum": 1}, DEFAULT_KEY_GROUPS) == DEFAULT_KEY_GROUPS  # an added bolt
+    assert _contents(provider, 2) == counts and _sums(provider) == {}
+    store = provider.task_store("sum", 0, 0)
+    store.prepare(2, {_key("total"): msgpack.packb(7)}, [], {_key("total"): 3})
+    provider.set_committed(2)
+    store.commit(2)
+    store.close()
+
+    with pytest.raises(StateProviderError, match=r"it holds the state of 'sum' \(1 task\(s\)\), which this "
+                                                 r"topology no longer has: keep the component's id .*"
+                                                 r"--allow-dropped-state \(topology.state.allow.dropped\)"):
+        make().claim({"count": 2}, DEFAULT_KEY_GROUPS)
+    assert _sums(make()) == {"total": 7}  # refused: nothing changed
+    assert make().claim({"count": 2}, DEFAULT_KEY_GROUPS, allow_dropped=True) == DEFAULT_KEY_GROUPS
+    again = make()
+    assert _contents(again, 2) == counts  # the kept component kept its state
+    if again.name == "sqlite":
+        assert sorted(p.name for p in (tmp_path / "state" / "tasks").iterdir()) == ["count"]
+    again.claim({"count": 2, "sum": 1}, DEFAULT_KEY_GROUPS)
+    assert _sums(again) == {}  # added back: its old state was deleted
+
+
 def test_a_sqlite_location_claimed_before_key_groups_keeps_its_tasks_by_id(tmp_path):
     state = tmp_path / "state"
     (state / "tasks").mkdir(parents=True)
@@ -313,6 +350,56 @@ def test_a_streams_pipeline_upgraded_with_a_filter_and_more_count_tasks_keeps_it
             assert counts(topology) == expected_counts(path)
             with open(path, "a") as f:  # the next version reads on
                 f.write("the cow jumped over the moon\n" * 50)
+
+
+def _named_counts(path: str, repartitioned: bool, named: bool = True) -> Any:
+    """The same pipeline, its spout and count named; ``repartitioned``: its next version, with
+    the words lowered in a bolt of their own before the count (a bolt added in between)."""
+    import streams_wordcount as s
+
+    from squall.streams import StreamBuilder
+
+    builder = StreamBuilder()
+    lines = builder.new_stream(swc.FileSpout(path))
+    words = (lines.name("lines") if named else lines).flat_map(s.split)
+    if repartitioned:
+        words = words.repartition(2).map(str.lower)
+    counts = words.map_to_pair(s.one).update_state_by_key(0, s.Add())
+    if named:
+        counts.name("counts")
+    return builder.build()
+
+
+def test_named_streams_operations_keep_their_state_when_a_bolt_is_added_before_them_and_count_tasks_change(tmp_path):
+    path = swc.make_input(str(tmp_path / "words.txt"), 2000)  # lower-case words: lowering changes none
+    conf = state_conf(**{"topology.state.provider": "sqlite",
+                         "topology.state.provider.config": {"path": str(tmp_path / "state")}})
+    first, upgraded = _named_counts(path, False), _named_counts(path, True)
+    assert (first.state_layout, upgraded.state_layout) == ({"lines": 1, "counts": 1}, {"lines": 1, "counts": 2})
+    assert sorted(c for c in upgraded.components if c[0].isalpha()) == ["bolt1", "bolt2", "counts", "lines"]
+    # unnamed, the count's bolt would be renumbered, its state left behind (and refused)
+    assert _named_counts(path, False, named=False).state_layout == {"spout1": 1, "bolt2": 1}
+    assert _named_counts(path, True, named=False).state_layout == {"spout1": 1, "bolt3": 2}
+
+    def lines_done(topology: Any) -> bool:
+        states = committed_state("named", topology, "lines", conf)
+        return sum(s.get("offset", 0) for s in states.values()) == Path(path).stat().st_size
+
+    with LocalCluster() as cluster:
+        for topology in (first, upgraded):
+            cluster.submit_topology("named", conf, topology)
+            wait_until(lambda: lines_done(topology), timeout=60, interval=0.05, message="the whole file committed")
+            cluster.kill_topology("named", wait_secs=0)
+            wait_until(lambda: "named" not in cluster.get_topologies(), message="killed")
+            counts: collections.Counter = collections.Counter()
+            for task in committed_state("named", topology, "counts", conf).values():
+                counts.update(task)
+            assert counts == expected_counts(path)
+            with open(path, "a") as f:  # the next version reads on
+                f.write("the cow jumped over the moon\n" * 50)
+        with pytest.raises(StateProviderError, match=r"it holds the state of 'counts' \(2 task\(s\)\), 'lines' "
+                                                     r"\(1 task\(s\)\), which this topology no longer has"):
+            cluster.submit_topology("named", conf, _named_counts(path, True, named=False))
 
 
 # -- while it runs: squall rebalance -e past the task count --------------------------------------------

@@ -154,6 +154,38 @@ def test_operations_that_need_no_repartition_are_fused_and_a_key_operation_start
     assert components["bolt1"].parallelism == components["bolt2"].parallelism == 2
 
 
+def test_a_named_operation_gives_its_bolt_its_id_and_the_unnamed_keep_their_numbers() -> None:
+    builder = StreamBuilder()
+    words = builder.new_stream(Values(), parallelism=2).name("lines").flat_map(str.split)
+    counts = words.map_to_pair(lambda w: (w, 1)).count_by_key().name("counts")
+    counts.map_values(str).repartition(3).filter(bool).to(Sink(), name="out")
+    components = builder.build().components
+    assert sorted(c for c in components if c[0].isalpha()) == ["bolt1", "bolt2", "counts", "lines", "out"]
+    assert components["counts"].instantiate().describe_operations() == "count_by_key -> map_values"
+    assert [src for src, stream in components["counts"].inputs if not is_system_id(stream)] == ["bolt1"]
+    assert [src for src, stream in components["out"].inputs if not is_system_id(stream)] == ["bolt2"]
+
+    unnamed = StreamBuilder()
+    unnamed.new_stream(Values()).map(abs).to(Sink())
+    assert sorted(c for c in unnamed.build().components if c[0].isalpha()) == ["bolt1", "bolt2", "spout1"]
+
+
+def test_names_that_clash_are_refused_at_build_naming_them() -> None:
+    builder = StreamBuilder()
+    builder.new_stream(Values(), parallelism=2).map(abs).name("a").filter(bool).name("b").to(Sink())
+    with pytest.raises(InvalidTopologyError, match=r"name: operations named \['a', 'b'\] run in one bolt "
+                                                   r"\(map -> filter\): name one of them, or repartition"):
+        builder.build()
+    builder = StreamBuilder()
+    builder.new_stream(Values()).name("x").map(abs).repartition(2).name("bolt1").map(abs).to(Sink(), name="x")
+    with pytest.raises(InvalidTopologyError, match=r"name: component id\(s\) \['bolt1', 'x'\] given to more than one"):
+        builder.build()
+    with pytest.raises(ValueError, match="name: this operation is named 'x' already, not 'y'"):
+        StreamBuilder().new_stream(Values()).name("x").name("y")
+    with pytest.raises(ValueError, match="name: a component id must be a non-empty string, not ''"):
+        StreamBuilder().new_stream(Values()).name("")
+
+
 def test_repartition_and_global_aggregation_plans() -> None:
     builder = StreamBuilder()
     stream = builder.new_stream(Values(), parallelism=2)

@@ -248,6 +248,11 @@ KEYS: dict[str, ConfigKey] = _registry(
                    "it was claimed with: submitting another is refused. None: no key groups (a key goes to its "
                    "hash modulo the task count, as in Storm, and task counts cannot change): what a location "
                    "claimed before key groups, or a provider without them (redis), keeps.", storm=False),
+    ConfigKey("topology.state.allow.dropped", False, BOOLEAN,
+              "Delete the state of stateful components the topology no longer has, instead of refusing it.",
+              note="squall run/submit --allow-dropped-state sets it (Flink's --allowNonRestoredState): for an upgrade "
+                   "that removes a stateful component, or renames one (its state is not moved to the new id).",
+              storm=False),
     ConfigKey("topology.state.provider", None, optional(NON_EMPTY_STRING),
               "Where stateful components keep their state: memory, sqlite, redis or module:Class.",
               note="Storm's class names for memory and Redis work too. None: memory, except that `squall run` "

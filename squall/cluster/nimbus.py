@@ -509,13 +509,15 @@ def check_state(name: str, topology: StormTopology, conf: dict[str, Any], in_pro
 
 def claim_state(name: str, topology: StormTopology, conf: dict[str, Any]) -> None:
     """Claim the state location for ``topology``'s stateful components, before any of its
-    workers starts (a changed task count deals their state anew), and set
+    workers starts (a changed task count deals their state anew; ``topology.state.allow.dropped``
+    lets it delete the state of a component the topology no longer has), and set
     ``topology.state.key.groups`` in ``conf`` to the key groups it keeps (see
     :meth:`~squall.api.state.StateProvider.claim`)."""
     provider = provider_for(conf, name)
     try:
         conf[Config.TOPOLOGY_STATE_KEY_GROUPS] = provider.claim(topology.state_layout,
-                                                                conf[Config.TOPOLOGY_STATE_KEY_GROUPS])
+                                                                conf[Config.TOPOLOGY_STATE_KEY_GROUPS],
+                                                                bool(conf.get(Config.TOPOLOGY_STATE_ALLOW_DROPPED)))
     finally:
         provider.close()
 

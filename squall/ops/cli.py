@@ -47,12 +47,15 @@ from squall.utils.time import format_duration, parse_seconds
 def _file_topology(args: argparse.Namespace) -> tuple[str, StormTopology, dict[str, Any]]:
     """The topology name, topology and config ``args`` give: the user's config
     (:func:`~squall.api.config.user_config`), the file's over it, ``-c`` over both; a checkpointed
-    topology's state goes to ``--checkpoint-dir`` (see :func:`_state_location`)."""
+    topology's state goes to ``--checkpoint-dir`` (see :func:`_state_location`);
+    ``--allow-dropped-state`` sets topology.state.allow.dropped."""
     topology, file_config = load_topology_file(args.file)
     config = {**user_config(), **file_config, **parse_overrides(args.conf)}
     name = args.name or os.path.splitext(os.path.basename(args.file))[0]
     if topology.checkpointed:
         _state_location(name, config, args.checkpoint_dir)
+    if getattr(args, "allow_dropped_state", False):
+        config[Config.TOPOLOGY_STATE_ALLOW_DROPPED] = True
     return name, topology, config
 
 
@@ -394,6 +397,8 @@ FAIL_ON_ERROR_HELP = ("exit 1 if any component reported an error (without it: on
                       "a component did no work: a bolt failed every tuple it got, a spout emitted nothing but "
                       "errors)")
 FRESH_HELP = "drop the state a stateful topology of this name committed before (saying what), and start empty"
+ALLOW_DROPPED_HELP = ("delete the state of stateful components this version of the topology no longer has "
+                      "(refused without it, naming them); the others keep theirs")
 CHECKPOINT_DIR_HELP = ("where a topology with stateful components keeps its state (SQLite files; default "
                        "$SQUALL_HOME/state/NAME, else ~/.squall/state/NAME): the same NAME and PATH resume from "
                        "the last commit")
@@ -431,6 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a config key (value read as JSON if it parses)")
     run.add_argument("--checkpoint-dir", metavar="PATH", help=CHECKPOINT_DIR_HELP)
     run.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    run.add_argument("--allow-dropped-state", action="store_true", help=ALLOW_DROPPED_HELP)
     run.add_argument("--fail-on-error", action="store_true", help=FAIL_ON_ERROR_HELP)
     run.set_defaults(func=cmd_run)
     submit = subcommand("submit", "run a topology on Spark (the driver is this process)")
@@ -452,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--checkpoint-dir", metavar="PATH",
                         help=CHECKPOINT_DIR_HELP + "; on a cluster, a path every executor can reach")
     submit.add_argument("--fresh", action="store_true", help=FRESH_HELP)
+    submit.add_argument("--allow-dropped-state", action="store_true", help=ALLOW_DROPPED_HELP)
     submit.add_argument("--fail-on-error", action="store_true", help=FAIL_ON_ERROR_HELP)
     submit.set_defaults(func=cmd_submit)
     plan = subcommand("plan", "print the workers, executors and tasks a topology gets, how its links "

@@ -59,7 +59,7 @@ class StreamBuilder:
 
     def __init__(self) -> None:
         self._sources: list[tuple[Node, Spout, Callable[[list[Any]], Any]]] = []
-        self._sinks: list[tuple[Node, Any, int, str]] = []
+        self._sinks: list[tuple[Node, Any, int, str, str | None]] = []
         self._streams = 0
 
     def new_stream(self, spout: Spout, value_mapper: Callable[[list[Any]], Any] | None = None,
@@ -84,9 +84,9 @@ class StreamBuilder:
         self._streams += 1
         return f"s{self._streams}"
 
-    def add_sink(self, node: Node, bolt: Any, parallelism: int, grouping: str) -> None:
+    def add_sink(self, node: Node, bolt: Any, parallelism: int, grouping: str, name: str | None) -> None:
         """``to(bolt)`` after ``node`` (see :meth:`Stream.to`)."""
-        self._sinks.append((node, bolt, parallelism, grouping))
+        self._sinks.append((node, bolt, parallelism, grouping, name))
 
     def build(self) -> StormTopology:
         """The topology: a spout per ``new_stream``, the operations fused into processor bolts,
@@ -97,9 +97,8 @@ class StreamBuilder:
         builder = TopologyBuilder()
         component: dict[Node, str] = {}  # node -> the component it runs in
         bolts: dict[str, list[Node]] = {}  # processor bolt -> its nodes, a parent before its children
-        for i, (source, spout, _) in enumerate(self._sources, 1):
-            component[source] = f"spout{i}"
-            builder.set_spout(component[source], spout, source.parallelism)
+        sources = [source for source, _, _ in self._sources]
+        component.update(zip(sources, _ids([source.name for source in sources], "spout")))
         # state queries run in their state's bolt: placed once every other node is
         pending = [child for source, _, _ in self._sources for child in source.children]
         while pending:
@@ -118,13 +117,21 @@ class StreamBuilder:
                 elif _fused(node):
                     component[node] = component[node.parent]
                 else:
-                    component[node] = f"bolt{len(bolts) + 1}"
+                    component[node] = f"\0{len(bolts)}"  # its place, until the ids are known (below)
                     bolts[component[node]] = []
                 bolts[component[node]].append(node)
                 stack.extend(reversed(node.children))
             if len(deferred) == len(pending):
                 raise InvalidTopologyError("state_query: its state is not fed by any stream of this builder")
             pending = deferred
+        names = [_bolt_name(nodes) for nodes in bolts.values()]
+        ids = dict(zip(bolts, _ids(names, "bolt")))  # a bolt's place -> its id
+        sink_ids = _ids([name for *_, name in self._sinks], "bolt", first=names.count(None) + 1)
+        _check_unique([*(component[source] for source in sources), *ids.values(), *sink_ids])
+        component = {node: ids.get(c, c) for node, c in component.items()}
+        bolts = {ids[c]: nodes for c, nodes in bolts.items()}
+        for source, spout, _ in self._sources:
+            builder.set_spout(component[source], spout, source.parallelism)
         mappers = {source: mapper for source, _, mapper in self._sources}
         spouts = {source: spout for source, spout, _ in self._sources}
         leaving = {node for node, *_ in self._sinks}
@@ -147,10 +154,39 @@ class StreamBuilder:
                 _subscribe(declarer, source.component, source.stream, nodes[source.step].grouping or SHUFFLE)
                 if source.windowed:
                     declarer.all_grouping(source.component, source.stream + PUNCTUATION)
-        for i, (node, bolt, parallelism, grouping) in enumerate(self._sinks, len(bolts) + 1):
-            declarer = builder.set_bolt(f"bolt{i}", bolt, parallelism)
+        for sink_id, (node, bolt, parallelism, grouping, _) in zip(sink_ids, self._sinks):
+            declarer = builder.set_bolt(sink_id, bolt, parallelism)
             _subscribe(declarer, component[node], node.stream_id, grouping)
         return builder.create_topology()
+
+
+def _ids(names: list[str | None], prefix: str, first: int = 1) -> list[str]:
+    """The component ids of ``names`` (None: unnamed): a name as it is, an unnamed one
+    ``prefix`` numbered from ``first`` among the unnamed only (so that a named component added
+    or removed renumbers no other)."""
+    ids, n = [], first
+    for name in names:
+        if name is None:
+            name, n = f"{prefix}{n}", n + 1
+        ids.append(name)
+    return ids
+
+
+def _bolt_name(nodes: list[Node]) -> str | None:
+    """The name (Stream.name) of the operations fused into one bolt; refused if two differ."""
+    names = sorted({node.name for node in nodes if node.name is not None})
+    if len(names) > 1:
+        operations = " -> ".join(node.operation.name for node in nodes if node.operation is not None)
+        raise InvalidTopologyError(f"name: operations named {names} run in one bolt ({operations}): name one of "
+                                   "them, or repartition between them")
+    return names[0] if names else None
+
+
+def _check_unique(ids: list[str]) -> None:
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise InvalidTopologyError(f"name: component id(s) {twice} given to more than one component of the "
+                                   "pipeline (a name, or one like those generated: spout1, bolt1, ...)")
 
 
 def _stateful(node: Node, spouts: dict[Node, Spout]) -> bool:

@@ -36,7 +36,7 @@ class Pipeline(Protocol):
     def new_stream_id(self) -> str:
         """A stream id for a new operation's values (``s1``, ``s2``...)."""
 
-    def add_sink(self, node: Node, bolt: Any, parallelism: int, grouping: str) -> None:
+    def add_sink(self, node: Node, bolt: Any, parallelism: int, grouping: str, name: str | None) -> None:
         """``to(bolt)`` after ``node``."""
 
 
@@ -65,6 +65,8 @@ class Node:
         self.input_stream = parent.stream_id if parent is not None else None
         #: a state query's update_state_by_key, whose bolt it runs in
         self.state: Node | None = None
+        #: the id of the component it runs in, given by Stream.name (None: generated)
+        self.name: str | None = None
         for node in (parent, other):
             if node is not None:
                 node.children.append(self)
@@ -206,13 +208,31 @@ class Stream(Generic[T]):
         """How many values so far, after each value. Runs in one task."""
         return self._global()._then(ops.Aggregate(ops.Count(), "count"), pairs=False)
 
+    def name(self, name: str) -> Stream[T]:
+        """Name the operation that made this stream (right after ``new_stream``: the spout);
+        returns this stream. The component it runs in takes ``name`` as its id: the id its state
+        is kept under (Flink's ``uid``, Bytewax's step id), so that a later version of the
+        pipeline that adds or removes other operations, or bolts, keeps that state. Unnamed
+        components are ``spout1``, ``bolt1``, ... in the order the pipeline makes them. Two
+        named operations fused into one bolt, or one name given twice, are refused at
+        :meth:`~squall.streams.StreamBuilder.build`."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name: a component id must be a non-empty string, not {name!r}")
+        if self._node.name is not None and self._node.name != name:
+            raise ValueError(f"name: this operation is named {self._node.name!r} already, not {name!r}")
+        self._node.name = name
+        return self
+
     # -- the end of a pipeline ----------------------------------------------------------------
 
-    def to(self, bolt: Any, parallelism: int = 1) -> None:
+    def to(self, bolt: Any, parallelism: int = 1, name: str | None = None) -> None:
         """Send the values to ``bolt`` (any bolt), a component of its own with ``parallelism``
         tasks, subscribed with shuffle grouping (or the pending repartition): it receives
-        tuples of the field ``value``, or ``key`` and ``value`` from a pair stream."""
-        self._builder.add_sink(self._node, bolt, parallelism, self._grouping or SHUFFLE)
+        tuples of the field ``value``, or ``key`` and ``value`` from a pair stream. ``name``:
+        its component id (as :meth:`name`'s; default ``boltN``, after the pipeline's bolts)."""
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"to: a component id must be a non-empty string, not {name!r}")
+        self._builder.add_sink(self._node, bolt, parallelism, self._grouping or SHUFFLE, name)
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -114,16 +114,18 @@ class StateProvider(ABC):
     def check(self, layout: dict[str, int]) -> None:
         """Called at submit, before any worker starts: raise :class:`StateProviderError`
         within seconds if the store cannot be reached, or if its location holds the state of
-        another topology (another name, or other stateful components/task counts than
-        ``layout``: component id -> number of tasks). A fresh location is claimed for this
-        topology (name and layout recorded)."""
+        another topology (another name), or a layout ``layout`` (component id -> number of
+        tasks) cannot take (see :meth:`claim`; without key groups, any other). A fresh location
+        is claimed for this topology (name and layout recorded)."""
 
-    def claim(self, layout: dict[str, int], key_groups: int | None) -> int | None:
+    def claim(self, layout: dict[str, int], key_groups: int | None, allow_dropped: bool = False) -> int | None:
         """Called at submit, before any worker starts, in place of :meth:`check`: the number of
         key groups the stateful bolts' inputs are routed by (None: none, a key goes to its hash
         modulo the task count). A provider with key groups records ``key_groups`` when it claims
-        a location, refuses another later, and moves the state of a component whose task count
-        changed; this default (no key groups) checks the layout."""
+        a location, refuses another later, moves the state of a component whose task count
+        changed, starts a component new to the location empty, and refuses the state of one the
+        topology no longer has unless ``allow_dropped`` (then it is deleted; see
+        :func:`check_rescale`); this default (no key groups) checks the layout."""
         self.check(layout)
         return None
 
@@ -290,14 +292,23 @@ def check_key_groups(provider: StateProvider, claimed: int | None, requested: in
 
 
 def check_rescale(provider: StateProvider, found: dict[str, int], layout: dict[str, int],
-                  key_groups: int | None) -> list[str]:
-    """The components whose task count changes from ``found`` to ``layout``; refused (as
-    :func:`layout_mismatch`) unless both have the same components, and (one line naming
-    the component) beyond the key groups or without them."""
-    if set(found) != set(layout):
-        raise StateProviderError(layout_mismatch(provider, found, layout))
+                  key_groups: int | None, allow_dropped: bool = False) -> tuple[list[str], list[str]]:
+    """The components whose task count changes from ``found`` to ``layout``, and those whose
+    state is dropped (in ``found`` only, with ``allow_dropped``). Refused in one line: without
+    key groups (a location by task id), any change; a component the topology no longer has
+    (named) unless ``allow_dropped``; a task count beyond the key groups. A component in
+    ``layout`` only is new: it starts empty."""
     where = _where(provider)
-    changed = sorted(c for c in layout if layout[c] != found[c])
+    dropped = sorted(set(found) - set(layout))
+    if key_groups is None and set(found) != set(layout):
+        raise StateProviderError(layout_mismatch(provider, found, layout))
+    if dropped and not allow_dropped:
+        held = ", ".join(f"{c!r} ({found[c]} task(s))" for c in dropped)
+        raise StateProviderError(
+            f"{where}: it holds the state of {held}, which this topology no longer has: keep the component's id "
+            "(name a Streams API operation with .name()), or run it with --allow-dropped-state "
+            "(topology.state.allow.dropped) to delete that state")
+    changed = sorted(c for c in layout if c in found and layout[c] != found[c])
     for component in changed:
         if key_groups is None:
             raise StateProviderError(
@@ -308,7 +319,7 @@ def check_rescale(provider: StateProvider, found: dict[str, int], layout: dict[s
             raise StateProviderError(
                 f"{where}: component {component!r} cannot have {layout[component]} tasks: its state has "
                 f"{key_groups} key groups (topology.state.key.groups), each kept by one task")
-    return changed
+    return changed, dropped
 
 
 class InMemoryStateProvider(StateProvider):
@@ -329,7 +340,7 @@ class InMemoryStateProvider(StateProvider):
     def check(self, layout: dict[str, int]) -> None:
         self.claim(layout, DEFAULT_KEY_GROUPS)
 
-    def claim(self, layout: dict[str, int], key_groups: int | None) -> int | None:
+    def claim(self, layout: dict[str, int], key_groups: int | None, allow_dropped: bool = False) -> int | None:
         location = self._location()
         with location.lock:
             if location.layout is None:
@@ -337,7 +348,14 @@ class InMemoryStateProvider(StateProvider):
                 return key_groups
             check_key_groups(self, location.key_groups, key_groups)
             committed = None if location.committed is None else location.committed.txid
-            for component in check_rescale(self, location.layout, layout, key_groups):
+            changed, dropped = check_rescale(self, location.layout, layout, key_groups, allow_dropped)
+            for component in dropped:
+                del location.layout[component]
+            for key in [key for key in location.tasks if key[0] not in location.layout]:
+                del location.tasks[key]  # a dropped component's state
+            for component in layout.keys() - location.layout.keys():  # new to the location: empty
+                location.layout[component] = layout[component]
+            for component in changed:
                 assert key_groups is not None  # check_rescale refuses a change without
                 contents = [_entries(location.tasks.get((component, i), _empty_record()), committed)
                             for i in range(location.layout[component])]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -47,6 +48,8 @@ from squall.api.state.provider import (
     Commit, StateProvider, StateProviderError, TaskStore, check_key_groups, check_rescale, name_mismatch,
     prepared_is_committed, regroup,
 )
+
+log = logging.getLogger("squall.state")
 
 # How long a transaction waits for another process's write lock on the same file before it
 # fails; only topology.sqlite is shared (submit's check, the checkpoint spout's commits).
@@ -298,7 +301,7 @@ class SqliteStateProvider(StateProvider):
     def check(self, layout: dict[str, int]) -> None:
         self.claim(layout, DEFAULT_KEY_GROUPS)
 
-    def claim(self, layout: dict[str, int], key_groups: int | None) -> int | None:
+    def claim(self, layout: dict[str, int], key_groups: int | None, allow_dropped: bool = False) -> int | None:
         with self._topology.transaction("claiming the location for this topology") as conn:
             row = conn.execute("SELECT name, layout, key_groups, generations, committed FROM topology").fetchone()
             if row is None:
@@ -315,18 +318,30 @@ class SqliteStateProvider(StateProvider):
             else:
                 found, generations, claimed, committed = json.loads(row[1]), json.loads(row[3]), row[2], row[4]
                 check_key_groups(self, claimed, key_groups)
-                changed = check_rescale(self, found, layout, claimed)
+                changed, dropped = check_rescale(self, found, layout, claimed, allow_dropped)
                 for component in changed:
                     generations[component] = self._rescale(component, found[component], layout[component],
                                                             generations[component], committed, claimed)
-                if changed:
+                added = [c for c in layout if c not in found]
+                for component in added:  # empty: what a component dropped before left, if a crash did
+                    self._remove_other_generations(component)
+                    generations[component] = 0
+                for component in dropped:
+                    del generations[component]
+                if changed or added or dropped:
                     conn.execute("UPDATE topology SET layout = ?, generations = ?",
                                  (json.dumps(layout, sort_keys=True), json.dumps(generations, sort_keys=True)))
+                for component in dropped:  # its files go once the claim no longer names it
+                    log.warning("%s: dropping the state of component %r, which topology %r no longer has "
+                                "(topology.state.allow.dropped)", self._where, component, self.topology_name)
         self._generations = generations
         try:
             _make_dirs(self._path / "tasks")
             for component, generation in (generations or {}).items():
                 self._remove_other_generations(component, generation)
+            for entry in (self._path / "tasks").iterdir() if generations is not None else ():
+                if entry.is_dir() and entry.name not in {_safe_name(c) for c in generations}:
+                    shutil.rmtree(entry)  # a dropped component's
         except OSError as e:
             raise StateProviderError(f"{self._where}: cannot prepare the tasks' directory: {e}") from e
         return claimed
