@@ -23,6 +23,7 @@ from squall.api.state import InMemoryStateProvider, StateProviderError
 from squall.api.stateful import StatefulBolt, StatefulSpout
 from squall.api.system_ids import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM
 from squall.testing import FeederSpout, committed_state, wait_until
+from redis_server import redis_server  # noqa: F401  (a fixture)
 from wordcount_state import counts_of, expected_counts, state_conf as conf, swc, wait_for_commit_of_all
 
 pytestmark = pytest.mark.timeout(60)
@@ -411,6 +412,41 @@ def test_a_state_location_holding_a_component_the_topology_no_longer_has_is_refu
                                                      r"topology no longer has"):
             cluster.submit_topology("layout", conf(), builder.create_topology())
         assert cluster.get_topologies() == []
+
+
+class Tap(BasicBolt):
+    """A stateless bolt that reads the words and emits nothing."""
+
+    def execute(self, tup, collector):
+        pass
+
+
+@pytest.mark.parametrize("provider", ["sqlite", "redis"])
+def test_a_stateless_bolt_added_that_moves_the_task_ids_leaves_the_counts_exact(tmp_path, request, provider):
+    if provider == "redis":
+        config = request.getfixturevalue("redis_server").config(key_prefix=f"moved:{tmp_path.name}")
+    else:
+        config = {"path": str(tmp_path / "state")}
+    path = swc.make_input(str(tmp_path / "words.txt"), 3000)
+    state = conf(**{"topology.state.provider": provider, "topology.state.provider.config": config})
+    first = swc.build(path, counters=2, lines_per_sec=3000)
+    builder = TopologyBuilder()  # the same, and "a-tap", which sorts first: every task id moves up
+    builder.set_spout("lines", swc.FileSpout(path))
+    builder.set_bolt("split", swc.SplitLine(), 2).shuffle_grouping("lines")
+    builder.set_bolt("count", swc.WordCount(), 2).fields_grouping("split", ["word"])
+    builder.set_bolt("a-tap", Tap()).shuffle_grouping("split")
+    moved = builder.create_topology()
+    with LocalCluster() as cluster:
+        cluster.submit_topology("moved", state, first)
+        wait_until(lambda: sum(counts_of("moved", first, state).values()) > 2000, timeout=30, interval=0.05,
+                   message="some counts committed")
+        cluster.kill_topology("moved", wait_secs=0)
+        wait_until(lambda: "moved" not in cluster.get_topologies(), message="killed")
+        assert set(committed_state("moved", moved, "count", state)) != set(committed_state("moved", first, "count",
+                                                                                            state))
+        cluster.submit_topology("moved", state, moved)
+        wait_for_commit_of_all("moved", moved, state, path)
+        assert counts_of("moved", moved, state) == expected_counts(path)
 
 
 def test_a_state_location_of_another_topology_is_refused_at_submit(tmp_path, words_file):

@@ -442,3 +442,33 @@ def test_redis_warns_when_redis_does_not_persist_every_write(redis_server: Redis
     provider.check(LAYOUT)
     assert "appendonly no" in caplog.text
     provider.close()
+
+
+def test_redis_keeps_a_tasks_state_under_its_place_so_other_task_ids_find_it(redis_server: RedisServer,  # noqa: F811
+                                                                             topology: str) -> None:
+    config = redis_server.config(key_prefix=f"test:{uuid.uuid4().hex}")
+    provider = _redis(topology, **config)
+    provider.check(LAYOUT)
+    _checkpoint(provider, provider.task_store("count", 7, 1), 1, {b"k": b"v"})
+    # the next run added a component (or ackers) that sorts first: count's task ids moved up
+    again = _redis(topology, **config)
+    again.check(LAYOUT)
+    assert again.task_store("count", 9, 1).load(again.committed()) == {b"k": b"v"}
+    assert again.task_store("count", 8, 0).load(again.committed()) == {}
+    client = redis_client_module().Redis(host=redis_server.host, port=redis_server.port)
+    keys = sorted(k.decode() for k in client.scan_iter(match=f"{config['key_prefix']}:task:*"))
+    assert keys == [f"{config['key_prefix']}:task:count:#1:{part}" for part in ("base", "txids")]
+    provider.close()
+    again.close()
+
+
+def test_a_redis_location_claimed_before_keeps_its_tasks_keys_by_task_id(redis_server: RedisServer,  # noqa: F811
+                                                                         topology: str) -> None:
+    config = redis_server.config(key_prefix=f"test:{uuid.uuid4().hex}")
+    client = redis_client_module().Redis(host=redis_server.host, port=redis_server.port)
+    client.hset(f"{config['key_prefix']}:topology", mapping={"name": topology, "layout": json.dumps(LAYOUT)})
+    client.hset(f"{config['key_prefix']}:task:count:7:base", mapping={"k": "v"})  # as the first version wrote
+    provider = _redis(topology, **config)
+    provider.check(LAYOUT)
+    assert provider.task_store("count", 7, 0).load(provider.committed()) == {b"k": b"v"}
+    provider.close()

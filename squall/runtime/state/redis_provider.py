@@ -8,14 +8,19 @@ Redis server, which workers on any machine can reach. Needs the ``redis`` client
 reply, may take before the call fails (a checkpoint whose write fails is rolled back and
 taken again).
 
-Keys (``P`` is the key prefix, ``T`` is ``P:task:<component id>:<task id>``)::
+Keys (``P`` is the key prefix, ``T`` is ``P:task:<component id>:#<index>``, the task's place
+among its component's tasks)::
 
-    P:topology      hash: name, layout (JSON: component id -> number of tasks), committed (txid),
-                    committed_at (epoch seconds)
+    P:topology      hash: name, layout (JSON: component id -> number of tasks), tasks ("index"),
+                    committed (txid), committed_at (epoch seconds)
     T:base          hash: the task's committed state, key -> value
     T:prepared      hash: the puts of the prepared delta
     T:deleted       set:  the deletes of the prepared delta
     T:txids         hash: base (the txid the base holds), prepared (the prepared delta's txid)
+
+A task's keys name its place, not its task id, which adding a component (stateless ones too),
+or more ackers, changes. A location claimed before (no ``tasks`` field) keeps its tasks' keys
+by task id, ``P:task:<component id>:<task id>``.
 
 Atomicity: a prepare, and a read, is one MULTI/EXEC transaction; a commit and a load are one
 Lua script each, which Redis runs with no other command in between (and writes to its append-only file
@@ -91,7 +96,7 @@ return fold and 1 or 0
 # ARGV[2] and return nil; else return the name and layout it was claimed with.
 _CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'layout', ARGV[2])
+  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'layout', ARGV[2], 'tasks', 'index')
   return false
 end
 return redis.call('HMGET', KEYS[1], 'name', 'layout')
@@ -219,6 +224,7 @@ class RedisStateProvider(StateProvider):
         # no retries: every call returns or fails within the timeout, and a failed checkpoint is retaken
         self._settings = redis_settings(host, port, socket, db, config.get("password"), timeout)
         self._client = _Client(self._settings, f"state provider {self.name!r} at {self.location}")
+        self._by_index: bool | None = None  # tasks' keys by index (else by task id); None: not read yet
 
     @property
     def location(self) -> str:
@@ -247,9 +253,13 @@ class RedisStateProvider(StateProvider):
                         "its last snapshot; set appendonly yes to keep every checkpoint", self._client.where)
 
     def task_store(self, component: str, task: int, index: int) -> TaskStore:
-        # by task id, without key groups: the layout never changes (StateProvider.claim)
+        # without key groups: the layout never changes (StateProvider.claim)
+        if self._by_index is None:
+            with self._client.errors("reading the claim"):
+                self._by_index = self._client.get().hget(self._topology_key, "tasks") is not None
         client = _Client(self._settings, f"{self._client.where} (component {component!r} task {task})")
-        return _RedisTaskStore(client, f"{self._prefix}:task:{component}:{task}")
+        return _RedisTaskStore(client, f"{self._prefix}:task:{component}:" + (f"#{index}" if self._by_index
+                                                                                else str(task)))
 
     @property
     def _topology_key(self) -> str:
