@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+import time
+
 from process_topologies import BusyBolt, PacedSpout, pconf
 from squall import InvalidTopologyError, LocalCluster, TopologyBuilder
 from squall.ops.ui.server import UiServer
-from squall.testing import wait_until
+from squall.testing import committed_state, wait_until
 from ui_client import TOKEN, call
+from wordcount_state import counts_of, expected_counts, spout_done, state_conf, swc
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(120)]
 
@@ -57,6 +60,47 @@ def test_it_scales_up_when_input_rises_past_one_worker_and_down_when_it_falls(tm
             status, page, _ = call(ui.url + "/api/v1/topology/elastic")
         assert status == 200 and [d["action"] for d in page["autoscale"]] == ["scale-down", "scale-up"]
         assert page["autoscale"][1]["executors"] == {"busy": 2} and "saturated" in page["autoscale"][1]["reason"]
+
+
+class BusyWordCount(swc.WordCount):
+    """The example's stateful count, costing ``secs`` of CPU a word (a busy loop)."""
+
+    def __init__(self, secs: float = 0.0002) -> None:
+        self.secs = secs
+
+    def execute(self, tup):
+        end = time.perf_counter() + self.secs
+        while time.perf_counter() < end:
+            pass
+        super().execute(tup)
+
+
+def test_it_grows_a_stateful_bolt_submitted_with_one_task_and_its_counts_stay_exact(tmp_path):
+    path = swc.make_input(str(tmp_path / "words.txt"), 40_000)
+    builder = TopologyBuilder()
+    builder.set_spout("lines", swc.FileSpout(path))
+    builder.set_bolt("split", swc.SplitLine()).shuffle_grouping("lines")
+    builder.set_bolt("count", BusyWordCount()).fields_grouping("split", ["word"])  # one task
+    topology = builder.create_topology()
+    conf = autoscaled(state_conf(**{"topology.state.provider": "sqlite",
+                                    "topology.state.provider.config": {"path": str(tmp_path / "state")},
+                                    "topology.max.spout.pending": None}))
+    with LocalCluster(processes=True) as cluster:
+        cluster.submit_topology("grown", conf, topology)
+        wait_until(lambda: len(cluster.get_topology_info("grown")["components"]["count"]["executors"]) == 2,
+                   timeout=60, message="the stateful count grown to two executors")
+        up = cluster.autoscale_decisions("grown")[0]
+        assert (up.action, up.workers, up.executors.get("count")) == ("scale-up", 2, 2), up
+        two = TopologyBuilder()  # the topology as the rebalance made it: its state read with two tasks
+        two.set_spout("lines", swc.FileSpout(path))
+        two.set_bolt("split", swc.SplitLine()).shuffle_grouping("lines")
+        two.set_bolt("count", BusyWordCount(), 2).fields_grouping("split", ["word"])
+        grown = two.create_topology()
+        assert cluster.get_topology_info("grown")["components"]["count"]["num_tasks"] == 2
+        wait_until(lambda: spout_done("grown", grown, conf, path), timeout=90, interval=0.2,
+                   message="the whole file committed")
+        assert counts_of("grown", grown, conf) == expected_counts(path)
+        assert all(committed_state("grown", grown, "count", conf).values())  # both tasks hold words
 
 
 def test_bad_autoscale_settings_are_refused_at_submission():

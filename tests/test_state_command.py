@@ -106,8 +106,9 @@ def test_the_overview_gives_the_last_commit_and_each_stateful_components_keys(sq
     location = squall_home() / "state" / sqlite_name
     assert lines[0] == f"topology {sqlite_name!r}: state provider 'sqlite' at {location}"
     assert re.fullmatch(r"last commit: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(checkpoint [\d,]+\), \d+s ago", lines[1])
-    assert lines[3].split() == ["component", "tasks", "keys", "keys", "by", "task"]
-    rows = {line.split()[0]: line for line in lines[4:]}
+    assert lines[2] == "key groups: 128 (task i of a stateful bolt's n holds groups i*128//n to (i+1)*128//n - 1)"
+    assert lines[4].split() == ["component", "tasks", "keys", "keys", "by", "task"]
+    rows = {line.split()[0]: line for line in lines[5:]}
     assert sorted(rows) == ["count", "lines"]  # the stateful ones, not split
     count = re.fullmatch(r"count\s+2\s+(\d+)\s+(\d+): (\d+), (\d+): (\d+)", rows["count"])
     assert count, rows["count"]
@@ -144,7 +145,7 @@ def test_a_components_values_are_its_committed_counts_in_text_and_json(sqlite_na
     assert status == 0
     report = json.loads(out)
     assert report["topology"] == sqlite_name and report["provider"] == "sqlite" and report["component"] == "count"
-    assert isinstance(report["txid"], int) and report["committed_at"] > 0
+    assert isinstance(report["txid"], int) and report["committed_at"] > 0 and report["key_groups"] == 128
     assert [task["task"] for task in report["tasks"]] == recorded_settings(sqlite_name).tasks["count"]
     counts: Counter = Counter()
     for task in report["tasks"]:
@@ -238,6 +239,8 @@ def test_the_state_in_redis_is_read_with_the_recorded_settings(redis_server, wor
         assert status == 0
         assert out.splitlines()[0] == (f"topology {name!r}: state provider 'redis' at 127.0.0.1:{redis_server.port} "
                                        f"db 0, keys squall:{name}:*")
+        assert out.splitlines()[2] == "key groups: none (a key goes to its hash modulo the task count: task counts " \
+                                      "are fixed)"
     status, out, _ = state(capsys, name, "--component", "count", "--json")
     assert status == 0
     counts: Counter = Counter()

@@ -9,6 +9,13 @@ What it observes, per component: its busy time over the last interval (execute o
 seconds per second, from the figures the UI plots), its executors and tasks, its executed rate
 and, for a spout that reports a ``lag`` metric (Kafka's consumer lag per partition, Redis'
 pending entries), that lag and how fast it grows.
+
+A component gets at most as many executors as it has tasks, but for a stateful bolt whose
+state location keeps key groups: its tasks may grow to its key groups, the rebalance dealing its
+committed state to them (see :meth:`squall.cluster.nimbus.Nimbus.rebalance`). Should that
+rebalance be refused (state that cannot be dealt anew, such as entries without a key group:
+the topology then runs on as it was), the bolt keeps its task count from then on, and a
+warning says so.
 """
 
 from __future__ import annotations
@@ -78,6 +85,10 @@ class AutoscaleController:
         self._wait = min(conf[Config.TOPOLOGY_MESSAGE_TIMEOUT_SECS], REBALANCE_WAIT_SECS)
         self._history: collections.deque[Observation] = collections.deque()
         self._lags: dict[str, tuple[float, float]] = {}  # spout -> (time, lag) last seen
+        self._key_groups = conf.get(Config.TOPOLOGY_STATE_KEY_GROUPS)  # as the state location keeps them
+        self._tasks: dict[str, int] = {}  # component -> its tasks, as last observed
+        self._growing: dict[str, tuple[int, float]] = {}  # stateful bolt -> (tasks asked, when) by a scale-up
+        self._fixed: set[str] = set()  # stateful bolts whose growth a rebalance refused
         self.decisions: collections.deque[AutoscaleDecision] = collections.deque(maxlen=DECISIONS_KEPT)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"autoscale-{name}", daemon=True)
@@ -121,6 +132,9 @@ class AutoscaleController:
             return decision
         self._log(decision)
         history.clear()  # what comes after the rebalance is a new topology
+        for cid, executors in decision.executors.items():
+            if executors > self._tasks.get(cid, executors):
+                self._growing[cid] = (executors, time.monotonic())
         self._nimbus.start_rebalance(self._name, self._wait, decision.workers, decision.executors or None,
                                      decision.cpu_loads or None)
         return decision
@@ -139,6 +153,8 @@ class AutoscaleController:
             return None
         info = nimbus.topology_info(name)
         topology = nimbus.get_topology(name)
+        self._tasks = {cid: spec.num_tasks for cid, spec in topology.components.items()}
+        self._check_growth(nimbus.last_rebalance(name))
         now = time.monotonic()
         components = []
         for cid, component in info.components.items():
@@ -151,10 +167,30 @@ class AutoscaleController:
             executed = max(0.0, a[_EXECUTED] - b[_EXECUTED]) / secs
             spout = topology.components[cid].is_spout
             lag, growth = (self._lag(cid, component.user_metrics, now) if spout else (None, 0.0))
-            components.append(ComponentLoad(cid, executors, topology.components[cid].num_tasks,
-                                            min(1.0, busy / executors), spout=spout, executed=executed, lag=lag,
-                                            lag_growth=growth))
+            components.append(ComponentLoad(cid, executors, self._most(topology, cid), min(1.0, busy / executors),
+                                            spout=spout, executed=executed, lag=lag, lag_growth=growth))
         return Observation(now, len(info.workers), tuple(components))
+
+    def _most(self, topology: StormTopology, cid: str) -> int:
+        """The most executors ``cid`` may get: its tasks, or a stateful bolt's key groups."""
+        spec = topology.components[cid]
+        if (topology.checkpointed and spec.stateful and not spec.is_spout and self._key_groups
+                and cid not in self._fixed):
+            return max(spec.num_tasks, self._key_groups)
+        return spec.num_tasks
+
+    def _check_growth(self, rebalanced_at: float) -> None:
+        """Once the rebalance a scale-up started is over: a stateful bolt whose tasks did not
+        grow as asked was refused (the rebalance logged why), and keeps its tasks from now on."""
+        for cid, (asked, at) in list(self._growing.items()):
+            if self._tasks.get(cid, asked) >= asked:
+                del self._growing[cid]
+            elif rebalanced_at >= at:
+                del self._growing[cid]
+                self._fixed.add(cid)
+                log.warning("topology %r: the autoscaler could not grow stateful bolt %r past its %d task(s) (the "
+                            "rebalance was refused: see above); it keeps them from now on", self._name, cid,
+                            self._tasks.get(cid, 0))
 
     def _lag(self, spout: str, metrics: dict[str, Any], now: float) -> tuple[float | None, float]:
         """A spout's ``lag`` user metric (a number, or numbers by partition) and its growth."""

@@ -156,6 +156,11 @@ class StateProvider(ABC):
             return None
         return None if txid is None else Commit(txid, None)
 
+    def key_groups(self) -> int | None:
+        """The key groups the location was claimed with (see :meth:`claim`), read without
+        claiming it: None for none (this default), or a location not claimed yet."""
+        return None
+
     def drop(self) -> None:
         """Forget the topology's state at the location (``squall run --fresh``), before
         :meth:`check`; nothing if there is none. Raises :class:`StateProviderError` if the
@@ -378,6 +383,9 @@ class InMemoryStateProvider(StateProvider):
         location = self._location()
         with location.lock:
             location.committed = Commit(txid, time.time())
+
+    def key_groups(self) -> int | None:
+        return self._location().key_groups
 
     def last_commit(self) -> Commit | None:
         with _MEMORY_LOCK:

@@ -47,9 +47,10 @@ def state_report(settings: StateSettings, component: str | None = None, key: str
                  as_json: bool = False) -> str:
     """What topology ``settings.name`` committed, as text (or JSON with ``as_json``):
 
-    * no ``component``: the provider and location, the last commit, and each stateful
-      component's tasks with their numbers of keys. JSON: ``{"topology", "provider",
-      "location", "txid", "committed_at" (epoch seconds or null), "components": {COMPONENT:
+    * no ``component``: the provider and location, the last commit, the key groups, and each
+      stateful component's tasks with their numbers of keys. JSON: ``{"topology", "provider",
+      "location", "txid", "committed_at" (epoch seconds or null), "key_groups" (null: none),
+      "components": {COMPONENT:
       {"keys": N, "tasks": [{"task": T, "keys": N}, ...]}}}``;
     * ``component``: its keys and values, task by task. JSON: the same head, ``"component"``,
       and ``"tasks": [{"task", "keys", "entries": [{"key", "value"}, ...]}]`` (jq's
@@ -134,13 +135,18 @@ def _order(key: Any) -> tuple[int, Any]:
 
 
 def _head(name: str, provider: StateProvider, commit: Commit, as_json: bool) -> Any:
-    """What every report starts with: the topology, where its state is, its last commit."""
+    """What every report starts with: the topology, where its state is, its last commit, and
+    the key groups its stateful bolts keep their keys in."""
+    groups = provider.key_groups()
     if as_json:
         return {"topology": name, "provider": provider.name, "location": provider.location, "txid": commit.txid,
-                "committed_at": commit.at}
+                "committed_at": commit.at, "key_groups": groups}
     ago = "" if commit.at is None else f", {format_duration(max(time.time() - commit.at, 0))} ago"
     return [f"topology {name!r}: state provider {provider.name!r} at {provider.location}",
-            f"last commit: {when_committed(commit)}{ago}"]
+            f"last commit: {when_committed(commit)}{ago}",
+            f"key groups: {groups} (task i of a stateful bolt's n holds groups i*{groups}//n to "
+            f"(i+1)*{groups}//n - 1)" if groups is not None else
+            "key groups: none (a key goes to its hash modulo the task count: task counts are fixed)"]
 
 
 def _overview(head: Any, keys: dict[str, dict[int, int]], as_json: bool) -> str:

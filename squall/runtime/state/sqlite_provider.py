@@ -426,6 +426,13 @@ class SqliteStateProvider(StateProvider):
             raise StateProviderError(name_mismatch(self, row[0]))
         return None if row[1] is None else Commit(row[1], row[2])
 
+    def key_groups(self) -> int | None:
+        if not (self._path / "topology.sqlite").exists():  # reading must not create the location
+            return None
+        with self._topology.transaction("reading the key groups", write=False) as conn:
+            row = conn.execute("SELECT key_groups FROM topology").fetchone()
+        return None if row is None else row[0]
+
     def drop(self) -> None:
         if not (self._path / "topology.sqlite").exists():
             return
