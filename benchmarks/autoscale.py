@@ -25,7 +25,12 @@ is ``--spout``:
 Target: autoscaled / one worker >= 1.6x within 60 s of the rise, <= 2 rebalances, nothing lost,
 state exact; then one scale-down and no flapping over 10 minutes of steady input.
 
+``--tasks 1 --busy-in count --spout stateful`` is issue 49's case: every component submitted with
+one task and the work in the stateful count, which only grows past its task through a rebalance
+that deals its state to more tasks (key groups).
+
 Reproduce:  python benchmarks/autoscale.py [--spout tracked|stateful] [--lines 400000] [--busy-us 100] [--steady 600]
+            python benchmarks/autoscale.py --spout stateful --tasks 1 --busy-in count --lines 60000
 """
 
 from __future__ import annotations
@@ -124,16 +129,33 @@ class MemoryCount(BasicBolt):
         self.counts[tup.values[0]] += 1
 
 
+class BusyCount(WordCount):
+    """The stateful count after ``secs`` of CPU a word."""
+
+    def __init__(self, secs: float) -> None:
+        self.secs = secs
+
+    def execute(self, tup: Any) -> None:
+        end = time.perf_counter() + self.secs
+        while time.perf_counter() < end:
+            pass
+        super().execute(tup)
+
+
 SPOUTS = {"tracked": LineSpout, "stateful": FileSpout}
 COUNTS = {"tracked": MemoryCount, "stateful": WordCount}
 
 
 def topology(path: str, busy_secs: float, spout: str = "stateful", then_rate: float = 0.0,
-             mode: str = "") -> Any:
+             mode: str = "", tasks: int = 4, busy_in: str = "split", count_tasks: int | None = None) -> Any:
+    """The topology; ``busy_secs`` of CPU a line in the split, or a word in the (stateful) count;
+    ``count_tasks``: the count's, if not ``tasks`` (as the autoscaler grew it)."""
     builder = TopologyBuilder()
     builder.set_spout("lines", LineSpout(path, then_rate, mode) if spout == "tracked" else FileSpout(path))
-    builder.set_bolt("split", BusySplit(busy_secs), 1).set_num_tasks(4).shuffle_grouping("lines")
-    builder.set_bolt("count", COUNTS[spout](), 1).set_num_tasks(4).fields_grouping("split", ["word"])
+    split = BusySplit(busy_secs if busy_in == "split" else 0.0)
+    count = BusyCount(busy_secs) if busy_in == "count" else COUNTS[spout]()
+    builder.set_bolt("split", split, 1).set_num_tasks(tasks).shuffle_grouping("lines")
+    builder.set_bolt("count", count, 1).set_num_tasks(count_tasks or tasks).fields_grouping("split", ["word"])
     return builder.create_topology()
 
 
@@ -165,6 +187,10 @@ def main() -> None:
     parser.add_argument("--measure", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds from scaling to measuring")
     parser.add_argument("--spout", choices=sorted(SPOUTS), default="tracked")
+    parser.add_argument("--tasks", type=int, default=4, help="tasks of the split and of the count (default 4)")
+    parser.add_argument("--busy-in", choices=["split", "count"], default="split",
+                        help="the component doing the work: --busy-us a line in the split, or a word in the count "
+                             "(--spout stateful)")
     parser.add_argument("--pending", type=int, default=2000, help="topology.max.spout.pending (default: %(default)s)")
     parser.add_argument("--no-loadaware", dest="loadaware", action="store_false",
                         help="topology.disable.loadaware.messaging: plain round-robin shuffle")
@@ -172,6 +198,8 @@ def main() -> None:
                         help="seconds of steady input at a fifth of one worker's rate after the rise (tracked spout; "
                              "0: none; default: %(default)s)")
     args = parser.parse_args()
+    if args.busy_in == "count" and args.spout != "stateful":
+        parser.error("--busy-in count is for the stateful count: add --spout stateful")
     steady = args.steady if args.spout == "tracked" else 0.0
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="squall-autoscale-", dir=shm) as root:
@@ -187,11 +215,12 @@ def measure(args: argparse.Namespace, steady: float, root: str) -> None:
 
     with LocalCluster(processes=True) as cluster:
         cluster.submit_topology("one", conf(os.path.join(root, "one"), False, args.pending, args.loadaware),
-                                topology(path, busy, args.spout))
+                                topology(path, busy, args.spout, tasks=args.tasks, busy_in=args.busy_in))
         wait_until(lambda: executed(cluster, "one") > 2000, timeout=60, message="one worker warmed up")
         one = rate(cluster, "one", args.measure)
         cluster.kill_topology("one", 0)
-    print(f"one worker:  {one:,.0f} lines/s ({args.busy_us:g} us of CPU a line, {args.spout} spout)")
+    unit = "word in the count" if args.busy_in == "count" else "line"
+    print(f"one worker:  {one:,.0f} lines/s ({args.busy_us:g} us of CPU a {unit}, {args.spout} spout)")
 
     state = os.path.join(root, "scaled")
     mode = os.path.join(root, "mode")
@@ -200,7 +229,8 @@ def measure(args: argparse.Namespace, steady: float, root: str) -> None:
     with LocalCluster(processes=True) as cluster:
         started = time.monotonic()
         cluster.submit_topology("scaled", conf(state, True, args.pending, args.loadaware),
-                                topology(path, busy, args.spout, then_rate=one / 5, mode=mode))
+                                topology(path, busy, args.spout, then_rate=one / 5, mode=mode, tasks=args.tasks,
+                                         busy_in=args.busy_in))
         wait_until(lambda: len(cluster.get_topology_info("scaled")["workers"]) == 2
                    and cluster.get_topology_info("scaled")["status"] == "ACTIVE", timeout=120,
                    message="scaled to two workers")
@@ -208,9 +238,14 @@ def measure(args: argparse.Namespace, steady: float, root: str) -> None:
         time.sleep(args.warmup)  # the new workers start, and the tuples the rebalance failed come back
         two = rate(cluster, "scaled", args.measure)
         reached_at = time.monotonic() - started
+        count_tasks = cluster.get_topology_info("scaled")["components"]["count"]["num_tasks"]
+
+        def running() -> Any:  # as it runs now: the count's tasks may have grown
+            return topology(path, busy, args.spout, tasks=args.tasks, busy_in=args.busy_in, count_tasks=count_tasks)
+
         if args.spout == "stateful":
             wait_until(lambda: sum(sum(task.values()) for task in committed_state(
-                "scaled", topology(path, busy, args.spout), "count", conf(state, True)).values())
+                "scaled", running(), "count", conf(state, True)).values())
                 >= sum(expected.values()), timeout=600, interval=1.0, message="every word counted and committed")
         else:
             wait_until(lambda: cluster.get_topology_info("scaled")["components"]["lines"]["acked"] >= args.lines,
@@ -226,13 +261,13 @@ def measure(args: argparse.Namespace, steady: float, root: str) -> None:
     steady_rebalances = [d for d in decisions if d.action != "hold" and d.time >= fell_at]
     if args.spout == "stateful":  # effectively once: the committed counts are the input's
         counts: collections.Counter[str] = collections.Counter()
-        for task in committed_state("scaled", topology(path, busy, args.spout), "count", conf(state, True)).values():
+        for task in committed_state("scaled", running(), "count", conf(state, True)).values():
             counts.update(task)
         lost, doubled = sum((expected - counts).values()), sum((counts - expected).values())
     else:  # at least once: every line acked
         lost, doubled = max(0, args.lines - acked), 0
     print(f"autoscaled:  scaled to 2 workers {scaled_at:.0f} s after the rise, {len(rebalances)} rebalance(s); "
-          f"then {two:,.0f} lines/s")
+          f"then {two:,.0f} lines/s; the count on {count_tasks} task(s) (submitted with {args.tasks})")
     for d in decisions:
         print(f"  decision: {d.action} -> {d.workers} workers {d.executors}: {d.reason}")
     print(f"autoscaled / one worker: {two / one:.2f}x over {reached_at - args.measure:.0f}-{reached_at:.0f} s after "
