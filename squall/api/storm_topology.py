@@ -49,6 +49,11 @@ class ComponentSpec:
     def is_spout(self) -> bool:
         return self.kind == "spout"
 
+    def most_executors(self, key_groups: int | None) -> int:
+        """The most executors a rebalance may give it: its tasks, or for a stateful bolt whose
+        state location keeps ``key_groups`` (None: none) that many, its tasks growing with them."""
+        return key_groups if key_groups is not None and self.stateful and not self.is_spout else self.num_tasks
+
     def instantiate(self) -> Component:
         """A fresh copy of the component, for one task."""
         return cloudpickle.loads(self.serialized)

@@ -172,12 +172,11 @@ class AutoscaleController:
         return Observation(now, len(info.workers), tuple(components))
 
     def _most(self, topology: StormTopology, cid: str) -> int:
-        """The most executors ``cid`` may get: its tasks, or a stateful bolt's key groups."""
+        """The most executors ``cid`` may get (as a rebalance allows), but a stateful bolt whose
+        growth was refused keeps its tasks."""
         spec = topology.components[cid]
-        if (topology.checkpointed and spec.stateful and not spec.is_spout and self._key_groups
-                and cid not in self._fixed):
-            return max(spec.num_tasks, self._key_groups)
-        return spec.num_tasks
+        key_groups = self._key_groups if topology.checkpointed and cid not in self._fixed else None
+        return spec.most_executors(key_groups)
 
     def _check_growth(self, rebalanced_at: float) -> None:
         """Once the rebalance a scale-up started is over: a stateful bolt whose tasks did not

@@ -437,8 +437,7 @@ def _rebalanced(running: _Running, num_workers: int | None, executors: dict[str,
         if spec is None or cid.startswith("__"):
             known = sorted(c for c in components if not c.startswith("__"))
             raise ValueError(f"{where}: executors: no component {cid!r} (components: {known})")
-        # a stateful bolt keeping key groups may grow its tasks: its state is dealt to them anew
-        most = key_groups if key_groups is not None and spec.stateful and not spec.is_spout else spec.num_tasks
+        most = spec.most_executors(key_groups)  # a stateful bolt's tasks may grow: its state is dealt anew
         if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not 1 <= parallelism <= most:
             if most == spec.num_tasks:
                 raise ValueError(f"{where}: executors of {cid!r} must be an integer from 1 to its {spec.num_tasks} "

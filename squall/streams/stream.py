@@ -72,6 +72,11 @@ class Node:
                 node.children.append(self)
 
 
+def _check_id(where: str, name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}: a component id must be a non-empty string, not {name!r}")
+
+
 class Stream(Generic[T]):
     """A stream of values (see the module's docstring)."""
 
@@ -216,8 +221,7 @@ class Stream(Generic[T]):
         components are ``spout1``, ``bolt1``, ... in the order the pipeline makes them. Two
         named operations fused into one bolt, or one name given twice, are refused at
         :meth:`~squall.streams.StreamBuilder.build`."""
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name: a component id must be a non-empty string, not {name!r}")
+        _check_id("name", name)
         if self._node.name is not None and self._node.name != name:
             raise ValueError(f"name: this operation is named {self._node.name!r} already, not {name!r}")
         self._node.name = name
@@ -230,8 +234,8 @@ class Stream(Generic[T]):
         tasks, subscribed with shuffle grouping (or the pending repartition): it receives
         tuples of the field ``value``, or ``key`` and ``value`` from a pair stream. ``name``:
         its component id (as :meth:`name`'s; default ``boltN``, after the pipeline's bolts)."""
-        if name is not None and (not isinstance(name, str) or not name):
-            raise ValueError(f"to: a component id must be a non-empty string, not {name!r}")
+        if name is not None:
+            _check_id("to", name)
         self._builder.add_sink(self._node, bolt, parallelism, self._grouping or SHUFFLE, name)
 
     # -- internals ----------------------------------------------------------------------------

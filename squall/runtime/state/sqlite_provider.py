@@ -339,8 +339,9 @@ class SqliteStateProvider(StateProvider):
             _make_dirs(self._path / "tasks")
             for component, generation in (generations or {}).items():
                 self._remove_other_generations(component, generation)
-            for entry in (self._path / "tasks").iterdir() if generations is not None else ():
-                if entry.is_dir() and entry.name not in {_safe_name(c) for c in generations}:
+            kept = {_safe_name(c) for c in generations} if generations is not None else None
+            for entry in (self._path / "tasks").iterdir() if kept is not None else ():
+                if entry.is_dir() and entry.name not in kept:
                     shutil.rmtree(entry)  # a dropped component's
         except OSError as e:
             raise StateProviderError(f"{self._where}: cannot prepare the tasks' directory: {e}") from e
